@@ -1,0 +1,56 @@
+//! Which worker runs which host.
+//!
+//! The engine only asks a `Partition` for the hosts of each worker; how that list is made is
+//! kept here so that a smarter policy (work stealing, load-balanced placement) can replace the
+//! static one without touching the round loop.
+
+use crate::HostId;
+
+/// A static assignment of hosts to workers.
+#[derive(Clone, Debug)]
+pub struct Partition {
+    worker_of: Vec<u32>,
+    hosts_of: Vec<Vec<HostId>>,
+}
+
+impl Partition {
+    /// Deals hosts out to workers like cards, so neighbouring ids (often hosts of one kind,
+    /// e.g. all relays) are spread evenly over workers.
+    pub fn round_robin(hosts: usize, workers: usize) -> Self {
+        let workers = workers.max(1);
+        let worker_of: Vec<u32> = (0..hosts).map(|h| (h % workers) as u32).collect();
+        Self::from_assignment(worker_of, workers)
+    }
+
+    /// Builds a partition from an explicit host-to-worker map.
+    ///
+    /// # Panics
+    /// If an entry names a worker `>= workers`.
+    pub fn from_assignment(worker_of: Vec<u32>, workers: usize) -> Self {
+        let mut hosts_of = vec![Vec::new(); workers.max(1)];
+        for (host, &w) in worker_of.iter().enumerate() {
+            assert!((w as usize) < hosts_of.len(), "host {host} assigned to missing worker {w}");
+            hosts_of[w as usize].push(host as HostId);
+        }
+        Self {
+            worker_of,
+            hosts_of,
+        }
+    }
+
+    pub fn workers(&self) -> usize {
+        self.hosts_of.len()
+    }
+
+    pub fn hosts(&self) -> usize {
+        self.worker_of.len()
+    }
+
+    pub fn worker_of(&self, host: HostId) -> usize {
+        self.worker_of[host as usize] as usize
+    }
+
+    pub fn hosts_of(&self, worker: usize) -> &[HostId] {
+        &self.hosts_of[worker]
+    }
+}

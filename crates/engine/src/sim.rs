@@ -1,0 +1,539 @@
+//! The round loop: conservative parallel simulation with a deterministic barrier exchange.
+//!
+//! Time advances in rounds `[start, start + lookahead)`. Because no message between two hosts
+//! can arrive sooner than `lookahead` after it was sent, every host can run all of its events in
+//! the round without hearing from anyone else. Messages created during the round wait in the
+//! sender's outbox; at the barrier each worker moves the messages addressed to its own hosts
+//! into their queues. The queue orders events by (time, source host, source sequence), so the
+//! result is the same whatever the thread count or the timing of threads.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::barrier::SpinBarrier;
+use crate::partition::Partition;
+use crate::queue::{order_key, EventQueue, MAX_HOSTS};
+use crate::rng::{host_rng, HostRng};
+use crate::time::{SimDuration, SimTime};
+use crate::HostId;
+
+/// A simulated host: its whole state, driven one event at a time.
+///
+/// Hosts never share state; everything they learn about each other arrives as events. That is
+/// what lets the engine run them on any worker and move them between workers.
+pub trait Host: Send {
+    type Event: Send;
+    fn handle(&mut self, ctx: &mut Context<'_, Self::Event>, event: Self::Event);
+}
+
+/// What a host may do while handling an event.
+pub struct Context<'a, E> {
+    now: SimTime,
+    host: HostId,
+    round_end: SimTime,
+    lookahead: SimDuration,
+    seq: &'a mut u64,
+    queue: &'a mut EventQueue<E>,
+    rng: &'a mut HostRng,
+    out: &'a mut Outbox<E>,
+}
+
+impl<E> Context<'_, E> {
+    /// The current simulated time.
+    #[inline]
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+
+    /// The host whose event is being handled.
+    #[inline]
+    pub fn host(&self) -> HostId {
+        self.host
+    }
+
+    /// The engine's lookahead: the least delay a message to another host may have.
+    #[inline]
+    pub fn lookahead(&self) -> SimDuration {
+        self.lookahead
+    }
+
+    /// This host's random stream.
+    #[inline]
+    pub fn rng(&mut self) -> &mut HostRng {
+        self.rng
+    }
+
+    #[inline]
+    fn next_key(&mut self) -> u64 {
+        let key = order_key(self.host, *self.seq);
+        *self.seq += 1;
+        key
+    }
+
+    /// Schedules an event for this host at `time` (not before now).
+    #[inline]
+    pub fn schedule_at(&mut self, time: SimTime, event: E) {
+        debug_assert!(time >= self.now, "event scheduled in the past");
+        let key = self.next_key();
+        self.queue.push(time.max(self.now), key, event);
+    }
+
+    /// Schedules an event for this host `delay` from now.
+    #[inline]
+    pub fn schedule_in(&mut self, delay: SimDuration, event: E) {
+        self.schedule_at(self.now + delay, event);
+    }
+
+    /// Sends an event to another host (or to this one through the barrier), due at `time`.
+    ///
+    /// A message due before the end of the current round cannot be delivered in time; it is
+    /// delivered at the round end instead and counted in `RunStats::late_messages`. This only
+    /// happens when the lookahead was set above the smallest real latency (a speed/accuracy
+    /// trade the caller chose).
+    #[inline]
+    pub fn send(&mut self, dst: HostId, time: SimTime, event: E) {
+        let key = self.next_key();
+        let time = if time < self.round_end {
+            self.out.late += 1;
+            self.round_end
+        } else {
+            time
+        };
+        self.out.sent += 1;
+        let worker = self.out.worker_of[dst as usize] as usize;
+        self.out.by_worker[worker].push(Message {
+            dst,
+            time,
+            key,
+            event,
+        });
+    }
+}
+
+struct Message<E> {
+    dst: HostId,
+    time: SimTime,
+    key: u64,
+    event: E,
+}
+
+/// A worker's messages created this round, bucketed by the worker that owns the destination.
+struct Outbox<E> {
+    worker_of: Arc<[u32]>,
+    by_worker: Vec<Vec<Message<E>>>,
+    sent: u64,
+    late: u64,
+}
+
+struct HostSlot<H: Host> {
+    model: H,
+    queue: EventQueue<H::Event>,
+    rng: HostRng,
+    seq: u64,
+    trace: u64,
+}
+
+/// Hosts shared between workers. Each host is touched only by the worker its partition names,
+/// in both phases of a round, and workers meet at a barrier between phases; that discipline is
+/// what makes the unsynchronised access below sound.
+struct HostTable<H: Host> {
+    slots: Vec<UnsafeCell<HostSlot<H>>>,
+}
+
+unsafe impl<H: Host> Sync for HostTable<H> {}
+
+impl<H: Host> HostTable<H> {
+    /// # Safety
+    /// The caller must be the worker that owns `host` in the current partition, and must not
+    /// hold another reference to the same slot.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slot(&self, host: HostId) -> &mut HostSlot<H> {
+        &mut *self.slots[host as usize].get()
+    }
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Scenario seed; every host's random stream derives from it and the host id.
+    pub seed: u64,
+    /// Worker threads.
+    pub threads: usize,
+    /// Round width. Must not exceed the smallest host-to-host delay for exact results.
+    pub lookahead: SimDuration,
+    /// Keep a running hash of every host's processed events (see `Simulation::trace_hash`).
+    pub trace: bool,
+}
+
+/// Per-worker time accounting.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerStats {
+    pub hosts: usize,
+    pub events: u64,
+    pub busy: Duration,
+    pub blocked: Duration,
+}
+
+/// What a run did and how long it took.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    pub events: u64,
+    pub rounds: u64,
+    /// Messages between hosts (including a host's messages to itself through the barrier).
+    pub messages: u64,
+    /// Messages due before their round ended and delivered at the round end instead.
+    pub late_messages: u64,
+    pub wall: Duration,
+    /// Simulated time reached: the end of the last round run, or the stop time.
+    pub sim_time: SimTime,
+    /// True if the run stopped because of an interrupt rather than reaching its stop time.
+    pub interrupted: bool,
+    pub workers: Vec<WorkerStats>,
+}
+
+/// Handles for observing and stopping a run from another thread (e.g. a progress bar or a
+/// Ctrl-C handler).
+#[derive(Clone, Debug, Default)]
+pub struct RunControl {
+    interrupt: Arc<AtomicBool>,
+    progress: Arc<AtomicU64>,
+}
+
+impl RunControl {
+    /// Asks the run to stop at the next round boundary.
+    pub fn interrupt(&self) {
+        self.interrupt.store(true, Ordering::Relaxed);
+    }
+
+    /// The start of the round being run, in simulated nanoseconds.
+    pub fn sim_time(&self) -> SimTime {
+        self.progress.load(Ordering::Relaxed)
+    }
+}
+
+/// A simulation of a set of hosts of one model type.
+pub struct Simulation<H: Host> {
+    config: EngineConfig,
+    hosts: HostTable<H>,
+    partition: Partition,
+    control: RunControl,
+    /// Time up to which every host has run.
+    clock: SimTime,
+}
+
+impl<H: Host> Simulation<H> {
+    /// Creates a simulation of `models` (host id = index) with hosts dealt round-robin to workers.
+    pub fn new(config: EngineConfig, models: Vec<H>) -> Self {
+        let partition = Partition::round_robin(models.len(), config.threads);
+        Self::with_partition(config, models, partition)
+    }
+
+    pub fn with_partition(mut config: EngineConfig, models: Vec<H>, partition: Partition) -> Self {
+        assert!(models.len() < MAX_HOSTS, "at most {MAX_HOSTS} hosts");
+        assert_eq!(partition.hosts(), models.len(), "partition does not cover every host");
+        assert!(config.lookahead > 0, "lookahead must be positive");
+        config.threads = partition.workers();
+        let seed = config.seed;
+        let slots = models
+            .into_iter()
+            .enumerate()
+            .map(|(id, model)| {
+                UnsafeCell::new(HostSlot {
+                    model,
+                    queue: EventQueue::new(),
+                    rng: host_rng(seed, id as HostId, 0),
+                    seq: 0,
+                    trace: 0,
+                })
+            })
+            .collect();
+        Self {
+            config,
+            hosts: HostTable { slots },
+            partition,
+            control: RunControl::default(),
+            clock: 0,
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn host_count(&self) -> usize {
+        self.hosts.slots.len()
+    }
+
+    pub fn control(&self) -> RunControl {
+        self.control.clone()
+    }
+
+    /// The time up to which all hosts have been simulated.
+    pub fn now(&self) -> SimTime {
+        self.clock
+    }
+
+    /// Schedules an initial (or between-runs) event on `host`.
+    pub fn schedule(&mut self, host: HostId, time: SimTime, event: H::Event) {
+        let slot = self.hosts.slots[host as usize].get_mut();
+        let key = order_key(host, slot.seq);
+        slot.seq += 1;
+        slot.queue.push(time.max(self.clock), key, event);
+    }
+
+    pub fn host(&self, host: HostId) -> &H {
+        // SAFETY: `&self` excludes a concurrent run, which needs `&mut self`.
+        unsafe { &(*self.hosts.slots[host as usize].get()).model }
+    }
+
+    pub fn host_mut(&mut self, host: HostId) -> &mut H {
+        &mut self.hosts.slots[host as usize].get_mut().model
+    }
+
+    pub fn hosts(&self) -> impl Iterator<Item = &H> {
+        (0..self.host_count()).map(|h| self.host(h as HostId))
+    }
+
+    pub fn into_hosts(self) -> Vec<H> {
+        self.hosts
+            .slots
+            .into_iter()
+            .map(|s| s.into_inner().model)
+            .collect()
+    }
+
+    /// Events still pending on all hosts.
+    pub fn pending_events(&self) -> usize {
+        (0..self.host_count())
+            // SAFETY: as in `host`.
+            .map(|h| unsafe { (*self.hosts.slots[h].get()).queue.len() })
+            .sum()
+    }
+
+    /// A hash of the sequence of events each host processed (time and origin of each), combined
+    /// over hosts in id order. Equal hashes mean every host saw the same events in the same
+    /// order. Zero unless `EngineConfig::trace` is set.
+    pub fn trace_hash(&self) -> u64 {
+        let mut h = 0u64;
+        for id in 0..self.host_count() {
+            // SAFETY: as in `host`.
+            let t = unsafe { (*self.hosts.slots[id].get()).trace };
+            h = mix(h ^ t);
+        }
+        h
+    }
+
+    /// Runs every event due before `stop` (or until interrupted). May be called again with a
+    /// later stop time to continue.
+    pub fn run_until(&mut self, stop: SimTime) -> RunStats {
+        let started = Instant::now();
+        let workers = self.partition.workers();
+        let shared = Shared {
+            barrier: SpinBarrier::new(workers),
+            mail: (0..workers * workers)
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
+            next_time: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            halt: AtomicBool::new(false),
+            worker_of: (0..self.host_count())
+                .map(|h| self.partition.worker_of(h as HostId) as u32)
+                .collect(),
+        };
+        // The first round starts at the earliest pending event.
+        let first = (0..self.host_count())
+            .filter_map(|h| self.hosts.slots[h].get_mut().queue.next_time())
+            .min()
+            .unwrap_or(u64::MAX);
+        let run = RoundParams {
+            stop,
+            lookahead: self.config.lookahead,
+            trace: self.config.trace,
+            first,
+        };
+        let hosts = &self.hosts;
+        let partition = &self.partition;
+        let control = &self.control;
+        let shared = &shared;
+        let results: Vec<WorkerResult> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (1..workers)
+                .map(|w| {
+                    scope.spawn(move || worker_loop(w, hosts, partition, shared, control, run))
+                })
+                .collect();
+            let mut results = vec![worker_loop(0, hosts, partition, shared, control, run)];
+            results.extend(handles.into_iter().map(|h| h.join().expect("worker panicked")));
+            results
+        });
+        let lead = &results[0];
+        self.clock = self.clock.max(lead.reached);
+        RunStats {
+            events: results.iter().map(|r| r.stats.events).sum(),
+            rounds: lead.rounds,
+            messages: results.iter().map(|r| r.messages).sum(),
+            late_messages: results.iter().map(|r| r.late).sum(),
+            wall: started.elapsed(),
+            sim_time: self.clock,
+            interrupted: lead.interrupted,
+            workers: results.into_iter().map(|r| r.stats).collect(),
+        }
+    }
+}
+
+struct Shared<E> {
+    barrier: SpinBarrier,
+    /// `mail[src * workers + dst]`: messages from worker `src` to hosts of worker `dst`.
+    mail: Vec<Mutex<Vec<Message<E>>>>,
+    /// Each worker's earliest pending event after the exchange.
+    next_time: Vec<AtomicU64>,
+    halt: AtomicBool,
+    worker_of: Arc<[u32]>,
+}
+
+#[derive(Clone, Copy)]
+struct RoundParams {
+    stop: SimTime,
+    lookahead: SimDuration,
+    trace: bool,
+    first: SimTime,
+}
+
+struct WorkerResult {
+    stats: WorkerStats,
+    rounds: u64,
+    messages: u64,
+    late: u64,
+    reached: SimTime,
+    interrupted: bool,
+}
+
+fn worker_loop<H: Host>(
+    w: usize,
+    hosts: &HostTable<H>,
+    partition: &Partition,
+    shared: &Shared<H::Event>,
+    control: &RunControl,
+    run: RoundParams,
+) -> WorkerResult {
+    let workers = partition.workers();
+    let mine = partition.hosts_of(w);
+    let mut out = Outbox {
+        worker_of: shared.worker_of.clone(),
+        by_worker: (0..workers).map(|_| Vec::new()).collect(),
+        sent: 0,
+        late: 0,
+    };
+    let mut inbox: Vec<Message<H::Event>> = Vec::new();
+    let mut stats = WorkerStats {
+        hosts: mine.len(),
+        ..Default::default()
+    };
+    let mut rounds = 0;
+    let mut start = run.first;
+    let mut interrupted = false;
+    let wall = Instant::now();
+    while start < run.stop {
+        let end = start.saturating_add(run.lookahead).min(run.stop);
+        if w == 0 {
+            control.progress.store(start, Ordering::Relaxed);
+        }
+        // Phase 1: run every owned host up to the round end.
+        let mut local_next = u64::MAX;
+        for &id in mine {
+            // SAFETY: this worker owns `id` (partition) and holds no other reference to it.
+            let slot = unsafe { hosts.slot(id) };
+            let HostSlot {
+                model,
+                queue,
+                rng,
+                seq,
+                trace,
+            } = slot;
+            while let Some(entry) = queue.pop_before(end) {
+                if run.trace {
+                    *trace = mix(*trace ^ entry.time ^ mix(entry.key));
+                }
+                stats.events += 1;
+                let mut ctx = Context {
+                    now: entry.time,
+                    host: id,
+                    round_end: end,
+                    lookahead: run.lookahead,
+                    seq,
+                    queue,
+                    rng,
+                    out: &mut out,
+                };
+                model.handle(&mut ctx, entry.event);
+            }
+            if let Some(t) = queue.next_time() {
+                local_next = local_next.min(t);
+            }
+        }
+        for (dst, bucket) in out.by_worker.iter_mut().enumerate() {
+            std::mem::swap(bucket, &mut *shared.mail[w * workers + dst].lock().unwrap());
+        }
+        stats.blocked += shared.barrier.wait();
+        // Phase 2: take in the messages addressed to owned hosts.
+        for src in 0..workers {
+            std::mem::swap(
+                &mut inbox,
+                &mut *shared.mail[src * workers + w].lock().unwrap(),
+            );
+            for m in inbox.drain(..) {
+                local_next = local_next.min(m.time);
+                // SAFETY: messages in this bucket are addressed to hosts this worker owns.
+                unsafe { hosts.slot(m.dst) }
+                    .queue
+                    .push(m.time, m.key, m.event);
+            }
+        }
+        shared.next_time[w].store(local_next, Ordering::Relaxed);
+        if w == 0 {
+            shared
+                .halt
+                .store(control.interrupt.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        stats.blocked += shared.barrier.wait();
+        rounds += 1;
+        if shared.halt.load(Ordering::Relaxed) {
+            interrupted = true;
+            start = end;
+            break;
+        }
+        // Every worker computes the same minimum from the same published values.
+        let next = shared
+            .next_time
+            .iter()
+            .map(|t| t.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX);
+        start = if next == u64::MAX {
+            run.stop
+        } else {
+            next.max(end)
+        };
+    }
+    stats.busy = wall.elapsed().saturating_sub(stats.blocked);
+    WorkerResult {
+        stats,
+        rounds,
+        messages: out.sent,
+        late: out.late,
+        reached: if interrupted {
+            start
+        } else {
+            run.stop.max(start.min(run.stop))
+        },
+        interrupted,
+    }
+}
+
+/// A 64-bit finaliser (from SplitMix64) used to fold event identities into trace hashes.
+#[inline]
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}

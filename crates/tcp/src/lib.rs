@@ -1,0 +1,1 @@
+//! Sans-IO TCP (being written).
