@@ -40,7 +40,10 @@ struct Args {
 fn main() {
     let args = Args::parse();
     if !(0.0..=1.0).contains(&args.remote) {
-        eprintln!("error: --remote must be between 0 and 1, got {}", args.remote);
+        eprintln!(
+            "error: --remote must be between 0 and 1, got {}",
+            args.remote
+        );
         std::process::exit(2);
     }
     if args.hosts == 0 || args.lookahead_us == 0 || !(args.sim_seconds > 0.0) {
@@ -66,8 +69,14 @@ fn main() {
     let wall = stats.wall.as_secs_f64();
     println!(
         "hosts={} remote={} threads={} sim_seconds={} events={} rounds={} messages={} wall_s={:.3}",
-        args.hosts, args.remote, threads, args.sim_seconds, stats.events, stats.rounds,
-        stats.messages, wall
+        args.hosts,
+        args.remote,
+        threads,
+        args.sim_seconds,
+        stats.events,
+        stats.rounds,
+        stats.messages,
+        wall
     );
     for (i, w) in stats.workers.iter().enumerate() {
         println!(

@@ -29,7 +29,10 @@ impl Partition {
     pub fn from_assignment(worker_of: Vec<u32>, workers: usize) -> Self {
         let mut hosts_of = vec![Vec::new(); workers.max(1)];
         for (host, &w) in worker_of.iter().enumerate() {
-            assert!((w as usize) < hosts_of.len(), "host {host} assigned to missing worker {w}");
+            assert!(
+                (w as usize) < hosts_of.len(),
+                "host {host} assigned to missing worker {w}"
+            );
             hosts_of[w as usize].push(host as HostId);
         }
         Self {

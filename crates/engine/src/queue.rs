@@ -18,7 +18,10 @@ pub const MAX_HOSTS: usize = 1 << (64 - SEQ_BITS);
 /// Packs (source host, source sequence) into one totally ordered key.
 #[inline]
 pub(crate) fn order_key(src: HostId, seq: u64) -> u64 {
-    debug_assert!(seq < (1 << SEQ_BITS), "host {src} created more than 2^40 events");
+    debug_assert!(
+        seq < (1 << SEQ_BITS),
+        "host {src} created more than 2^40 events"
+    );
     ((src as u64) << SEQ_BITS) | seq
 }
 

@@ -232,7 +232,11 @@ impl<H: Host> Simulation<H> {
 
     pub fn with_partition(mut config: EngineConfig, models: Vec<H>, partition: Partition) -> Self {
         assert!(models.len() < MAX_HOSTS, "at most {MAX_HOSTS} hosts");
-        assert_eq!(partition.hosts(), models.len(), "partition does not cover every host");
+        assert_eq!(
+            partition.hosts(),
+            models.len(),
+            "partition does not cover every host"
+        );
         assert!(config.lookahead > 0, "lookahead must be positive");
         config.threads = partition.workers();
         let seed = config.seed;
@@ -363,7 +367,11 @@ impl<H: Host> Simulation<H> {
                 })
                 .collect();
             let mut results = vec![worker_loop(0, hosts, partition, shared, control, run)];
-            results.extend(handles.into_iter().map(|h| h.join().expect("worker panicked")));
+            results.extend(
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("worker panicked")),
+            );
             results
         });
         let lead = &results[0];

@@ -1,0 +1,265 @@
+//! The engine's determinism contract: the same simulation gives the same event order on any
+//! number of threads, and every host's randomness is its own.
+
+use onionlab_engine::phold::{self, PholdConfig};
+use onionlab_engine::time::{millis, secs};
+use onionlab_engine::{host_rng, Context, EngineConfig, Host, HostId, Simulation};
+use rand::{Rng, RngExt};
+
+fn engine(threads: usize, lookahead: u64) -> EngineConfig {
+    EngineConfig {
+        seed: 42,
+        threads,
+        lookahead,
+        trace: true,
+    }
+}
+
+fn phold_run(threads: usize, remote: f64) -> (u64, u64) {
+    let config = PholdConfig {
+        hosts: 500,
+        jobs_per_host: 3,
+        remote,
+        lookahead: millis(1),
+        mean_delay: millis(2),
+    };
+    let mut sim = phold::build(&config, engine(threads, config.lookahead));
+    let stats = sim.run_until(secs(2));
+    (sim.trace_hash(), stats.events)
+}
+
+#[test]
+fn phold_trace_is_identical_for_one_and_two_threads() {
+    for remote in [0.0, 0.1, 0.9] {
+        let one = phold_run(1, remote);
+        let two = phold_run(2, remote);
+        let three = phold_run(3, remote);
+        assert!(
+            one.1 > 100_000,
+            "too few events to mean anything: {}",
+            one.1
+        );
+        assert_eq!(one, two, "remote={remote}");
+        assert_eq!(one, three, "remote={remote}");
+    }
+}
+
+#[test]
+fn phold_trace_depends_on_the_seed() {
+    let config = PholdConfig {
+        hosts: 50,
+        jobs_per_host: 1,
+        remote: 0.5,
+        lookahead: millis(1),
+        mean_delay: millis(1),
+    };
+    let mut a = phold::build(&config, engine(1, millis(1)));
+    let mut b = phold::build(
+        &config,
+        EngineConfig {
+            seed: 43,
+            ..engine(1, millis(1))
+        },
+    );
+    a.run_until(secs(1));
+    b.run_until(secs(1));
+    assert_ne!(a.trace_hash(), b.trace_hash());
+}
+
+#[test]
+fn running_in_pieces_equals_running_at_once() {
+    let config = PholdConfig {
+        hosts: 200,
+        jobs_per_host: 2,
+        remote: 0.3,
+        lookahead: millis(1),
+        mean_delay: millis(1),
+    };
+    let mut whole = phold::build(&config, engine(2, millis(1)));
+    whole.run_until(secs(2));
+    let mut pieces = phold::build(&config, engine(2, millis(1)));
+    pieces.run_until(millis(700));
+    pieces.run_until(millis(1300));
+    pieces.run_until(secs(2));
+    assert_eq!(whole.trace_hash(), pieces.trace_hash());
+}
+
+/// Every source host fires a burst of messages at one sink, many due at the same instant; the
+/// sink writes down the order in which it receives them.
+struct Burst {
+    sink: HostId,
+    received: Vec<(u64, HostId, u32)>,
+}
+
+#[derive(Clone, Copy)]
+enum Msg {
+    Fire,
+    Hello { from: HostId, n: u32 },
+}
+
+impl Host for Burst {
+    type Event = Msg;
+    fn handle(&mut self, ctx: &mut Context<'_, Msg>, msg: Msg) {
+        match msg {
+            Msg::Fire => {
+                let me = ctx.host();
+                for n in 0..5 {
+                    // Two distinct arrival times, so both time and source ordering matter.
+                    let at = millis(10) + millis((n % 2) as u64);
+                    ctx.send(self.sink, at, Msg::Hello { from: me, n });
+                }
+                // A local event on the sink at the same time must interleave deterministically.
+                if me == self.sink {
+                    ctx.schedule_at(millis(10), Msg::Hello { from: me, n: 99 });
+                }
+            }
+            Msg::Hello { from, n } => self.received.push((ctx.now(), from, n)),
+        }
+    }
+}
+
+fn burst(threads: usize) -> Vec<(u64, HostId, u32)> {
+    let hosts = 37;
+    let sink = 5;
+    let models = (0..hosts)
+        .map(|_| Burst {
+            sink,
+            received: Vec::new(),
+        })
+        .collect();
+    let mut sim = Simulation::new(engine(threads, millis(5)), models);
+    for h in 0..hosts {
+        // Reverse start order, so that creation order differs from host order.
+        sim.schedule(h as HostId, millis(1) + (hosts - h) as u64, Msg::Fire);
+    }
+    sim.run_until(secs(1));
+    sim.host(sink).received.clone()
+}
+
+#[test]
+fn cross_host_delivery_order_is_independent_of_thread_count() {
+    let one = burst(1);
+    assert_eq!(one.len(), 37 * 5 + 1);
+    for threads in [2, 3, 4, 8] {
+        assert_eq!(one, burst(threads), "threads={threads}");
+    }
+    // The order is (time, source host, source sequence).
+    let mut sorted = one.clone();
+    sorted.sort_by_key(|&(t, from, n)| (t, from, n));
+    assert_eq!(one, sorted);
+}
+
+/// Records the first draws of its own random stream.
+struct Draws(Vec<u64>);
+
+impl Host for Draws {
+    type Event = ();
+    fn handle(&mut self, ctx: &mut Context<'_, ()>, _: ()) {
+        self.0 = (0..64).map(|_| ctx.rng().next_u64()).collect();
+    }
+}
+
+fn draws_of_all(hosts: usize, threads: usize) -> Vec<Vec<u64>> {
+    let mut sim = Simulation::new(
+        engine(threads, millis(1)),
+        (0..hosts).map(|_| Draws(Vec::new())).collect(),
+    );
+    for h in 0..hosts {
+        sim.schedule(h as HostId, 0, ());
+    }
+    sim.run_until(secs(1));
+    sim.into_hosts().into_iter().map(|d| d.0).collect()
+}
+
+#[test]
+fn a_hosts_random_stream_does_not_depend_on_other_hosts() {
+    let few = draws_of_all(3, 1);
+    let many = draws_of_all(300, 2);
+    for h in 0..3 {
+        assert_eq!(few[h], many[h], "host {h}");
+    }
+    // The stream is the documented derivation from (seed, host).
+    let mut expect = host_rng(42, 2, 0);
+    let expected: Vec<u64> = (0..64).map(|_| expect.next_u64()).collect();
+    assert_eq!(few[2], expected);
+}
+
+#[test]
+fn random_streams_of_hosts_are_independent() {
+    let n = 20_000;
+    let mut a = host_rng(7, 1, 0);
+    let mut b = host_rng(7, 2, 0);
+    let mut c = host_rng(7, 1, 1);
+    let xs: Vec<f64> = (0..n).map(|_| a.random::<f64>()).collect();
+    let ys: Vec<f64> = (0..n).map(|_| b.random::<f64>()).collect();
+    let zs: Vec<f64> = (0..n).map(|_| c.random::<f64>()).collect();
+    // Uncorrelated uniform samples have correlation ~ N(0, 1/n): 5 sigma is 0.035.
+    for (p, q, what) in [
+        (&xs, &ys, "host 1 vs host 2"),
+        (&xs, &zs, "host 1 vs its purpose 1 stream"),
+    ] {
+        let r = correlation(p, q);
+        assert!(r.abs() < 5.0 / (n as f64).sqrt(), "{what}: correlation {r}");
+    }
+    // And each stream is uniform: mean 0.5 within 5 sigma (sigma = sqrt(1/12/n)).
+    for s in [&xs, &ys, &zs] {
+        let mean = s.iter().sum::<f64>() / n as f64;
+        assert!(
+            (mean - 0.5).abs() < 5.0 * (1.0 / 12.0 / n as f64).sqrt(),
+            "mean {mean}"
+        );
+    }
+}
+
+fn correlation(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let vx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
+    let vy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
+    cov / (vx * vy).sqrt()
+}
+
+/// Sends a message with less delay than the lookahead.
+struct Hasty(Vec<u64>);
+
+impl Host for Hasty {
+    type Event = bool;
+    fn handle(&mut self, ctx: &mut Context<'_, bool>, first: bool) {
+        if first {
+            let at = ctx.now() + millis(1);
+            ctx.send(1, at, false);
+        } else {
+            self.0.push(ctx.now());
+        }
+    }
+}
+
+#[test]
+fn messages_faster_than_the_lookahead_arrive_at_the_round_end_and_are_counted() {
+    let mut sim = Simulation::new(engine(2, millis(10)), vec![Hasty(vec![]), Hasty(vec![])]);
+    sim.schedule(0, millis(3), true);
+    let stats = sim.run_until(secs(1));
+    assert_eq!(stats.late_messages, 1);
+    // The round started at the first event (3 ms) and is 10 ms wide.
+    assert_eq!(sim.host(1).0, vec![millis(13)]);
+}
+
+#[test]
+fn an_interrupt_stops_the_run_at_a_round_boundary() {
+    let config = PholdConfig {
+        hosts: 100,
+        jobs_per_host: 1,
+        remote: 0.5,
+        lookahead: millis(1),
+        mean_delay: millis(1),
+    };
+    let mut sim = phold::build(&config, engine(2, millis(1)));
+    sim.control().interrupt();
+    let stats = sim.run_until(secs(100));
+    assert!(stats.interrupted);
+    assert_eq!(stats.rounds, 1);
+    assert!(stats.sim_time <= millis(2));
+    assert_eq!(stats.workers.len(), 2);
+    assert!(sim.pending_events() > 0);
+}
