@@ -6,7 +6,7 @@
 
 use clap::Parser;
 use onionlab_engine::phold::{self, PholdConfig};
-use onionlab_engine::time::{millis, secs_f64, NANOS_PER_MICRO};
+use onionlab_engine::time::{secs_f64, NANOS_PER_MICRO};
 use onionlab_engine::{default_threads, EngineConfig};
 
 #[derive(Parser)]
@@ -46,7 +46,7 @@ fn main() {
         );
         std::process::exit(2);
     }
-    if args.hosts == 0 || args.lookahead_us == 0 || !(args.sim_seconds > 0.0) {
+    if args.hosts == 0 || args.lookahead_us == 0 || args.sim_seconds.is_nan() || args.sim_seconds <= 0.0 {
         eprintln!("error: --hosts, --lookahead-us and --sim-seconds must be positive");
         std::process::exit(2);
     }
@@ -61,7 +61,7 @@ fn main() {
     let engine = EngineConfig {
         seed: args.seed,
         threads,
-        lookahead: config.lookahead.max(millis(0) + 1),
+        lookahead: config.lookahead,
         trace: true,
     };
     let mut sim = phold::build(&config, engine);
