@@ -46,7 +46,11 @@ fn main() {
         );
         std::process::exit(2);
     }
-    if args.hosts == 0 || args.lookahead_us == 0 || args.sim_seconds.is_nan() || args.sim_seconds <= 0.0 {
+    if args.hosts == 0
+        || args.lookahead_us == 0
+        || args.sim_seconds.is_nan()
+        || args.sim_seconds <= 0.0
+    {
         eprintln!("error: --hosts, --lookahead-us and --sim-seconds must be positive");
         std::process::exit(2);
     }

@@ -1,1 +1,41 @@
-//! Sans-IO TCP (being written).
+//! A sans-IO, byte-counting TCP model.
+//!
+//! The simulator only needs TCP's *timing*: when segments leave, how big they are on the wire,
+//! and when the application sees its bytes. So this model never carries payload and never reads
+//! a clock. The caller feeds received segments and the current time in, and pulls segments,
+//! timer deadlines and events out. That keeps the state machine deterministic and lets the
+//! simulator run many thousands of connections without threads or IO.
+//!
+//! Sequence numbers are `u64` and never wrap, which removes a whole class of modular-arithmetic
+//! subtleties that a real stack has to handle but that a simulation gains nothing from.
+//!
+//! # Fidelity choices
+//!
+//! * Loss recovery is RFC 6675 (SACK scoreboard, pipe-based sending) or RFC 6582 NewReno when
+//!   SACK is off; a timeout enters a loss phase in which every unSACKed byte below the old
+//!   `SND.NXT` is retransmitted under slow start (go-back-N that skips SACKed data).
+//! * RTT is sampled from one timed segment per flight (Karn's rule by abandoning the sample on
+//!   retransmission), not from timestamps, although the timestamps option is counted in the
+//!   header size as Linux sends it.
+//! * Receive-buffer autotuning (after Linux's dynamic right-sizing): once per smoothed RTT the
+//!   bytes received in order during that RTT are compared with the best earlier RTT; a new best
+//!   sets the buffer to twice that amount, or four times while the amount grew by half or more
+//!   (the sender is still in slow start), never shrinking and capped at `recv_buffer_max`.
+//! * Send-buffer autotuning: when the application found the buffer full, each ACK that frees
+//!   space raises the buffer to twice the congestion window in bytes, capped at
+//!   `send_buffer_max`, so a full window can wait behind the one in flight.
+//! * The congestion window only grows when it limited the sender (Linux's cwnd validation), so
+//!   application-limited flows such as most Tor circuits do not inflate it.
+
+mod config;
+mod congestion;
+mod conn;
+mod lazy_vec;
+mod recv;
+mod rtt;
+mod segment;
+mod send;
+
+pub use config::{CongestionControl, TcpConfig};
+pub use conn::{TcpConnection, TcpEvent, TcpInfo, TcpState};
+pub use segment::{TcpFlags, TcpSegment};

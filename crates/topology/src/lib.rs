@@ -1,1 +1,331 @@
-//! Network graphs (being written).
+//! Network graphs describing the Internet between simulated hosts.
+//!
+//! Hosts attach to graph nodes; packets between two hosts experience the latency, jitter and
+//! loss of the shortest path between their nodes. Graphs come from Shadow-style GML files, from
+//! the GraphML Internet models Shadow's tooling distributes, or from [`Graph::single_switch`].
+//! Path properties are computed once, only among the nodes that actually carry hosts, so a large
+//! Internet model costs nothing for the parts a simulation does not use.
+
+use std::io::Read;
+use std::path::{Path as FsPath, PathBuf};
+
+use onionlab_engine::time::SimDuration;
+
+mod gml;
+mod graphml;
+mod paths;
+mod units;
+
+pub use paths::{Path, PathTable};
+
+/// A network graph. Edges refer to nodes by their position in `nodes`, not by file id, so that
+/// path computations can use plain arrays.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    /// The file the graph came from, or `"built-in"`; used to label errors.
+    pub source: String,
+    /// Whether an edge only leads from its source to its target.
+    pub directed: bool,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+}
+
+/// A network location that hosts can attach to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The id as written in the file. GraphML ids such as `poi-112` keep their trailing number
+    /// here and their full text in `label`.
+    pub id: u64,
+    pub label: Option<String>,
+    pub country_code: Option<String>,
+    /// Bits per second each attached host may send.
+    pub bandwidth_up: Option<u64>,
+    /// Bits per second each attached host may receive.
+    pub bandwidth_down: Option<u64>,
+    /// Chance that a packet is lost on the node's own access link; 0 if the file gives none.
+    pub packet_loss: f64,
+}
+
+/// A link between two nodes (both ways unless the graph is directed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    /// Index into [`Graph::nodes`].
+    pub source: usize,
+    /// Index into [`Graph::nodes`].
+    pub target: usize,
+    pub latency: SimDuration,
+    pub jitter: SimDuration,
+    pub packet_loss: f64,
+}
+
+/// Why a graph could not be read or used, pointing at the offending place in the file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct TopologyError {
+    pub file: String,
+    /// 1-based line, when the problem has one.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl TopologyError {
+    pub(crate) fn at(file: &str, line: usize, message: String) -> Self {
+        TopologyError {
+            file: file.to_string(),
+            line: Some(line),
+            message,
+        }
+    }
+
+    pub(crate) fn whole(file: &str, message: String) -> Self {
+        TopologyError {
+            file: file.to_string(),
+            line: None,
+            message,
+        }
+    }
+}
+
+/// The file formats [`Graph::load`] recognises from a file name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Gml,
+    GraphMl,
+}
+
+/// Works out the format and whether the file is xz-compressed from its name alone, so that
+/// a misnamed file fails with a clear message instead of a confusing parse error.
+fn format_of(name: &str) -> Option<(Format, bool)> {
+    let (stem, xz) = match name.strip_suffix(".xz") {
+        Some(stem) => (stem, true),
+        None => (name, false),
+    };
+    let format = if stem.ends_with(".gml") {
+        Format::Gml
+    } else if stem.ends_with(".graphml") || stem.ends_with(".xml") {
+        Format::GraphMl
+    } else {
+        return None;
+    };
+    Some((format, xz))
+}
+
+impl Graph {
+    /// Parses a Shadow-style GML network graph. `source` names the text in errors.
+    ///
+    /// Follows Shadow's network graph specification: `node` needs an `id`; `edge` needs
+    /// `source`, `target` and `latency`; `host_bandwidth_up`/`host_bandwidth_down` (or the older
+    /// `bandwidth_up`/`bandwidth_down`) are strings like `"100 Mbit"`; times are strings like
+    /// `"10 ms"` or bare numbers of seconds; `packet_loss` is a probability. Unknown keys are
+    /// ignored, as Shadow does, so graphs written for Shadow load unchanged.
+    pub fn from_gml(text: &str, source: &str) -> Result<Graph, TopologyError> {
+        gml::parse(text, source)
+    }
+
+    /// Parses a GraphML Internet model in the layout Shadow's tooling produces (bandwidth in
+    /// KiB/s, latency and jitter in milliseconds). `source` names the text in errors.
+    pub fn from_graphml(text: &str, source: &str) -> Result<Graph, TopologyError> {
+        graphml::parse(text, source)
+    }
+
+    /// Reads a graph file, choosing the parser by extension: `.gml`, `.graphml` or `.xml`,
+    /// each optionally followed by `.xz` for xz-compressed files.
+    pub fn load(path: &FsPath) -> Result<Graph, TopologyError> {
+        let name = path.display().to_string();
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (format, xz) = format_of(&file_name).ok_or_else(|| {
+            TopologyError::whole(
+                &name,
+                "unknown graph file extension (expected .gml, .graphml or .xml, optionally \
+                 followed by .xz)"
+                    .to_string(),
+            )
+        })?;
+        let io_err = |e: std::io::Error| TopologyError::whole(&name, format!("cannot read: {e}"));
+        let file = std::fs::File::open(path).map_err(io_err)?;
+        let mut bytes = Vec::new();
+        if xz {
+            liblzma::read::XzDecoder::new(std::io::BufReader::new(file))
+                .read_to_end(&mut bytes)
+                .map_err(|e| {
+                    TopologyError::whole(&name, format!("cannot decompress xz data: {e}"))
+                })?;
+        } else {
+            std::io::BufReader::new(file)
+                .read_to_end(&mut bytes)
+                .map_err(io_err)?;
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| TopologyError::whole(&name, format!("file is not valid UTF-8: {e}")))?;
+        match format {
+            Format::Gml => Graph::from_gml(&text, &name),
+            Format::GraphMl => Graph::from_graphml(&text, &name),
+        }
+    }
+
+    /// One node with a self-loop: every host on one switch, the simplest useful network and
+    /// the default when no graph file is given.
+    pub fn single_switch(
+        bandwidth_up: u64,
+        bandwidth_down: u64,
+        latency: SimDuration,
+        packet_loss: f64,
+    ) -> Graph {
+        Graph {
+            source: "built-in".to_string(),
+            directed: false,
+            nodes: vec![Node {
+                id: 0,
+                label: Some("switch".to_string()),
+                country_code: None,
+                bandwidth_up: Some(bandwidth_up),
+                bandwidth_down: Some(bandwidth_down),
+                packet_loss: 0.0,
+            }],
+            edges: vec![Edge {
+                source: 0,
+                target: 0,
+                latency,
+                jitter: 0,
+                packet_loss,
+            }],
+        }
+    }
+
+    /// The position in [`Graph::nodes`] of the node with this file id. A linear scan: graphs
+    /// have at most a few thousand nodes and lookups happen once per host at setup.
+    pub fn node_index(&self, id: u64) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == id)
+    }
+
+    /// Shortest (by latency) paths among just the listed node indices; duplicates are ignored.
+    ///
+    /// Runs Dijkstra once from each listed node rather than computing all pairs, since
+    /// simulations use few of a model's nodes. Every listed node needs a self-loop, because
+    /// several hosts may share it and their path is that loop (as in Shadow). Errors name the
+    /// node lacking a self-loop, a pair with no path, or an index outside the graph.
+    pub fn paths(&self, used: &[usize]) -> Result<PathTable, TopologyError> {
+        paths::compute(self, used)
+    }
+
+    /// Writes the graph as Shadow-style GML, one attribute per line, so that a model loaded
+    /// from GraphML can be handed to Shadow itself for side-by-side runs. Times are written in
+    /// nanoseconds and bandwidths in bits, so reading the text back gives an identical graph.
+    ///
+    /// # Panics
+    ///
+    /// If an edge refers to a node index outside `nodes`, which parsed graphs never do.
+    pub fn to_gml(&self) -> String {
+        use std::fmt::Write as _;
+        fn quote(s: &str) -> String {
+            s.replace('&', "&amp;").replace('"', "&quot;")
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail, so the results are ignored throughout.
+        let _ = writeln!(out, "graph [");
+        let _ = writeln!(out, "  directed {}", u8::from(self.directed));
+        for n in &self.nodes {
+            let _ = writeln!(out, "  node [");
+            let _ = writeln!(out, "    id {}", n.id);
+            if let Some(label) = &n.label {
+                let _ = writeln!(out, "    label \"{}\"", quote(label));
+            }
+            if let Some(cc) = &n.country_code {
+                let _ = writeln!(out, "    country_code \"{}\"", quote(cc));
+            }
+            if let Some(up) = n.bandwidth_up {
+                let _ = writeln!(out, "    host_bandwidth_up \"{up} bit\"");
+            }
+            if let Some(down) = n.bandwidth_down {
+                let _ = writeln!(out, "    host_bandwidth_down \"{down} bit\"");
+            }
+            if n.packet_loss != 0.0 {
+                let _ = writeln!(out, "    packet_loss {}", n.packet_loss);
+            }
+            let _ = writeln!(out, "  ]");
+        }
+        for e in &self.edges {
+            let _ = writeln!(out, "  edge [");
+            let _ = writeln!(out, "    source {}", self.nodes[e.source].id);
+            let _ = writeln!(out, "    target {}", self.nodes[e.target].id);
+            let _ = writeln!(out, "    latency \"{} ns\"", e.latency);
+            let _ = writeln!(out, "    jitter \"{} ns\"", e.jitter);
+            let _ = writeln!(out, "    packet_loss {}", e.packet_loss);
+            let _ = writeln!(out, "  ]");
+        }
+        let _ = writeln!(out, "]");
+        out
+    }
+
+    /// A readable name for a node in messages: its id, plus its label when it has one.
+    pub(crate) fn describe_node(&self, index: usize) -> String {
+        let node = &self.nodes[index];
+        match &node.label {
+            Some(label) => format!("node {} ({label})", node.id),
+            None => format!("node {}", node.id),
+        }
+    }
+}
+
+/// Finds the shared data directory (`shared/data`) that holds large inputs such as Internet
+/// models. `$ONIONLAB_SHARED` wins when set (pointing at `shared`, or directly at its `data`);
+/// otherwise every ancestor of `start` is tried for a `shared/data` child, which finds both a
+/// checkout inside a workspace and CI's clone with `shared/` beside the repository.
+pub fn find_shared_data(start: &FsPath) -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("ONIONLAB_SHARED") {
+        let dir = PathBuf::from(dir);
+        let data = dir.join("data");
+        if data.is_dir() {
+            return Some(data);
+        }
+        if dir.is_dir() {
+            return Some(dir);
+        }
+    }
+    start
+        .ancestors()
+        .map(|a| a.join("shared").join("data"))
+        .find(|p| p.is_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_by_extension() {
+        assert_eq!(format_of("a.gml"), Some((Format::Gml, false)));
+        assert_eq!(format_of("a.gml.xz"), Some((Format::Gml, true)));
+        assert_eq!(format_of("a.graphml"), Some((Format::GraphMl, false)));
+        assert_eq!(format_of("a.graphml.xml.xz"), Some((Format::GraphMl, true)));
+        assert_eq!(format_of("a.xml"), Some((Format::GraphMl, false)));
+        assert_eq!(format_of("a.txt"), None);
+        assert_eq!(format_of("a.xz"), None);
+    }
+
+    #[test]
+    fn error_display() {
+        let e = TopologyError::at("g.gml", 3, "bad".to_string());
+        assert_eq!(e.to_string(), "g.gml:3: bad");
+        let e = TopologyError::whole("g.gml", "bad".to_string());
+        assert_eq!(e.to_string(), "g.gml: bad");
+    }
+
+    #[test]
+    fn single_switch_paths() {
+        let g = Graph::single_switch(1_000, 2_000, 5_000_000, 0.25);
+        let t = g.paths(&[0]).unwrap();
+        assert_eq!(
+            t.path(0, 0),
+            Path {
+                latency: 5_000_000,
+                jitter: 0,
+                loss: 0.25
+            }
+        );
+        assert_eq!(t.min_latency(), 5_000_000);
+    }
+}

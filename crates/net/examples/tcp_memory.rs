@@ -1,0 +1,132 @@
+//! Memory cost of idle TCP connections:
+//! `cargo run --release -p onionlab-net --example tcp_memory -- --connections 16384`.
+//!
+//! One host opens N connections to another; once all are established and idle, the heap
+//! growth (counted by a wrapping allocator) is divided by the number of connections and of
+//! sockets (two per connection). N a power of two keeps the socket tables exactly full, so no
+//! spare vector capacity is counted, and connections open in small batches so that transient
+//! queues (events in flight during the handshakes) stay small.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Arc;
+
+use clap::Parser;
+use onionlab_engine::time::{millis, secs};
+use onionlab_engine::{Context, EngineConfig, Host, HostId, Simulation};
+use onionlab_net::iperf::{at, switch_graph};
+use onionlab_net::{NetEvent, NetStack, Network, NetworkConfig, SocketEvent};
+
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        System.realloc(p, l, new)
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 16384)]
+    connections: u32,
+}
+
+enum Ev {
+    Net(NetEvent<u32>),
+    Open(u32),
+}
+impl From<NetEvent<u32>> for Ev {
+    fn from(e: NetEvent<u32>) -> Self {
+        Ev::Net(e)
+    }
+}
+
+struct Node {
+    stack: NetStack<u32>,
+    established: u32,
+}
+
+impl Host for Node {
+    type Event = Ev;
+    fn handle(&mut self, ctx: &mut Context<'_, Ev>, ev: Ev) {
+        match ev {
+            Ev::Net(e) => self.stack.handle(ctx, e),
+            Ev::Open(n) => {
+                for _ in 0..n {
+                    self.stack.connect(ctx, 1, 80);
+                }
+            }
+        }
+        while let Some(e) = self.stack.poll_event() {
+            if matches!(e, SocketEvent::Connected(_) | SocketEvent::Accepted { .. }) {
+                self.established += 1;
+            }
+        }
+    }
+}
+
+fn main() {
+    let a = Args::parse();
+    let graph = switch_graph(10.0, 0.0, 0.0);
+    let g = 1_000_000_000;
+    let net =
+        Arc::new(Network::build(&graph, &[at(g, g), at(g, g)], NetworkConfig::default()).unwrap());
+    let nodes = (0..2)
+        .map(|h| Node {
+            stack: NetStack::new(h as HostId, net.clone()),
+            established: 0,
+        })
+        .collect();
+    let engine = EngineConfig {
+        seed: 1,
+        threads: 1,
+        lookahead: net.lookahead(),
+        trace: false,
+    };
+    let mut sim = Simulation::new(engine, nodes);
+    sim.host_mut(1).stack.listen(80).unwrap();
+    // Warm up: one connection, so one-off allocations (queues, tables) are not counted.
+    sim.schedule(0, 0, Ev::Open(1));
+    sim.run_until(secs(5));
+    let before = LIVE.load(Ordering::Relaxed);
+    let batch = 63;
+    let mut left = a.connections - 1;
+    let mut t = secs(5);
+    while left > 0 {
+        let n = left.min(batch);
+        sim.schedule(0, t, Ev::Open(n));
+        left -= n;
+        t += millis(50);
+    }
+    sim.run_until(t + secs(10));
+    let after = LIVE.load(Ordering::Relaxed);
+    let est = (sim.host(0).established, sim.host(1).established);
+    assert_eq!(
+        est,
+        (a.connections, a.connections),
+        "not all connections established"
+    );
+    assert_eq!(sim.pending_events(), 0, "idle connections keep no timers");
+    let grown = (after - before) as f64;
+    let n = (a.connections - 1) as f64;
+    println!(
+        "connections={} heap_growth_bytes={} bytes_per_socket={:.0}",
+        a.connections,
+        after - before,
+        grown / (2.0 * n)
+    );
+    println!("bytes_per_connection={:.0}", grown / n);
+}

@@ -1,0 +1,276 @@
+//! An iperf-like application on the network stack: bulk senders that keep their send buffer
+//! full of numbered messages, and sinks that check every message arrives once, in order, at
+//! the right byte offset. Used to measure TCP over a path (tests, benchmarks, calibration).
+
+use std::sync::Arc;
+
+use onionlab_engine::time::SimTime;
+use onionlab_engine::{Context, EngineConfig, Host, HostId, Simulation};
+use onionlab_topology::Graph;
+
+use crate::{HostPlacement, NetEvent, NetStack, Network, NetworkConfig, SocketEvent, SocketId};
+
+pub const PORT: u16 = 80;
+
+pub enum Ev {
+    Net(NetEvent<u64>),
+    Start,
+}
+
+impl From<NetEvent<u64>> for Ev {
+    fn from(e: NetEvent<u64>) -> Self {
+        Ev::Net(e)
+    }
+}
+
+/// What one receiving connection has seen.
+#[derive(Clone, Debug, Default)]
+pub struct Received {
+    pub peer: HostId,
+    pub bytes: u64,
+    pub messages: u64,
+    /// Set if a message arrived out of order, twice, or at the wrong byte offset.
+    pub error: Option<String>,
+    pub closed: bool,
+}
+
+pub enum Role {
+    Idle,
+    /// Sends `total` bytes (forever if `None`) to `dst` as messages of `message` bytes.
+    Sender {
+        dst: HostId,
+        total: Option<u64>,
+        message: u64,
+        socket: Option<SocketId>,
+        written: u64,
+        next_id: u64,
+        connected: bool,
+        reset: bool,
+    },
+    Sink {
+        message: u64,
+        conns: Vec<(SocketId, Received)>,
+    },
+}
+
+pub struct App {
+    pub stack: NetStack<u64>,
+    pub role: Role,
+}
+
+impl App {
+    fn fill(&mut self, ctx: &mut Context<'_, Ev>) {
+        let Role::Sender {
+            total,
+            message,
+            socket: Some(sock),
+            written,
+            next_id,
+            ..
+        } = &mut self.role
+        else {
+            return;
+        };
+        let mut any = false;
+        loop {
+            // Bytes left in the current message (messages are `message` bytes, the last one
+            // possibly shorter).
+            let left_in_message = *message - *written % *message;
+            let want = match total {
+                Some(t) if *written >= *t => break,
+                Some(t) => (*t - *written).min(left_in_message),
+                None => left_in_message,
+            };
+            let n = self.stack.write(*sock, want);
+            if n == 0 {
+                break;
+            }
+            any = true;
+            *written += n;
+            if n == want {
+                self.stack.mark(*sock, *next_id);
+                *next_id += 1;
+            }
+        }
+        if any {
+            self.stack.flush(ctx, *sock);
+        }
+        if total.is_some_and(|t| *written >= t) {
+            self.stack.close(ctx, *sock);
+        }
+    }
+
+    fn on_socket_event(&mut self, ctx: &mut Context<'_, Ev>, event: SocketEvent<u64>) {
+        match (&mut self.role, event) {
+            (Role::Sender { connected, .. }, SocketEvent::Connected(_)) => {
+                *connected = true;
+                self.fill(ctx);
+            }
+            (Role::Sender { .. }, SocketEvent::Writable(_)) => self.fill(ctx),
+            (Role::Sender { reset, .. }, SocketEvent::Reset(_) | SocketEvent::TimedOut(_)) => {
+                *reset = true
+            }
+            (Role::Sink { conns, .. }, SocketEvent::Accepted { socket, peer, .. }) => {
+                conns.push((
+                    socket,
+                    Received {
+                        peer,
+                        ..Default::default()
+                    },
+                ));
+            }
+            (Role::Sink { conns, .. }, SocketEvent::Data { socket, bytes }) => {
+                if let Some((_, r)) = conns.iter_mut().find(|(s, _)| *s == socket) {
+                    r.bytes += bytes;
+                }
+            }
+            (
+                Role::Sink { conns, message },
+                SocketEvent::Message {
+                    socket,
+                    message: id,
+                },
+            ) => {
+                let size = *message;
+                if let Some((_, r)) = conns.iter_mut().find(|(s, _)| *s == socket) {
+                    if id != r.messages && r.error.is_none() {
+                        r.error = Some(format!("message {id} arrived when {} was due", r.messages));
+                    }
+                    r.messages += 1;
+                    // Messages are whole `size` bytes except perhaps the last.
+                    if r.bytes < (r.messages - 1) * size + 1 && r.error.is_none() {
+                        r.error =
+                            Some(format!("message {id} arrived after only {} bytes", r.bytes));
+                    }
+                }
+            }
+            (Role::Sink { conns, .. }, SocketEvent::PeerClosed(socket)) => {
+                if let Some((_, r)) = conns.iter_mut().find(|(s, _)| *s == socket) {
+                    r.closed = true;
+                }
+                self.stack.close(ctx, socket);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Host for App {
+    type Event = Ev;
+    fn handle(&mut self, ctx: &mut Context<'_, Ev>, event: Ev) {
+        match event {
+            Ev::Net(e) => self.stack.handle(ctx, e),
+            Ev::Start => match &mut self.role {
+                Role::Sink { .. } => self.stack.listen(PORT).unwrap(),
+                Role::Sender { dst, socket, .. } => {
+                    *socket = Some(self.stack.connect(ctx, *dst, PORT));
+                    self.fill(ctx);
+                }
+                Role::Idle => {}
+            },
+        }
+        while let Some(e) = self.stack.poll_event() {
+            self.on_socket_event(ctx, e);
+        }
+    }
+}
+
+pub fn sender(dst: HostId, total: Option<u64>, message: u64) -> Role {
+    Role::Sender {
+        dst,
+        total,
+        message,
+        socket: None,
+        written: 0,
+        next_id: 0,
+        connected: false,
+        reset: false,
+    }
+}
+
+pub fn sink(message: u64) -> Role {
+    Role::Sink {
+        message,
+        conns: Vec::new(),
+    }
+}
+
+/// One switch: every host on one graph node whose self-loop has this latency, loss and jitter.
+pub fn switch_graph(one_way_ms: f64, loss: f64, jitter_ms: f64) -> Graph {
+    let text = format!(
+        "graph [\n  directed 0\n  node [\n    id 0\n    host_bandwidth_up \"1 Gbit\"\n    \
+         host_bandwidth_down \"1 Gbit\"\n  ]\n  edge [\n    source 0\n    target 0\n    \
+         latency \"{} us\"\n    jitter \"{} us\"\n    packet_loss {loss}\n  ]\n]\n",
+        (one_way_ms * 1000.0).round() as u64,
+        (jitter_ms * 1000.0).round() as u64,
+    );
+    Graph::from_gml(&text, "test switch").expect("test graph parses")
+}
+
+/// A host on node 0 with the given up/down rates in bit/s.
+pub fn at(up: u64, down: u64) -> HostPlacement {
+    HostPlacement {
+        node: 0,
+        bandwidth_up: Some(up),
+        bandwidth_down: Some(down),
+    }
+}
+
+/// Builds a simulation of `roles` (host id = index) placed as given; every host gets `Start`
+/// at time 0 (sinks listen first: their `Start` is ordered before the senders').
+pub fn build(
+    graph: &Graph,
+    placements: &[HostPlacement],
+    config: NetworkConfig,
+    roles: Vec<Role>,
+    threads: usize,
+    seed: u64,
+) -> Simulation<App> {
+    let net = Arc::new(Network::build(graph, placements, config).expect("network builds"));
+    let models = roles
+        .into_iter()
+        .enumerate()
+        .map(|(id, role)| App {
+            stack: NetStack::new(id as HostId, net.clone()),
+            role,
+        })
+        .collect::<Vec<_>>();
+    let engine = EngineConfig {
+        seed,
+        threads,
+        lookahead: net.lookahead(),
+        trace: true,
+    };
+    let mut sim = Simulation::new(engine, models);
+    for h in 0..sim.host_count() {
+        sim.schedule(h as HostId, 0, Ev::Start);
+    }
+    sim
+}
+
+/// Bytes received so far on every connection of a sink host.
+pub fn received(sim: &Simulation<App>, host: HostId) -> Vec<Received> {
+    match &sim.host(host).role {
+        Role::Sink { conns, .. } => conns.iter().map(|(_, r)| r.clone()).collect(),
+        _ => panic!("host {host} is not a sink"),
+    }
+}
+
+pub fn total_received(sim: &Simulation<App>, host: HostId) -> u64 {
+    received(sim, host).iter().map(|r| r.bytes).sum()
+}
+
+/// Goodput in bit/s at `host` between two times, running the simulation through them.
+pub fn goodput(sim: &mut Simulation<App>, host: HostId, from: SimTime, to: SimTime) -> f64 {
+    sim.run_until(from);
+    let a = total_received(sim, host);
+    sim.run_until(to);
+    let b = total_received(sim, host);
+    (b - a) as f64 * 8.0 / ((to - from) as f64 / 1e9)
+}
+
+pub fn jain(xs: &[f64]) -> f64 {
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    sum * sum / (xs.len() as f64 * sq)
+}

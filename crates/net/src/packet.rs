@@ -1,0 +1,56 @@
+//! What travels between hosts: sizes and headers, never payload bytes.
+
+use std::sync::Arc;
+
+use onionlab_engine::HostId;
+use onionlab_tcp::TcpSegment;
+
+use crate::pipe::ConnPipes;
+
+/// IPv4 (20) + UDP (8) header bytes.
+pub const UDP_HEADER_BYTES: u32 = 28;
+
+/// A packet in flight. `M` is the application's message descriptor type (see `pipe`).
+pub struct Packet<M> {
+    pub src: HostId,
+    pub dst: HostId,
+    /// Bytes on the wire (IP packet: headers plus payload length); what links serialise.
+    pub wire_bytes: u32,
+    pub body: PacketBody<M>,
+}
+
+pub enum PacketBody<M> {
+    Tcp(TcpPacket<M>),
+    Udp(UdpDatagram<M>),
+}
+
+/// A TCP segment addressed socket to socket.
+///
+/// Once a connection is set up, each side knows the other's socket slot, so a segment names
+/// its destination slot directly and the receiving stack needs no lookup table.
+pub struct TcpPacket<M> {
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub src_socket: SocketAddr,
+    /// `None` until the sender has learned the peer's socket (the first SYN).
+    pub dst_socket: Option<SocketAddr>,
+    pub segment: TcpSegment,
+    /// The connection's message pipes, carried by SYNs only so the acceptor can attach to them.
+    pub pipes: Option<Arc<ConnPipes<M>>>,
+}
+
+pub struct UdpDatagram<M> {
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// Payload length in bytes.
+    pub len: u32,
+    pub message: M,
+}
+
+/// A socket slot and the generation of its occupant, so that a late segment for a closed
+/// connection cannot reach a new connection that reuses the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SocketAddr {
+    pub slot: u32,
+    pub generation: u32,
+}

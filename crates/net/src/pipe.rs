@@ -1,0 +1,62 @@
+//! Application messages carried by a TCP stream, as byte ranges.
+//!
+//! TCP in onionlab counts bytes and never carries payload, yet receivers need to know what they
+//! received (a Tor cell's circuit and command, the end of an HTTP response). The sender writes
+//! each message's descriptor into the connection's pipe, keyed by the stream offset where the
+//! message ends; the receiver takes it out when its in-order read position passes that offset.
+//!
+//! The pipe is the one piece of state two hosts share, and it is safe to share: a receiver only
+//! ever takes entries for bytes it has received, and those bytes left the sender at least one
+//! lookahead earlier, i.e. in an earlier round, so the entry was written before the barrier
+//! that separates the two. The result therefore never depends on thread timing.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// One direction of a connection.
+pub struct Pipe<M> {
+    entries: Mutex<VecDeque<(u64, M)>>,
+}
+
+impl<M> Default for Pipe<M> {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+impl<M> Pipe<M> {
+    /// Records that a message ends at stream offset `end`.
+    pub(crate) fn push(&self, end: u64, message: M) {
+        let mut q = self.entries.lock().unwrap();
+        debug_assert!(q.back().is_none_or(|(e, _)| *e <= end));
+        q.push_back((end, message));
+    }
+
+    /// Takes every message that ends at or before `offset`, oldest first.
+    pub(crate) fn take_through(&self, offset: u64, mut f: impl FnMut(M)) {
+        let mut q = self.entries.lock().unwrap();
+        while q.front().is_some_and(|(end, _)| *end <= offset) {
+            let (_, m) = q.pop_front().unwrap();
+            f(m);
+        }
+    }
+}
+
+/// Both directions of one connection.
+pub struct ConnPipes<M> {
+    /// Written by the side that connected.
+    pub(crate) forward: Pipe<M>,
+    /// Written by the side that accepted.
+    pub(crate) backward: Pipe<M>,
+}
+
+impl<M> Default for ConnPipes<M> {
+    fn default() -> Self {
+        Self {
+            forward: Pipe::default(),
+            backward: Pipe::default(),
+        }
+    }
+}

@@ -1,0 +1,742 @@
+//! A host's network stack: its access links, its TCP sockets and UDP ports.
+//!
+//! The stack turns the sans-IO TCP machines into packets on the wire and back. A packet leaves
+//! through the upstream link (serialisation at the host's up rate), may be lost on the path
+//! (drawn from the sending host's random stream), arrives after the path latency (plus jitter),
+//! waits in the receiver's downstream queue (the router in front of it) and is then handed to
+//! the socket it is addressed to. Applications talk to the stack through calls (`connect`,
+//! `write`, `mark`, `flush`, ...) and read what happened from `poll_event`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use onionlab_engine::time::SimTime;
+use onionlab_engine::{Context, HostId};
+use onionlab_tcp::{TcpConfig, TcpConnection, TcpEvent, TcpFlags, TcpInfo, TcpSegment, TcpState};
+use rand::RngExt;
+
+use crate::link::Link;
+use crate::network::Network;
+use crate::packet::{Packet, PacketBody, SocketAddr, TcpPacket, UdpDatagram, UDP_HEADER_BYTES};
+use crate::pipe::ConnPipes;
+use crate::NetError;
+
+/// A TCP socket of this host.
+pub type SocketId = SocketAddr;
+
+/// Events the stack schedules for itself; the host model passes them back to `handle`.
+pub enum NetEvent<M> {
+    /// A packet reached this host's downstream queue.
+    Arrive(Packet<M>),
+    /// A packet has been received in full and goes to its socket.
+    Deliver(Packet<M>),
+    /// A TCP timer of `socket` set for `deadline`.
+    TcpTimer { socket: SocketId, deadline: SimTime },
+    /// The upstream link has drained enough to take more TCP segments.
+    UpReady,
+}
+
+/// What happened on the host's sockets, for the application.
+#[derive(Debug, PartialEq)]
+pub enum SocketEvent<M> {
+    /// A connection this host opened is established.
+    Connected(SocketId),
+    /// A connection to a listening port is established.
+    Accepted {
+        socket: SocketId,
+        port: u16,
+        peer: HostId,
+    },
+    /// `bytes` new in-order bytes were read (automatically, or by `read`).
+    Data { socket: SocketId, bytes: u64 },
+    /// A whole message arrived (its last byte was read).
+    Message { socket: SocketId, message: M },
+    /// Send buffer space freed up after a write found it full.
+    Writable(SocketId),
+    /// The peer closed its direction; everything it sent has been delivered.
+    PeerClosed(SocketId),
+    /// The connection closed in order; the socket id is no longer valid.
+    Closed(SocketId),
+    /// The peer reset the connection, or refused it (RST in reply to our SYN).
+    Reset(SocketId),
+    /// Retransmissions were exhausted.
+    TimedOut(SocketId),
+    /// A UDP datagram arrived on a bound port.
+    Datagram {
+        port: u16,
+        from: HostId,
+        len: u32,
+        message: M,
+    },
+}
+
+/// Counters of a host's traffic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    pub packets_sent: u64,
+    pub bytes_sent: u64,
+    pub packets_received: u64,
+    pub bytes_received: u64,
+    /// Packets dropped because the upstream queue was full.
+    pub up_drops: u64,
+    /// Packets dropped because the downstream queue was full.
+    pub down_drops: u64,
+    /// Packets this host sent that the path lost.
+    pub path_losses: u64,
+    /// TCP segments for no (or a stale) socket.
+    pub tcp_unmatched: u64,
+    /// Datagrams for an unbound port.
+    pub udp_unreachable: u64,
+    /// TCP segments retransmitted, over all sockets (open and closed).
+    pub tcp_retransmits: u64,
+    /// TCP retransmission timeouts, over all sockets.
+    pub tcp_timeouts: u64,
+}
+
+struct TcpSocket<M> {
+    conn: TcpConnection,
+    peer: HostId,
+    local_port: u16,
+    peer_port: u16,
+    peer_socket: Option<SocketAddr>,
+    pipes: Arc<ConnPipes<M>>,
+    initiator: bool,
+    auto_read: bool,
+    waiting_for_link: bool,
+    /// Deadline of the timer event in flight, `u64::MAX` if none.
+    timer: SimTime,
+}
+
+impl<M> TcpSocket<M> {
+    /// The pipe this side writes message descriptors into.
+    fn out_pipe(&self) -> &crate::pipe::Pipe<M> {
+        if self.initiator {
+            &self.pipes.forward
+        } else {
+            &self.pipes.backward
+        }
+    }
+
+    fn in_pipe(&self) -> &crate::pipe::Pipe<M> {
+        if self.initiator {
+            &self.pipes.backward
+        } else {
+            &self.pipes.forward
+        }
+    }
+}
+
+struct Slot<M> {
+    generation: u32,
+    socket: Option<TcpSocket<M>>,
+}
+
+const FIRST_EPHEMERAL_PORT: u16 = 49152;
+
+/// One host's network stack. `M` is the application's message descriptor type.
+pub struct NetStack<M> {
+    host: HostId,
+    net: Arc<Network>,
+    up: Link,
+    down: Link,
+    slots: Vec<Slot<M>>,
+    free: Vec<u32>,
+    listeners: Vec<u16>,
+    udp_ports: Vec<u16>,
+    /// Accepted sockets still in the handshake, by (peer, peer's socket), so that a
+    /// retransmitted SYN finds the socket it already created.
+    half_open: Vec<(HostId, SocketAddr, SocketAddr)>,
+    /// Sockets with segments to send that the upstream link could not take yet.
+    link_waiters: VecDeque<SocketAddr>,
+    up_ready_armed: bool,
+    next_port: u16,
+    events: VecDeque<SocketEvent<M>>,
+    stats: NetStats,
+}
+
+impl<M: Send + 'static> NetStack<M> {
+    pub fn new(host: HostId, net: Arc<Network>) -> Self {
+        let links = net.host(host).clone();
+        let cfg = &net.config;
+        Self {
+            host,
+            up: Link::new(links.up_bps, cfg.up_queue_bytes),
+            down: Link::new(links.down_bps, links.down_queue_bytes),
+            net,
+            slots: Vec::new(),
+            free: Vec::new(),
+            listeners: Vec::new(),
+            udp_ports: Vec::new(),
+            half_open: Vec::new(),
+            link_waiters: VecDeque::new(),
+            up_ready_armed: false,
+            next_port: FIRST_EPHEMERAL_PORT,
+            events: VecDeque::new(),
+            stats: NetStats::default(),
+        }
+    }
+
+    pub fn host(&self) -> HostId {
+        self.host
+    }
+
+    pub fn stats(&self) -> NetStats {
+        let mut s = self.stats.clone();
+        s.up_drops = self.up.drops;
+        s.down_drops = self.down.drops;
+        for socket in self.slots.iter().filter_map(|slot| slot.socket.as_ref()) {
+            let info = socket.conn.info();
+            s.tcp_retransmits += info.retransmits;
+            s.tcp_timeouts += info.rto_count;
+        }
+        s
+    }
+
+    fn tcp_config(&self) -> &Arc<TcpConfig> {
+        self.net.tcp_config()
+    }
+
+    /// The next thing that happened on this host's sockets.
+    pub fn poll_event(&mut self) -> Option<SocketEvent<M>> {
+        self.events.pop_front()
+    }
+
+    /// Accepts connections on `port`.
+    pub fn listen(&mut self, port: u16) -> Result<(), NetError> {
+        if self.listeners.contains(&port) {
+            return Err(NetError::PortInUse(port));
+        }
+        self.listeners.push(port);
+        Ok(())
+    }
+
+    /// Receives datagrams on `port`.
+    pub fn udp_bind(&mut self, port: u16) -> Result<(), NetError> {
+        if self.udp_ports.contains(&port) {
+            return Err(NetError::PortInUse(port));
+        }
+        self.udp_ports.push(port);
+        Ok(())
+    }
+
+    /// Opens a TCP connection to `port` on `dst`. The socket may be written to at once; data
+    /// waits until the handshake completes.
+    pub fn connect<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        dst: HostId,
+        port: u16,
+    ) -> SocketId {
+        let local_port = self.next_port;
+        self.next_port = self
+            .next_port
+            .checked_add(1)
+            .unwrap_or(FIRST_EPHEMERAL_PORT);
+        let conn = TcpConnection::connect(self.tcp_config(), ctx.now(), 0);
+        let id = self.insert(TcpSocket {
+            conn,
+            peer: dst,
+            local_port,
+            peer_port: port,
+            peer_socket: None,
+            pipes: Arc::new(ConnPipes::default()),
+            initiator: true,
+            auto_read: true,
+            waiting_for_link: false,
+            timer: u64::MAX,
+        });
+        self.drive(ctx, id);
+        id
+    }
+
+    fn insert(&mut self, socket: TcpSocket<M>) -> SocketId {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    socket: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.socket = Some(socket);
+        SocketAddr {
+            slot,
+            generation: entry.generation,
+        }
+    }
+
+    fn socket(&self, id: SocketId) -> Option<&TcpSocket<M>> {
+        let s = self.slots.get(id.slot as usize)?;
+        (s.generation == id.generation).then_some(s.socket.as_ref()?)
+    }
+
+    fn socket_mut(&mut self, id: SocketId) -> Option<&mut TcpSocket<M>> {
+        let s = self.slots.get_mut(id.slot as usize)?;
+        if s.generation == id.generation {
+            s.socket.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Whether `id` names an open socket.
+    pub fn is_open(&self, id: SocketId) -> bool {
+        self.socket(id).is_some()
+    }
+
+    /// The kernel facts about a socket (what Tor's KIST scheduler reads).
+    pub fn tcp_info(&self, id: SocketId) -> Option<TcpInfo> {
+        self.socket(id).map(|s| s.conn.info())
+    }
+
+    /// Free space in the socket's send buffer.
+    pub fn send_space(&self, id: SocketId) -> u64 {
+        self.socket(id).map_or(0, |s| s.conn.send_space())
+    }
+
+    /// The peer host of a socket.
+    pub fn peer(&self, id: SocketId) -> Option<HostId> {
+        self.socket(id).map(|s| s.peer)
+    }
+
+    /// Appends up to `bytes` to the send buffer; returns how many were taken. Nothing is sent
+    /// until `flush` (the end of the application's write call).
+    pub fn write(&mut self, id: SocketId, bytes: u64) -> u64 {
+        let Some(s) = self.socket_mut(id) else {
+            return 0;
+        };
+        s.conn.send(bytes)
+    }
+
+    /// Marks the end of a message at the current end of the written data: the peer receives
+    /// `message` when it has read up to here.
+    pub fn mark(&mut self, id: SocketId, message: M) {
+        if let Some(s) = self.socket(id) {
+            s.out_pipe().push(s.conn.written(), message);
+        }
+    }
+
+    /// Writes a whole message if the send buffer has room for it; returns whether it did.
+    pub fn write_message(&mut self, id: SocketId, bytes: u64, message: M) -> bool {
+        if self.send_space(id) < bytes {
+            if let Some(s) = self.socket_mut(id) {
+                s.conn.wait_writable();
+            }
+            return false;
+        }
+        let taken = self.write(id, bytes);
+        debug_assert_eq!(taken, bytes);
+        self.mark(id, message);
+        true
+    }
+
+    /// Hands what was written to TCP for sending.
+    pub fn flush<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
+        self.drive(ctx, id);
+    }
+
+    /// Whether the stack reads arriving data by itself (the default) or waits for `read`.
+    pub fn set_auto_read(&mut self, id: SocketId, on: bool) {
+        if let Some(s) = self.socket_mut(id) {
+            s.auto_read = on;
+        }
+    }
+
+    /// In-order bytes received and not yet read.
+    pub fn readable(&self, id: SocketId) -> u64 {
+        self.socket(id).map_or(0, |s| s.conn.recv_available())
+    }
+
+    /// Reads up to `max` bytes; the messages completed by them become events.
+    pub fn read<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        id: SocketId,
+        max: u64,
+    ) -> u64 {
+        let n = self.read_inner(id, max);
+        if n > 0 {
+            self.drive(ctx, id);
+        }
+        n
+    }
+
+    fn read_inner(&mut self, id: SocketId, max: u64) -> u64 {
+        let Some(s) = self.socket_mut(id) else {
+            return 0;
+        };
+        let n = s.conn.read(max);
+        if n == 0 {
+            return 0;
+        }
+        let events = &mut self.events;
+        let s = self.slots[id.slot as usize].socket.as_ref().unwrap();
+        events.push_back(SocketEvent::Data {
+            socket: id,
+            bytes: n,
+        });
+        let read_offset = s.conn.delivered() - s.conn.recv_available();
+        s.in_pipe().take_through(read_offset, |message| {
+            events.push_back(SocketEvent::Message {
+                socket: id,
+                message,
+            })
+        });
+        n
+    }
+
+    /// Closes the sending direction once everything written has been sent.
+    pub fn close<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
+        if let Some(s) = self.socket_mut(id) {
+            s.conn.close(ctx.now());
+            self.drive(ctx, id);
+        }
+    }
+
+    /// Resets the connection at once.
+    pub fn abort<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
+        if let Some(s) = self.socket_mut(id) {
+            s.conn.abort(ctx.now());
+            self.drive(ctx, id);
+        }
+    }
+
+    /// Sends a datagram of `len` payload bytes. Returns false if the upstream queue dropped it.
+    pub fn udp_send<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        src_port: u16,
+        dst: HostId,
+        dst_port: u16,
+        len: u32,
+        message: M,
+    ) -> bool {
+        let body = PacketBody::Udp(UdpDatagram {
+            src_port,
+            dst_port,
+            len,
+            message,
+        });
+        self.transmit(ctx, dst, len + UDP_HEADER_BYTES, body)
+    }
+
+    /// Handles one of the stack's own events.
+    pub fn handle<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, event: NetEvent<M>) {
+        match event {
+            NetEvent::Arrive(packet) => {
+                if let Some(done) = self.down.enqueue(ctx.now(), packet.wire_bytes) {
+                    ctx.schedule_at(done, E::from(NetEvent::Deliver(packet)));
+                }
+            }
+            NetEvent::Deliver(packet) => {
+                self.stats.packets_received += 1;
+                self.stats.bytes_received += packet.wire_bytes as u64;
+                let from = packet.src;
+                match packet.body {
+                    PacketBody::Tcp(tcp) => self.receive_tcp(ctx, from, tcp),
+                    PacketBody::Udp(d) => {
+                        if self.udp_ports.contains(&d.dst_port) {
+                            self.events.push_back(SocketEvent::Datagram {
+                                port: d.dst_port,
+                                from,
+                                len: d.len,
+                                message: d.message,
+                            });
+                        } else {
+                            self.stats.udp_unreachable += 1;
+                        }
+                    }
+                }
+            }
+            NetEvent::TcpTimer { socket, deadline } => {
+                let now = ctx.now();
+                let Some(s) = self.socket_mut(socket) else {
+                    return;
+                };
+                // A later timer replaced this one, or an earlier one already fired.
+                if s.timer != deadline {
+                    return;
+                }
+                s.timer = u64::MAX;
+                if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                    s.conn.on_timeout(now);
+                }
+                self.drive(ctx, socket);
+            }
+            NetEvent::UpReady => {
+                self.up_ready_armed = false;
+                while self.up.backlog_bytes(ctx.now()) <= self.net.config.up_tcp_backlog {
+                    let Some(id) = self.link_waiters.pop_front() else {
+                        break;
+                    };
+                    if let Some(s) = self.socket_mut(id) {
+                        s.waiting_for_link = false;
+                        self.drive(ctx, id);
+                    }
+                }
+                if !self.link_waiters.is_empty() {
+                    self.arm_up_ready(ctx);
+                }
+            }
+        }
+    }
+
+    fn receive_tcp<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        from: HostId,
+        mut packet: TcpPacket<M>,
+    ) {
+        let now = ctx.now();
+        let seg = &packet.segment;
+        let is_syn = seg.flags.contains(TcpFlags::SYN) && !seg.flags.contains(TcpFlags::ACK);
+        let target = match packet.dst_socket {
+            Some(addr) if self.socket(addr).is_some() => Some(addr),
+            // A retransmitted SYN goes to the socket the first one created.
+            None if is_syn => self
+                .half_open
+                .iter()
+                .find(|(h, peer, _)| *h == from && *peer == packet.src_socket)
+                .map(|(_, _, ours)| *ours),
+            _ => None,
+        };
+        // A new connection to a listening port.
+        if target.is_none()
+            && is_syn
+            && packet.dst_socket.is_none()
+            && self.listeners.contains(&packet.dst_port)
+        {
+            if let Some(pipes) = packet.pipes.take() {
+                self.accept(ctx, from, &packet, pipes);
+                return;
+            }
+        }
+        let Some(id) = target else {
+            self.stats.tcp_unmatched += 1;
+            if !seg.flags.contains(TcpFlags::RST) {
+                self.send_reset(ctx, from, &packet);
+            }
+            return;
+        };
+        let s = self.socket_mut(id).unwrap();
+        if s.peer_socket.is_none() {
+            s.peer_socket = Some(packet.src_socket);
+        }
+        s.conn.on_segment(now, &packet.segment);
+        self.drive(ctx, id);
+    }
+
+    /// Creates a socket for a SYN to a listening port (the SYN is consumed by `accept`).
+    fn accept<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        from: HostId,
+        packet: &TcpPacket<M>,
+        pipes: Arc<ConnPipes<M>>,
+    ) {
+        let conn = TcpConnection::accept(self.tcp_config(), ctx.now(), 0, &packet.segment);
+        let id = self.insert(TcpSocket {
+            conn,
+            peer: from,
+            local_port: packet.dst_port,
+            peer_port: packet.src_port,
+            peer_socket: Some(packet.src_socket),
+            pipes,
+            initiator: false,
+            auto_read: true,
+            waiting_for_link: false,
+            timer: u64::MAX,
+        });
+        self.half_open.push((from, packet.src_socket, id));
+        self.drive(ctx, id);
+    }
+
+    fn send_reset<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        to: HostId,
+        packet: &TcpPacket<M>,
+    ) {
+        let seg = &packet.segment;
+        let reset = TcpSegment {
+            seq: seg.ack,
+            ack: seg.seq + seg.len as u64 + seg.flags.contains(TcpFlags::SYN) as u64,
+            len: 0,
+            window: 0,
+            flags: TcpFlags::RST.union(TcpFlags::ACK),
+            sack: [(0, 0); 3],
+            sack_len: 0,
+        };
+        let body = PacketBody::Tcp(TcpPacket {
+            src_port: packet.dst_port,
+            dst_port: packet.src_port,
+            src_socket: SocketAddr {
+                slot: u32::MAX,
+                generation: 0,
+            },
+            dst_socket: Some(packet.src_socket),
+            segment: reset,
+            pipes: None,
+        });
+        self.transmit(ctx, to, reset.wire_bytes(), body);
+    }
+
+    /// Brings a socket up to date after anything happened to it: reports its events, reads
+    /// for the application if asked to, sends what TCP has to send, re-arms its timer, and
+    /// frees it once closed.
+    fn drive<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
+        let now = ctx.now();
+        loop {
+            let Some(s) = self.socket_mut(id) else {
+                return;
+            };
+            let Some(event) = s.conn.poll_event() else {
+                break;
+            };
+            let out = match event {
+                TcpEvent::Connected => {
+                    if s.initiator {
+                        SocketEvent::Connected(id)
+                    } else {
+                        let (peer, port) = (s.peer, s.local_port);
+                        self.half_open.retain(|(_, _, ours)| *ours != id);
+                        SocketEvent::Accepted {
+                            socket: id,
+                            port,
+                            peer,
+                        }
+                    }
+                }
+                TcpEvent::Readable => continue,
+                TcpEvent::Writable => SocketEvent::Writable(id),
+                TcpEvent::PeerFinished => SocketEvent::PeerClosed(id),
+                TcpEvent::Closed => SocketEvent::Closed(id),
+                TcpEvent::Reset => SocketEvent::Reset(id),
+                TcpEvent::TimedOut => SocketEvent::TimedOut(id),
+            };
+            self.events.push_back(out);
+        }
+        if self.socket(id).is_some_and(|s| s.auto_read) {
+            self.read_inner(id, u64::MAX);
+        }
+        self.send_segments(ctx, id);
+        let Some(s) = self.socket_mut(id) else {
+            return;
+        };
+        if s.conn.state() == TcpState::Closed {
+            self.release(id);
+            return;
+        }
+        if let Some(deadline) = s.conn.poll_timeout() {
+            if deadline < s.timer {
+                s.timer = deadline;
+                ctx.schedule_at(
+                    deadline.max(now),
+                    E::from(NetEvent::TcpTimer {
+                        socket: id,
+                        deadline,
+                    }),
+                );
+            }
+        }
+    }
+
+    fn send_segments<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
+        let now = ctx.now();
+        let limit = self.net.config.up_tcp_backlog;
+        loop {
+            let s = self.slots[id.slot as usize].socket.as_mut().unwrap();
+            if s.waiting_for_link {
+                return;
+            }
+            // A closed socket flushes its last segments (RST, final ACK) regardless.
+            if self.up.backlog_bytes(now) > limit && s.conn.state() != TcpState::Closed {
+                s.waiting_for_link = true;
+                self.link_waiters.push_back(id);
+                self.arm_up_ready(ctx);
+                return;
+            }
+            let Some(segment) = s.conn.poll_transmit(now) else {
+                return;
+            };
+            let body = PacketBody::Tcp(TcpPacket {
+                src_port: s.local_port,
+                dst_port: s.peer_port,
+                src_socket: id,
+                dst_socket: s.peer_socket,
+                segment,
+                pipes: s
+                    .peer_socket
+                    .is_none()
+                    .then(|| s.pipes.clone())
+                    .filter(|_| segment.flags.contains(TcpFlags::SYN)),
+            });
+            let peer = s.peer;
+            self.transmit(ctx, peer, segment.wire_bytes(), body);
+        }
+    }
+
+    fn arm_up_ready<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>) {
+        if !self.up_ready_armed {
+            self.up_ready_armed = true;
+            let at = self
+                .up
+                .time_backlog_falls_to(self.net.config.up_tcp_backlog / 2)
+                .max(ctx.now());
+            ctx.schedule_at(at, E::from(NetEvent::UpReady));
+        }
+    }
+
+    fn release(&mut self, id: SocketId) {
+        let slot = &mut self.slots[id.slot as usize];
+        if let Some(socket) = slot.socket.take() {
+            let info = socket.conn.info();
+            self.stats.tcp_retransmits += info.retransmits;
+            self.stats.tcp_timeouts += info.rto_count;
+        }
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.slot);
+        self.half_open.retain(|(_, _, ours)| *ours != id);
+    }
+
+    /// Puts a packet on the upstream link and, unless the path loses it, on its way to `dst`.
+    fn transmit<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        dst: HostId,
+        wire_bytes: u32,
+        body: PacketBody<M>,
+    ) -> bool {
+        let Some(departed) = self.up.enqueue(ctx.now(), wire_bytes) else {
+            return false;
+        };
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += wire_bytes as u64;
+        let path = self.net.path(self.host, dst);
+        let rng = ctx.rng();
+        if path.loss > 0.0 && rng.random::<f64>() < path.loss {
+            self.stats.path_losses += 1;
+            return true;
+        }
+        let jitter = if path.jitter > 0 {
+            rng.random_range(0..=path.jitter)
+        } else {
+            0
+        };
+        let packet = Packet {
+            src: self.host,
+            dst,
+            wire_bytes,
+            body,
+        };
+        ctx.send(
+            dst,
+            departed + path.latency + jitter,
+            E::from(NetEvent::Arrive(packet)),
+        );
+        true
+    }
+}

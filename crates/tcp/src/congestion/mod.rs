@@ -1,0 +1,127 @@
+//! Congestion window management shared by all algorithms.
+//!
+//! The window is kept in bytes so that connections sending sub-MSS segments (Tor cells with
+//! `TCP_NODELAY`) are governed by the bytes they put in flight. Slow start, the cwnd-limited
+//! test and the reductions mandated by the loss-recovery machinery live here; the algorithms
+//! only decide congestion-avoidance growth and the multiplicative decrease.
+
+mod cubic;
+mod reno;
+
+use crate::config::CongestionControl;
+use cubic::Cubic;
+use onionlab_engine::time::{SimDuration, SimTime};
+use reno::Reno;
+
+#[derive(Clone, Debug)]
+enum Algorithm {
+    Reno(Reno),
+    Cubic(Cubic),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Congestion {
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Slow-start threshold, bytes; `u64::MAX` until the first loss.
+    pub ssthresh: u64,
+    algorithm: Algorithm,
+}
+
+impl Congestion {
+    pub fn new(kind: CongestionControl, initial_cwnd: u64) -> Self {
+        let algorithm = match kind {
+            CongestionControl::Reno => Algorithm::Reno(Reno::default()),
+            CongestionControl::Cubic => Algorithm::Cubic(Cubic::new()),
+        };
+        Congestion {
+            cwnd: initial_cwnd,
+            ssthresh: u64::MAX,
+            algorithm,
+        }
+    }
+
+    pub fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+
+    /// Growth on an ACK that newly acknowledged `acked` bytes outside loss recovery.
+    /// Slow start counts every acknowledged byte (as Linux does, so delayed ACKs do not halve
+    /// the growth rate); whatever overshoots ssthresh is handed to congestion avoidance.
+    pub fn on_ack(&mut self, now: SimTime, acked: u64, mss: u64, srtt: SimDuration) {
+        let mut acked = acked;
+        if self.in_slow_start() {
+            let room = self.ssthresh - self.cwnd;
+            let grow = acked.min(room);
+            self.cwnd += grow;
+            acked -= grow;
+            if acked == 0 {
+                return;
+            }
+        }
+        match &mut self.algorithm {
+            Algorithm::Reno(r) => r.on_ack(&mut self.cwnd, acked, mss),
+            Algorithm::Cubic(c) => c.on_ack(&mut self.cwnd, acked, mss, now, srtt),
+        }
+    }
+
+    /// Multiplicative decrease on entering fast recovery; cwnd is set to the new ssthresh.
+    pub fn on_congestion(&mut self, flight: u64, mss: u64) {
+        let ssthresh = match &mut self.algorithm {
+            Algorithm::Reno(_) => (flight / 2).max(2 * mss),
+            Algorithm::Cubic(c) => c.on_congestion(self.cwnd, mss),
+        };
+        self.ssthresh = ssthresh;
+        self.cwnd = ssthresh;
+    }
+
+    /// RFC 5681 (and RFC 6298 section 5): after a timeout, halve the flight into ssthresh and
+    /// restart from one segment.
+    pub fn on_timeout(&mut self, flight: u64, mss: u64) {
+        if let Algorithm::Cubic(c) = &mut self.algorithm {
+            c.on_congestion(self.cwnd, mss);
+        }
+        if let Algorithm::Reno(r) = &mut self.algorithm {
+            r.reset();
+        }
+        self.ssthresh = (flight / 2).max(2 * mss);
+        self.cwnd = mss;
+    }
+
+    /// The window went unused: CUBIC starts a fresh epoch from the current window when growth
+    /// resumes instead of jumping along a curve whose clock kept running.
+    pub fn on_idle(&mut self) {
+        if let Algorithm::Cubic(c) = &mut self.algorithm {
+            c.reset_epoch();
+        }
+    }
+
+    /// Leaves fast recovery with the window at the reduced ssthresh.
+    pub fn on_recovery_end(&mut self) {
+        self.cwnd = self.ssthresh;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_then_avoidance() {
+        let mss = 1000;
+        let mut c = Congestion::new(CongestionControl::Reno, 10 * mss);
+        c.on_ack(0, 10 * mss, mss, 100);
+        assert_eq!(c.cwnd, 20 * mss);
+        c.on_congestion(20 * mss, mss);
+        assert_eq!(c.cwnd, 10 * mss);
+        assert_eq!(c.ssthresh, 10 * mss);
+        // One window of ACKs grows Reno by one segment.
+        for _ in 0..10 {
+            c.on_ack(0, mss, mss, 100);
+        }
+        assert_eq!(c.cwnd, 11 * mss);
+        c.on_timeout(11 * mss, mss);
+        assert_eq!(c.cwnd, mss);
+        assert_eq!(c.ssthresh, 5500);
+    }
+}

@@ -1,0 +1,1039 @@
+//! The connection state machine: ties the send and receive sides, timers and congestion
+//! control together behind the sans-IO interface.
+
+use crate::config::TcpConfig;
+use crate::congestion::Congestion;
+use crate::recv::{Receiver, NEVER};
+use crate::rtt::RttEstimator;
+use crate::segment::{TcpFlags, TcpSegment};
+use crate::send::{Phase, Sender};
+use onionlab_engine::time::{SimDuration, SimTime};
+use std::sync::Arc;
+
+/// RFC 793 connection states (LISTEN is the caller's business: it calls `accept` on a SYN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpState {
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait,
+    Closed,
+}
+
+/// Notifications for the application. Repeated occurrences before the caller polls are
+/// coalesced, so events are edge triggers to go and look at the connection, not counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpEvent {
+    Connected,
+    Readable,
+    /// Send space freed after `send` accepted less than offered.
+    Writable,
+    /// FIN received and all data before it delivered.
+    PeerFinished,
+    /// Orderly close complete.
+    Closed,
+    /// RST received.
+    Reset,
+    /// Retransmissions exhausted.
+    TimedOut,
+}
+
+const EVENT_ORDER: [TcpEvent; 7] = [
+    TcpEvent::Connected,
+    TcpEvent::Readable,
+    TcpEvent::Writable,
+    TcpEvent::PeerFinished,
+    TcpEvent::Closed,
+    TcpEvent::Reset,
+    TcpEvent::TimedOut,
+];
+
+fn event_bit(e: TcpEvent) -> u8 {
+    1 << EVENT_ORDER.iter().position(|&x| x == e).unwrap_or(0)
+}
+
+/// Counters and estimates, in the spirit of Linux's `tcp_info`.
+#[derive(Clone, Debug)]
+pub struct TcpInfo {
+    pub state: TcpState,
+    /// Congestion window, whole segments.
+    pub cwnd: u32,
+    /// Slow-start threshold, whole segments (`u32::MAX` before the first loss).
+    pub ssthresh: u32,
+    /// Segments sent and not cumulatively acknowledged (rounded up).
+    pub unacked: u32,
+    /// Bytes in the send buffer never sent.
+    pub notsent: u64,
+    pub mss: u32,
+    pub srtt: SimDuration,
+    pub rttvar: SimDuration,
+    pub rto: SimDuration,
+    pub min_rtt: SimDuration,
+    /// Payload bytes transmitted, retransmissions included.
+    pub bytes_sent: u64,
+    /// Payload bytes cumulatively acknowledged by the peer.
+    pub bytes_acked: u64,
+    /// Payload bytes received in order.
+    pub bytes_received: u64,
+    /// Segments retransmitted (fast, SACK-driven and timeout-driven).
+    pub retransmits: u64,
+    pub rto_count: u64,
+    pub fast_recoveries: u64,
+    pub send_buffer: u64,
+    pub recv_buffer: u64,
+}
+
+/// Which deadline the connection's one protocol timer slot holds. The retransmission, persist
+/// and TIME_WAIT timers are never armed together: the RTO runs only while something (data, SYN
+/// or FIN) is unacknowledged, the persist timer only while nothing is and the peer's window is
+/// closed, and TIME_WAIT cancels both. Sharing one deadline keeps connections small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    None,
+    Rto,
+    Persist,
+    TimeWait,
+}
+
+/// One endpoint of a TCP connection.
+#[derive(Clone, Debug)]
+pub struct TcpConnection {
+    snd: Sender,
+    rcv: Receiver,
+    cc: Congestion,
+    rtt: RttEstimator,
+    /// Shared by every connection made with it: a per-connection copy would dominate the size
+    /// of an idle connection. Values that need clamping are clamped at the point of use.
+    cfg: Arc<TcpConfig>,
+    /// Deadline of the protocol timer named by `timer` (`NEVER` when none is armed).
+    timer_at: SimTime,
+    /// Congestion-window validation (RFC 7661 spirit, Linux's `is_cwnd_limited`): the window
+    /// only grows when the sender actually used it. Tracked per flight of data ending at
+    /// `win_end`.
+    win_end: u64,
+    /// Largest flights in bytes; `u32` suffices as buffers are capped far below 4 GiB.
+    win_max_flight: u32,
+    prev_max_flight: u32,
+    /// When new data was last sent, for restarting the window after idle periods.
+    last_send: SimTime,
+    bytes_sent: u64,
+    /// Event counters, like the two below: `u32` (saturating) is ample for counts of segments
+    /// and episodes, and keeps connections small; `TcpInfo` widens them.
+    retransmits: u32,
+    rto_count: u32,
+    fast_recoveries: u32,
+    timer: Timer,
+    state: TcpState,
+    events: u8,
+    retries: u8,
+    /// Consecutive retransmission timeouts; the RTO doubles with each.
+    backoff: u8,
+    persist_backoff: u8,
+    win_limited: bool,
+    prev_limited: bool,
+    syn_pending: bool,
+    rst_pending: bool,
+    probe_pending: bool,
+    /// `send` refused bytes for lack of space; a Writable event is owed.
+    app_blocked: bool,
+}
+
+impl TcpConnection {
+    fn new(config: &Arc<TcpConfig>, iss: u64, state: TcpState) -> Self {
+        let mss = u64::from(config.effective_mss());
+        let initial_cwnd = u64::from(config.effective_initial_cwnd()) * mss;
+        TcpConnection {
+            snd: Sender::new(iss, config.send_buffer_initial),
+            rcv: Receiver::new(config.recv_buffer_initial, mss),
+            cc: Congestion::new(config.congestion, initial_cwnd),
+            rtt: RttEstimator::new(config.rto_initial),
+            cfg: Arc::clone(config),
+            timer_at: NEVER,
+            win_end: iss,
+            win_max_flight: 0,
+            prev_max_flight: 0,
+            last_send: 0,
+            bytes_sent: 0,
+            retransmits: 0,
+            rto_count: 0,
+            fast_recoveries: 0,
+            timer: Timer::None,
+            state,
+            events: 0,
+            retries: 0,
+            backoff: 0,
+            persist_backoff: 0,
+            win_limited: false,
+            prev_limited: false,
+            syn_pending: true,
+            rst_pending: false,
+            probe_pending: false,
+            app_blocked: false,
+        }
+    }
+
+    /// Active open: the SYN goes out on the next `poll_transmit`.
+    pub fn connect(config: &Arc<TcpConfig>, _now: SimTime, iss: u64) -> Self {
+        Self::new(config, iss, TcpState::SynSent)
+    }
+
+    /// Passive open from a received SYN: the SYN-ACK goes out on the next `poll_transmit`.
+    pub fn accept(config: &Arc<TcpConfig>, _now: SimTime, iss: u64, syn: &TcpSegment) -> Self {
+        let mut c = Self::new(config, iss, TcpState::SynReceived);
+        c.rcv.init(syn.seq);
+        c.snd.wnd_right = iss + 1 + syn.window;
+        c.snd.max_wnd = syn.window;
+        c.snd.wl1 = syn.seq;
+        c.snd.wl2 = iss;
+        c
+    }
+
+    fn mss(&self) -> u64 {
+        u64::from(self.cfg.effective_mss())
+    }
+
+    /// Deadline of timer `kind`, `NEVER` unless it is the one armed.
+    fn timer(&self, kind: Timer) -> SimTime {
+        if self.timer == kind {
+            self.timer_at
+        } else {
+            NEVER
+        }
+    }
+
+    fn set_timer(&mut self, kind: Timer, at: SimTime) {
+        debug_assert!(
+            self.timer == Timer::None || self.timer == kind,
+            "{kind:?} armed while {:?} is",
+            self.timer
+        );
+        self.timer = kind;
+        self.timer_at = at;
+    }
+
+    /// Disarms timer `kind`; leaves another armed timer alone.
+    fn cancel_timer(&mut self, kind: Timer) {
+        if self.timer == kind {
+            self.timer = Timer::None;
+            self.timer_at = NEVER;
+        }
+    }
+
+    pub fn state(&self) -> TcpState {
+        self.state
+    }
+
+    fn can_send(&self) -> bool {
+        !self.snd.fin
+            && matches!(
+                self.state,
+                TcpState::SynSent
+                    | TcpState::SynReceived
+                    | TcpState::Established
+                    | TcpState::CloseWait
+            )
+    }
+
+    /// Queues `bytes` for transmission; returns how many fit in the send buffer.
+    pub fn send(&mut self, bytes: u64) -> u64 {
+        if !self.can_send() {
+            return 0;
+        }
+        let n = bytes.min(self.snd.space());
+        if n < bytes {
+            self.app_blocked = true;
+        }
+        self.snd.data_end += n;
+        n
+    }
+
+    /// Records that the application has more to write than fits (e.g. a whole message it will
+    /// not split), so that `Writable` is reported once space frees, as after a short `send`.
+    pub fn wait_writable(&mut self) {
+        if self.can_send() {
+            self.app_blocked = true;
+        }
+    }
+
+    pub fn send_space(&self) -> u64 {
+        if self.can_send() {
+            self.snd.space()
+        } else {
+            0
+        }
+    }
+
+    pub fn recv_available(&self) -> u64 {
+        self.rcv.available()
+    }
+
+    pub fn read(&mut self, max: u64) -> u64 {
+        let mss = self.mss();
+        self.rcv.consume(max, mss)
+    }
+
+    pub fn delivered(&self) -> u64 {
+        self.rcv.delivered()
+    }
+
+    /// Bytes `send` has accepted over the connection's life: the stream offset where written
+    /// data ends, so an application can tell how much of its output TCP owns without keeping
+    /// its own count, and compare it with the peer's `delivered`.
+    pub fn written(&self) -> u64 {
+        self.snd.data_end - (self.snd.iss + 1)
+    }
+
+    /// Orderly close. The FIN follows all queued data; before the handshake completes it is
+    /// remembered and sent once established, so an application may connect, write and close
+    /// in one go.
+    pub fn close(&mut self, _now: SimTime) {
+        match self.state {
+            TcpState::SynSent | TcpState::SynReceived => self.snd.fin = true,
+            TcpState::Established => {
+                self.snd.fin = true;
+                self.state = TcpState::FinWait1;
+            }
+            TcpState::CloseWait => {
+                self.snd.fin = true;
+                self.state = TcpState::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Abortive close: a RST goes out on the next `poll_transmit` (unless the peer never knew
+    /// of the connection) and the connection is Closed at once.
+    pub fn abort(&mut self, _now: SimTime) {
+        if !matches!(
+            self.state,
+            TcpState::Closed | TcpState::SynSent | TcpState::TimeWait
+        ) {
+            self.rst_pending = true;
+        }
+        self.enter_closed();
+    }
+
+    fn enter_closed(&mut self) {
+        self.state = TcpState::Closed;
+        self.timer = Timer::None;
+        self.timer_at = NEVER;
+        self.rcv.delack_at = NEVER;
+        self.rcv.ack_now = false;
+        self.syn_pending = false;
+        self.probe_pending = false;
+    }
+
+    fn emit(&mut self, e: TcpEvent) {
+        self.events |= event_bit(e);
+    }
+
+    pub fn poll_event(&mut self) -> Option<TcpEvent> {
+        if self.events == 0 {
+            return None;
+        }
+        let i = self.events.trailing_zeros() as usize;
+        self.events &= !(1 << i);
+        Some(EVENT_ORDER[i])
+    }
+
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        if self.state == TcpState::Closed {
+            return None;
+        }
+        let t = self.timer_at.min(self.rcv.delack_at);
+        (t != NEVER).then_some(t)
+    }
+
+    // ---------------------------------------------------------------- incoming segments
+
+    pub fn on_segment(&mut self, now: SimTime, seg: &TcpSegment) {
+        let f = seg.flags;
+        match self.state {
+            TcpState::Closed => return,
+            TcpState::SynSent => {
+                if f.contains(TcpFlags::RST) {
+                    if f.contains(TcpFlags::ACK) && seg.ack == self.snd.iss + 1 {
+                        self.enter_closed();
+                        self.emit(TcpEvent::Reset);
+                    }
+                    return;
+                }
+                if f.contains(TcpFlags::SYN | TcpFlags::ACK) && seg.ack == self.snd.iss + 1 {
+                    self.rcv.init(seg.seq);
+                    self.snd.wl1 = seg.seq;
+                    self.snd.wl2 = seg.ack;
+                    self.snd.wnd_right = seg.ack + seg.window;
+                    self.snd.max_wnd = seg.window;
+                    self.established(now, seg.ack);
+                    self.rcv.ack_now = true;
+                }
+                return;
+            }
+            TcpState::SynReceived => {
+                if f.contains(TcpFlags::RST) {
+                    if seg.seq == self.rcv.nxt {
+                        self.enter_closed();
+                        self.emit(TcpEvent::Reset);
+                    }
+                    return;
+                }
+                if f.contains(TcpFlags::SYN) {
+                    // Our SYN-ACK was lost and the peer retransmitted its SYN.
+                    if !f.contains(TcpFlags::ACK) {
+                        self.syn_pending = true;
+                    }
+                    return;
+                }
+                if !f.contains(TcpFlags::ACK) || seg.ack != self.snd.iss + 1 {
+                    return;
+                }
+                self.established(now, seg.ack);
+                // Fall through: the ACK may carry data, a window or a FIN.
+            }
+            _ => {}
+        }
+        self.on_synchronized_segment(now, seg);
+    }
+
+    fn established(&mut self, now: SimTime, ack: u64) {
+        self.snd.una = ack;
+        self.snd.nxt = self.snd.nxt.max(ack);
+        self.snd.high_rxt = ack;
+        self.snd.recover = ack;
+        self.win_end = ack;
+        self.rtt
+            .on_ack(now, ack, self.cfg.rto_min, self.cfg.rto_max);
+        self.backoff = 0;
+        self.retries = 0;
+        self.cancel_timer(Timer::Rto);
+        self.syn_pending = false;
+        self.state = if self.snd.fin {
+            TcpState::FinWait1
+        } else {
+            TcpState::Established
+        };
+        self.emit(TcpEvent::Connected);
+    }
+
+    fn on_synchronized_segment(&mut self, now: SimTime, seg: &TcpSegment) {
+        let f = seg.flags;
+        if f.contains(TcpFlags::RST) {
+            if seg.seq >= self.rcv.nxt && seg.seq <= self.rcv.right_edge.max(self.rcv.nxt) {
+                self.enter_closed();
+                self.emit(TcpEvent::Reset);
+            }
+            return;
+        }
+        if f.contains(TcpFlags::SYN) {
+            // A retransmitted SYN-ACK: our handshake ACK was lost.
+            self.rcv.ack_now = true;
+            return;
+        }
+        if !f.contains(TcpFlags::ACK) {
+            return;
+        }
+        if seg.ack > self.snd.nxt {
+            self.rcv.ack_now = true;
+            return;
+        }
+        self.process_ack(now, seg);
+        if self.state == TcpState::Closed {
+            return;
+        }
+        self.process_data(now, seg);
+    }
+
+    fn process_ack(&mut self, now: SimTime, seg: &TcpSegment) {
+        let mss = self.mss();
+        let snd = &mut self.snd;
+        let mut window_changed = false;
+        if seg.ack >= snd.una && (seg.seq > snd.wl1 || (seg.seq == snd.wl1 && seg.ack >= snd.wl2)) {
+            let right = seg.ack + seg.window;
+            window_changed = right != snd.wnd_right;
+            snd.wnd_right = right;
+            snd.wl1 = seg.seq;
+            snd.wl2 = seg.ack;
+            snd.max_wnd = snd.max_wnd.max(seg.window);
+        }
+        if seg.ack < snd.una {
+            return;
+        }
+        if self.cfg.sack {
+            for &(s, e) in seg.sack_blocks() {
+                snd.add_sack(s, e);
+            }
+        }
+        if seg.ack > snd.una {
+            self.on_new_ack(now, seg.ack);
+        } else if seg.len == 0
+            && !seg.flags.contains(TcpFlags::FIN)
+            && snd.nxt > snd.una
+            && !window_changed
+        {
+            snd.dupacks += 1;
+        }
+
+        let snd = &self.snd;
+        if snd.recovery == Phase::Open
+            && snd.nxt > snd.una
+            && (u64::from(snd.dupacks) >= 3 || (self.cfg.sack && snd.una_lost_by_sack(mss)))
+        {
+            let flight = snd.nxt - snd.una;
+            self.cc.on_congestion(flight, mss);
+            self.snd.enter_recovery(Phase::Recovery);
+            self.fast_recoveries += 1;
+        }
+
+        if self.snd.wnd_right > self.snd.nxt || self.snd.nxt > self.snd.una {
+            self.cancel_timer(Timer::Persist);
+            self.persist_backoff = 0;
+        } else {
+            self.arm_persist(now);
+        }
+
+        if self.snd.fin_acked() {
+            match self.state {
+                TcpState::FinWait1 => self.state = TcpState::FinWait2,
+                TcpState::Closing => self.enter_time_wait(now),
+                TcpState::LastAck => {
+                    self.enter_closed();
+                    self.emit(TcpEvent::Closed);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn on_new_ack(&mut self, now: SimTime, ack: u64) {
+        let mss = self.mss();
+        let acked = ack - self.snd.una;
+        self.rtt
+            .on_ack(now, ack, self.cfg.rto_min, self.cfg.rto_max);
+        self.snd.ack(ack);
+        self.retries = 0;
+        self.backoff = 0;
+        if self.snd.una >= self.win_end {
+            self.prev_max_flight = self.win_max_flight;
+            self.prev_limited = self.win_limited;
+            self.win_max_flight = 0;
+            self.win_limited = false;
+            self.win_end = self.snd.nxt;
+        }
+        let was = self.snd.recovery;
+        match was {
+            Phase::Recovery => {
+                if ack >= self.snd.recover {
+                    self.snd.recovery = Phase::Open;
+                    self.snd.dupacks = 0;
+                    self.cc.on_recovery_end();
+                } else if !self.cfg.sack {
+                    // NewReno partial ACK: the segments it covers were not duplicates after all.
+                    let segs = (acked / mss).saturating_sub(1);
+                    self.snd.dupacks = self.snd.dupacks.saturating_sub(segs as u32);
+                }
+            }
+            Phase::Loss => {
+                if ack >= self.snd.recover {
+                    self.snd.recovery = Phase::Open;
+                }
+            }
+            Phase::Open => self.snd.dupacks = 0,
+        }
+        if was != Phase::Recovery {
+            if self.cwnd_limited() {
+                let srtt = self.rtt.srtt_or(self.cfg.rto_min);
+                self.cc.on_ack(now, acked, mss, srtt);
+            } else {
+                // Time spent application-limited must not count as CUBIC growth time.
+                self.cc.on_idle();
+            }
+        }
+        if self.snd.una < self.snd.nxt {
+            let at = now + self.rtt.current_rto(self.backoff, self.cfg.rto_max);
+            self.set_timer(Timer::Rto, at);
+        } else {
+            self.cancel_timer(Timer::Rto);
+        }
+        if self.app_blocked {
+            if self.cfg.autotune {
+                // Send-buffer autotuning: room for two congestion windows, so the application
+                // can keep a full window queued behind the one in flight.
+                let target = (2 * self.cc.cwnd).min(self.cfg.send_buffer_limit());
+                self.snd.buf_size = self.snd.buf_size.max(target);
+            }
+            if self.can_send() && 3 * self.snd.space() >= self.snd.buf_size {
+                self.app_blocked = false;
+                self.emit(TcpEvent::Writable);
+            }
+        }
+    }
+
+    /// Linux's `tcp_is_cwnd_limited`: in slow start, grow while the window is less than twice
+    /// what was actually in flight; in congestion avoidance, only if the window was full.
+    fn cwnd_limited(&self) -> bool {
+        if self.cc.in_slow_start() {
+            self.cc.cwnd < 2 * u64::from(self.prev_max_flight.max(self.win_max_flight))
+        } else {
+            self.prev_limited || self.win_limited
+        }
+    }
+
+    fn process_data(&mut self, now: SimTime, seg: &TcpSegment) {
+        let fin = seg.flags.contains(TcpFlags::FIN);
+        match self.state {
+            TcpState::Established | TcpState::FinWait1 | TcpState::FinWait2 => {
+                if seg.len == 0 && !fin && seg.seq >= self.rcv.nxt {
+                    return;
+                }
+                let mss = self.mss();
+                let out = self.rcv.on_data(
+                    now,
+                    seg.seq,
+                    u64::from(seg.len),
+                    fin,
+                    mss,
+                    self.cfg.delayed_ack,
+                );
+                if out.readable {
+                    self.emit(TcpEvent::Readable);
+                    if self.cfg.autotune {
+                        let rtt = self.rtt.srtt_or(self.cfg.rto_min);
+                        self.rcv.autotune(now, rtt, self.cfg.recv_buffer_limit());
+                    }
+                }
+                if out.fin {
+                    self.emit(TcpEvent::PeerFinished);
+                    match self.state {
+                        TcpState::Established => self.state = TcpState::CloseWait,
+                        TcpState::FinWait1 => {
+                            if self.snd.fin_acked() {
+                                self.enter_time_wait(now);
+                            } else {
+                                self.state = TcpState::Closing;
+                            }
+                        }
+                        TcpState::FinWait2 => self.enter_time_wait(now),
+                        _ => {}
+                    }
+                }
+            }
+            TcpState::TimeWait => {
+                if fin || seg.len > 0 {
+                    // The peer missed our final ACK; acknowledge again and restart the wait.
+                    self.rcv.ack_now = true;
+                    self.set_timer(Timer::TimeWait, now + self.cfg.time_wait);
+                }
+            }
+            _ => {
+                if fin || seg.len > 0 || seg.seq < self.rcv.nxt {
+                    self.rcv.ack_now = true;
+                }
+            }
+        }
+    }
+
+    fn enter_time_wait(&mut self, now: SimTime) {
+        self.state = TcpState::TimeWait;
+        // Replaces any retransmission or persist timer: nothing is left to send.
+        self.timer = Timer::TimeWait;
+        self.timer_at = now + self.cfg.time_wait;
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    pub fn on_timeout(&mut self, now: SimTime) {
+        if self.state == TcpState::Closed {
+            return;
+        }
+        if self.timer(Timer::TimeWait) <= now {
+            self.enter_closed();
+            self.emit(TcpEvent::Closed);
+            return;
+        }
+        if self.rcv.delack_at <= now {
+            self.rcv.delack_at = NEVER;
+            self.rcv.ack_now = true;
+        }
+        if self.timer(Timer::Rto) <= now {
+            self.cancel_timer(Timer::Rto);
+            self.on_rto(now);
+        }
+        if self.timer(Timer::Persist) <= now {
+            self.cancel_timer(Timer::Persist);
+            if self.snd.nxt == self.snd.una
+                && self.snd.nxt < self.snd.data_end
+                && self.snd.wnd_right <= self.snd.nxt
+            {
+                self.probe_pending = true;
+                self.persist_backoff = self.persist_backoff.saturating_add(1);
+                self.arm_persist(now);
+            }
+        }
+    }
+
+    fn on_rto(&mut self, now: SimTime) {
+        let mss = self.mss();
+        match self.state {
+            TcpState::SynSent | TcpState::SynReceived => {
+                self.retries += 1;
+                if self.retries > self.cfg.syn_retry_limit() {
+                    self.time_out();
+                    return;
+                }
+                self.syn_pending = true;
+            }
+            _ => {
+                if self.snd.una >= self.snd.nxt {
+                    return;
+                }
+                self.retries += 1;
+                if self.retries > self.cfg.retry_limit() {
+                    self.time_out();
+                    return;
+                }
+                self.rto_count += 1;
+                let flight = self.snd.nxt - self.snd.una;
+                self.cc.on_timeout(flight, mss);
+                self.snd.enter_recovery(Phase::Loss);
+                self.win_max_flight = 0;
+                self.prev_max_flight = 0;
+            }
+        }
+        self.rtt.cancel();
+        self.backoff = self.backoff.saturating_add(1);
+        let at = now + self.rtt.current_rto(self.backoff, self.cfg.rto_max);
+        self.set_timer(Timer::Rto, at);
+    }
+
+    fn time_out(&mut self) {
+        self.enter_closed();
+        self.emit(TcpEvent::TimedOut);
+    }
+
+    fn arm_persist(&mut self, now: SimTime) {
+        if self.timer(Timer::Persist) == NEVER
+            && self.snd.nxt == self.snd.una
+            && self.snd.nxt < self.snd.data_end
+            && self.snd.wnd_right <= self.snd.nxt
+        {
+            let base = self.rtt.rto.max(self.cfg.rto_min);
+            let shift = u32::from(self.persist_backoff.min(32));
+            let t = base.saturating_mul(1 << shift).min(self.cfg.rto_max);
+            self.set_timer(Timer::Persist, now + t);
+        }
+    }
+
+    // ---------------------------------------------------------------- outgoing segments
+
+    fn build(&mut self, seq: u64, len: u64, flags: TcpFlags) -> TcpSegment {
+        let mss = self.mss();
+        let syn = flags.contains(TcpFlags::SYN);
+        let synced = self.state != TcpState::SynSent;
+        let window = if synced {
+            self.rcv.window(mss)
+        } else {
+            self.rcv.buf_size
+        };
+        let (sack, sack_len) = if self.cfg.sack && !syn && synced {
+            self.rcv.sack_blocks()
+        } else {
+            ([(0, 0); 3], 0)
+        };
+        let mut flags = flags;
+        if synced {
+            flags.insert(TcpFlags::ACK);
+            self.rcv.on_ack_sent();
+        }
+        TcpSegment {
+            seq,
+            ack: if synced { self.rcv.nxt } else { 0 },
+            len: len as u32,
+            window,
+            flags,
+            sack,
+            sack_len,
+        }
+    }
+
+    fn arm_rto(&mut self, now: SimTime) {
+        if self.timer(Timer::Rto) == NEVER {
+            let at = now + self.rtt.current_rto(self.backoff, self.cfg.rto_max);
+            self.set_timer(Timer::Rto, at);
+        }
+    }
+
+    pub fn poll_transmit(&mut self, now: SimTime) -> Option<TcpSegment> {
+        if self.rst_pending {
+            self.rst_pending = false;
+            let seg = TcpSegment {
+                seq: self.snd.nxt,
+                ack: self.rcv.nxt,
+                len: 0,
+                window: 0,
+                flags: TcpFlags::RST | TcpFlags::ACK,
+                sack: [(0, 0); 3],
+                sack_len: 0,
+            };
+            return Some(seg);
+        }
+        match self.state {
+            TcpState::Closed => None,
+            TcpState::SynSent | TcpState::SynReceived => {
+                if !self.syn_pending {
+                    return None;
+                }
+                self.syn_pending = false;
+                let iss = self.snd.iss;
+                self.snd.nxt = iss + 1;
+                self.last_send = now;
+                self.arm_rto(now);
+                if self.retries == 0 {
+                    self.rtt.start_timing(now, iss + 1);
+                }
+                Some(self.build(iss, 0, TcpFlags::SYN))
+            }
+            _ => self.transmit_synchronized(now),
+        }
+    }
+
+    fn transmit_synchronized(&mut self, now: SimTime) -> Option<TcpSegment> {
+        if let Some(seg) = self.transmit_data(now) {
+            return Some(seg);
+        }
+        if self.probe_pending {
+            self.probe_pending = false;
+            // An already-acknowledged sequence number forces the peer to answer with its
+            // current window without consuming any of it.
+            let seq = self.snd.nxt - 1;
+            return Some(self.build(seq, 0, TcpFlags::NONE));
+        }
+        if self.rcv.ack_now {
+            let seq = self.snd.nxt;
+            return Some(self.build(seq, 0, TcpFlags::NONE));
+        }
+        None
+    }
+
+    fn may_send_fin(&self) -> bool {
+        matches!(
+            self.state,
+            TcpState::FinWait1 | TcpState::LastAck | TcpState::Closing
+        )
+    }
+
+    fn transmit_data(&mut self, now: SimTime) -> Option<TcpSegment> {
+        let mss = self.mss();
+        let sack = self.cfg.sack;
+        let cwnd = self.cc.cwnd;
+
+        if let Some((s, e)) = self.snd.next_lost(mss, sack) {
+            let (len, fin) = self.snd.segment_at(s, e, mss);
+            let force = self.snd.force_una && s == self.snd.una;
+            let pipe = self.snd.pipe(mss, sack);
+            if force || pipe + len.max(1) <= cwnd {
+                if s == self.snd.una {
+                    self.snd.force_una = false;
+                }
+                self.snd.high_rxt = s + len + u64::from(fin);
+                self.retransmits = self.retransmits.saturating_add(1);
+                self.bytes_sent += len;
+                self.rtt.on_retransmit(s);
+                self.arm_rto(now);
+                self.note_flight(cwnd);
+                let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
+                return Some(self.build(s, len, flags));
+            }
+            self.win_limited = true;
+            return None;
+        }
+
+        let avail = self.snd.data_end.saturating_sub(self.snd.nxt);
+        if avail > 0 {
+            let room = self.snd.wnd_right.saturating_sub(self.snd.nxt);
+            let outstanding = self.snd.nxt - self.snd.una;
+            let len = avail.min(mss).min(room);
+            if len == 0 {
+                self.arm_persist(now);
+                return None;
+            }
+            let held = len < mss
+                && outstanding > 0
+                && if len < avail {
+                    // Sender-side silly window avoidance: wait for a worthwhile window.
+                    len < self.snd.max_wnd / 2
+                } else {
+                    // Nagle: coalesce small writes while data is unacknowledged.
+                    !self.cfg.nodelay && !self.snd.fin
+                };
+            if held {
+                return None;
+            }
+            if outstanding == 0 {
+                self.restart_after_idle(now);
+            }
+            let cwnd = self.cc.cwnd;
+            let pipe = self.snd.pipe(mss, sack);
+            if pipe + len > cwnd {
+                self.win_limited = true;
+                return None;
+            }
+            let seq = self.snd.nxt;
+            let fin = self.snd.fin && seq + len == self.snd.data_end && self.may_send_fin();
+            self.snd.nxt += len + u64::from(fin);
+            self.bytes_sent += len;
+            self.last_send = now;
+            self.rtt.start_timing(now, self.snd.nxt);
+            self.arm_rto(now);
+            self.note_flight(cwnd);
+            let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
+            return Some(self.build(seq, len, flags));
+        }
+
+        if self.snd.fin && self.snd.nxt == self.snd.data_end && self.may_send_fin() {
+            let seq = self.snd.nxt;
+            self.snd.nxt += 1;
+            self.arm_rto(now);
+            return Some(self.build(seq, 0, TcpFlags::FIN));
+        }
+        None
+    }
+
+    /// Linux's `tcp_slow_start_after_idle`: a window unused for longer than an RTO no longer
+    /// reflects the path, so it is halved per idle RTO down to the initial window.
+    fn restart_after_idle(&mut self, now: SimTime) {
+        if !self.cfg.slow_start_after_idle {
+            return;
+        }
+        let rto = self.rtt.current_rto(0, self.cfg.rto_max);
+        let mut idle = now.saturating_sub(self.last_send);
+        if idle <= rto {
+            return;
+        }
+        let restart = (u64::from(self.cfg.effective_initial_cwnd()) * self.mss()).min(self.cc.cwnd);
+        self.cc.ssthresh = self.cc.ssthresh.max(self.cc.cwnd / 2 + self.cc.cwnd / 4);
+        while idle > rto && self.cc.cwnd > restart {
+            idle -= rto;
+            self.cc.cwnd /= 2;
+        }
+        self.cc.cwnd = self.cc.cwnd.max(restart);
+        self.cc.on_idle();
+    }
+
+    fn note_flight(&mut self, cwnd: u64) {
+        let flight = self.snd.nxt - self.snd.una;
+        self.win_max_flight = self
+            .win_max_flight
+            .max(flight.min(u64::from(u32::MAX)) as u32);
+        if flight + self.mss() > cwnd {
+            self.win_limited = true;
+        }
+    }
+
+    // ---------------------------------------------------------------- introspection
+
+    pub fn info(&self) -> TcpInfo {
+        let mss = self.mss();
+        let data_start = self.snd.iss + 1;
+        TcpInfo {
+            state: self.state,
+            cwnd: (self.cc.cwnd / mss).min(u64::from(u32::MAX)) as u32,
+            ssthresh: (self.cc.ssthresh / mss).min(u64::from(u32::MAX)) as u32,
+            unacked: (self.snd.nxt - self.snd.una).div_ceil(mss) as u32,
+            notsent: self.snd.notsent(),
+            mss: self.cfg.effective_mss(),
+            srtt: self.rtt.srtt,
+            rttvar: self.rtt.rttvar,
+            rto: self.rtt.current_rto(self.backoff, self.cfg.rto_max),
+            min_rtt: self.rtt.min_rtt,
+            bytes_sent: self.bytes_sent,
+            bytes_acked: self
+                .snd
+                .una
+                .min(self.snd.data_end)
+                .saturating_sub(data_start),
+            bytes_received: self.rcv.delivered(),
+            retransmits: u64::from(self.retransmits),
+            rto_count: u64::from(self.rto_count),
+            fast_recoveries: u64::from(self.fast_recoveries),
+            send_buffer: self.snd.buf_size,
+            recv_buffer: self.rcv.buf_size,
+        }
+    }
+
+    /// Heap memory owned by the connection: only the SACK scoreboard and the reassembly
+    /// ranges, and only while holes exist. Lets a simulator account for its memory.
+    pub fn heap_bytes(&self) -> usize {
+        self.snd.heap_bytes() + self.rcv.heap_bytes()
+    }
+
+    /// Asserts internal invariants (reassembly ranges, scoreboard, buffer accounting). Cheap
+    /// enough to call after every event in tests.
+    pub fn check_invariants(&self) {
+        self.snd.check();
+        self.rcv.check();
+        assert!(self.snd.occupancy() <= self.snd.buf_size.max(self.snd.occupancy()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_is_small() {
+        let size = std::mem::size_of::<TcpConnection>();
+        assert!(size <= 392, "TcpConnection is {size} bytes");
+    }
+
+    /// Exchanges segments between two connections until both are quiet (no loss, no delay).
+    fn exchange(a: &mut TcpConnection, b: &mut TcpConnection, now: SimTime) {
+        loop {
+            let mut moved = false;
+            while let Some(seg) = a.poll_transmit(now) {
+                b.on_segment(now, &seg);
+                moved = true;
+            }
+            while let Some(seg) = b.poll_transmit(now) {
+                a.on_segment(now, &seg);
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    #[test]
+    fn written_counts_accepted_bytes_only() {
+        let cfg = Arc::new(TcpConfig {
+            send_buffer_initial: 10_000,
+            autotune: false,
+            ..TcpConfig::default()
+        });
+        let mut client = TcpConnection::connect(&cfg, 0, 1000);
+        assert_eq!(client.written(), 0);
+        assert_eq!(client.send(4000), 4000);
+        // The buffer is full: only what was accepted counts.
+        assert_eq!(client.send(8000), 6000);
+        assert_eq!(client.written(), 10_000);
+
+        let syn = client.poll_transmit(0).expect("SYN");
+        let mut server = TcpConnection::accept(&cfg, 0, 7_000_000, &syn);
+        exchange(&mut client, &mut server, 0);
+        assert_eq!(server.read(u64::MAX), 10_000);
+        assert_eq!(client.send(2500), 2500);
+        client.close(0);
+        // Neither the SYN nor the FIN counts, and nothing is accepted after close.
+        assert_eq!(client.send(1), 0);
+        exchange(&mut client, &mut server, 0);
+        assert_eq!(client.written(), 12_500);
+        assert_eq!(server.delivered(), client.written());
+        assert_eq!(server.written(), 0);
+        assert_eq!(client.state(), TcpState::FinWait2);
+    }
+}

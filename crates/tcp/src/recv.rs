@@ -1,0 +1,370 @@
+//! Receive side: reassembly, the advertised window, ACK scheduling and buffer autotuning.
+//!
+//! Out-of-order data is tracked as byte ranges, so a connection without holes owns no heap
+//! memory: the range list is allocated when a hole appears and released by the first ACK sent
+//! after the last hole is filled.
+
+use crate::lazy_vec::LazyVec;
+use onionlab_engine::time::{SimDuration, SimTime};
+
+pub(crate) const NEVER: SimTime = u64::MAX;
+
+/// What the caller must do after a data segment was processed.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DataOutcome {
+    /// In-order data became available to the reader.
+    pub readable: bool,
+    /// The peer's FIN was reached in sequence.
+    pub fin: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Receiver {
+    /// Initial receive sequence number (the peer's SYN).
+    pub irs: u64,
+    /// Next sequence number expected (RCV.NXT), including the FIN once consumed.
+    pub nxt: u64,
+    /// Sequence number of the next byte the application will read.
+    pub read: u64,
+    pub buf_size: u64,
+    /// Right edge of the window last advertised; never moves left (RFC 793 discourages
+    /// shrinking the window, and Linux never does it).
+    pub right_edge: u64,
+    /// Out-of-order ranges above `nxt`: sorted, disjoint, non-adjacent, each with the arrival
+    /// stamp of its latest segment so SACK can report the most recent blocks first.
+    ooo: LazyVec<(u64, u64, u32)>,
+    /// Sequence number of the peer's FIN, `NEVER` until seen.
+    pub fin_seq: u64,
+    /// In-order bytes received since the last ACK went out.
+    unacked: u32,
+    /// An ACK must go out at the next transmission opportunity.
+    pub ack_now: bool,
+    /// Deadline of the delayed-ACK timer.
+    pub delack_at: SimTime,
+    /// Dynamic right-sizing: bytes received per RTT, measured from `drs_seq` at `drs_time`.
+    drs_seq: u64,
+    drs_time: SimTime,
+    drs_space: u64,
+}
+
+impl Receiver {
+    pub fn new(buf_size: u64, mss: u64) -> Self {
+        Receiver {
+            irs: 0,
+            // Until the peer's SYN arrives, an empty stream starting at 1.
+            nxt: 1,
+            read: 1,
+            buf_size,
+            right_edge: 0,
+            ooo: LazyVec::new(),
+            fin_seq: NEVER,
+            unacked: 0,
+            ack_now: false,
+            delack_at: NEVER,
+            drs_seq: 0,
+            drs_time: NEVER,
+            drs_space: 10 * mss,
+        }
+    }
+
+    /// Synchronises with the peer's SYN.
+    pub fn init(&mut self, irs: u64) {
+        self.irs = irs;
+        self.nxt = irs + 1;
+        self.read = irs + 1;
+        self.right_edge = self.read + self.buf_size;
+    }
+
+    /// End of in-order payload (excludes the FIN's sequence number).
+    pub fn data_end(&self) -> u64 {
+        self.nxt.min(self.fin_seq)
+    }
+
+    pub fn available(&self) -> u64 {
+        self.data_end() - self.read
+    }
+
+    pub fn delivered(&self) -> u64 {
+        self.data_end() - (self.irs + 1)
+    }
+
+    pub fn fin_received(&self) -> bool {
+        self.nxt > self.fin_seq
+    }
+
+    /// Window to advertise now. The edge only advances by at least one MSS or half the buffer
+    /// (receiver-side silly window syndrome avoidance, RFC 1122 4.2.3.3).
+    pub fn window(&mut self, mss: u64) -> u64 {
+        let edge = self.read + self.buf_size;
+        if edge >= self.right_edge + mss.min(self.buf_size / 2) {
+            self.right_edge = edge;
+        }
+        self.right_edge.saturating_sub(self.nxt)
+    }
+
+    /// Consumes in-order bytes; returns how many were read. Requests a window update when the
+    /// window at least doubles and grows by an MSS, as Linux's receive cleanup does, so that a
+    /// sender stalled by a closed window resumes without waiting for a persist probe.
+    pub fn consume(&mut self, max: u64, mss: u64) -> u64 {
+        let n = max.min(self.available());
+        self.read += n;
+        let old = self.right_edge.saturating_sub(self.nxt);
+        let new = (self.read + self.buf_size).saturating_sub(self.nxt);
+        if n > 0 && new >= 2 * old && new - old >= mss {
+            self.ack_now = true;
+        }
+        n
+    }
+
+    /// Processes the payload (and FIN) of an acceptable segment.
+    pub fn on_data(
+        &mut self,
+        now: SimTime,
+        seq: u64,
+        len: u64,
+        fin: bool,
+        mss: u64,
+        delack: SimDuration,
+    ) -> DataOutcome {
+        let mut out = DataOutcome::default();
+        if self.fin_received() {
+            // Everything the peer will ever send has arrived; this is a retransmission.
+            self.ack_now = true;
+            return out;
+        }
+        // Accept what fits in the larger of the advertised window and the current buffer.
+        let limit = self.right_edge.max(self.read + self.buf_size);
+        let mut end = seq + len;
+        let mut fin = fin;
+        if end > limit {
+            end = limit;
+            fin = false;
+        }
+        if fin && self.fin_seq == NEVER {
+            self.fin_seq = end;
+        }
+        let start = seq.max(self.nxt);
+        if len > 0 && end <= self.nxt {
+            // Pure duplicate: the peer missed our ACK.
+            self.ack_now = true;
+        } else if len > 0 && start < end {
+            if seq <= self.nxt {
+                let had_holes = !self.ooo.is_empty();
+                self.nxt = end;
+                if let Some(ooo) = self.ooo.get_mut() {
+                    while let Some(&(s, e, _)) = ooo.first() {
+                        if s > self.nxt {
+                            break;
+                        }
+                        self.nxt = self.nxt.max(e);
+                        ooo.remove(0);
+                    }
+                }
+                out.readable = true;
+                if had_holes {
+                    self.ack_now = true;
+                } else {
+                    self.unacked = self
+                        .unacked
+                        .saturating_add((end - start).min(u64::from(u32::MAX)) as u32);
+                    if u64::from(self.unacked) >= 2 * mss {
+                        self.ack_now = true;
+                    } else if self.delack_at == NEVER {
+                        self.delack_at = now + delack;
+                    }
+                }
+            } else {
+                self.insert_ooo(start, end);
+                self.ack_now = true;
+            }
+        } else if len > 0 {
+            // Entirely outside the window.
+            self.ack_now = true;
+        } else if len == 0 && seq < self.nxt && !fin {
+            // A zero-window probe (or a stale segment) must be answered with the window.
+            self.ack_now = true;
+        }
+        if self.nxt == self.fin_seq {
+            self.nxt += 1;
+            self.ack_now = true;
+            out.fin = true;
+            if let Some(ooo) = self.ooo.get_mut() {
+                ooo.clear();
+            }
+        }
+        out
+    }
+
+    fn insert_ooo(&mut self, start: u64, end: u64) {
+        // Stamps only order the ranges present, so the counter lives in the ranges themselves.
+        let stamp = self
+            .ooo
+            .iter()
+            .map(|r| r.2)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        // First range that ends at or after `start` (may merge).
+        let i = self.ooo.partition_point(|&(_, e, _)| e < start);
+        let mut j = i;
+        let (mut s, mut e) = (start, end);
+        while j < self.ooo.len() && self.ooo[j].0 <= e {
+            s = s.min(self.ooo[j].0);
+            e = e.max(self.ooo[j].1);
+            j += 1;
+        }
+        let ooo = self.ooo.vec_mut();
+        if j == i {
+            ooo.insert(i, (s, e, stamp));
+        } else {
+            ooo[i] = (s, e, stamp);
+            ooo.drain(i + 1..j);
+        }
+    }
+
+    /// Up to three SACK blocks, the most recently changed first (RFC 2018 section 4).
+    pub fn sack_blocks(&self) -> ([(u64, u64); 3], u8) {
+        let mut blocks = [(0, 0); 3];
+        let mut stamps = [0u32; 3];
+        let mut n = 0usize;
+        for &(s, e, st) in self.ooo.iter() {
+            // Insertion into a 3-slot list ordered by recency, newest first.
+            let mut pos = n;
+            while pos > 0 && stamps[pos - 1] < st {
+                pos -= 1;
+            }
+            if pos < 3 {
+                let last = n.min(2);
+                let mut k = last;
+                while k > pos {
+                    blocks[k] = blocks[k - 1];
+                    stamps[k] = stamps[k - 1];
+                    k -= 1;
+                }
+                blocks[pos] = (s, e);
+                stamps[pos] = st;
+                n = (n + 1).min(3);
+            }
+        }
+        (blocks, n as u8)
+    }
+
+    /// An ACK carrying the current state is going out.
+    pub fn on_ack_sent(&mut self) {
+        self.ack_now = false;
+        self.unacked = 0;
+        self.delack_at = NEVER;
+        // All holes are filled: an idle connection owns no heap memory.
+        self.ooo.release_if_empty();
+    }
+
+    /// Linux-style dynamic right-sizing: once per RTT, if more bytes arrived in order than in
+    /// any earlier RTT, size the buffer to twice that (four times while the rate is still
+    /// doubling, as in slow start), so the window never limits a sender that is ramping up.
+    pub fn autotune(&mut self, now: SimTime, rtt: SimDuration, max: u64) {
+        if self.drs_time == NEVER {
+            self.drs_time = now;
+            self.drs_seq = self.nxt;
+            return;
+        }
+        if now < self.drs_time + rtt {
+            return;
+        }
+        let got = self.data_end().saturating_sub(self.drs_seq);
+        if got > self.drs_space {
+            let factor = if got >= self.drs_space + self.drs_space / 2 {
+                4
+            } else {
+                2
+            };
+            self.drs_space = got;
+            let target = (factor * got).min(max);
+            if target > self.buf_size {
+                self.buf_size = target;
+            }
+        }
+        self.drs_time = now;
+        self.drs_seq = self.data_end();
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.ooo.heap_bytes()
+    }
+
+    /// Internal consistency, for tests and debug assertions.
+    pub fn check(&self) {
+        assert!(self.read <= self.data_end());
+        let mut prev = self.nxt;
+        for &(s, e, _) in self.ooo.iter() {
+            assert!(s > prev, "ooo range {s}..{e} not above {prev}");
+            assert!(e > s);
+            prev = e;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rx() -> Receiver {
+        let mut r = Receiver::new(100_000, 1000);
+        r.init(0);
+        r
+    }
+
+    #[test]
+    fn reassembles_and_counts_once() {
+        let mut r = rx();
+        r.on_data(0, 1001, 1000, false, 1000, 40);
+        r.on_data(0, 3001, 1000, false, 1000, 40);
+        r.on_data(0, 2501, 1000, false, 1000, 40);
+        assert_eq!(r.ooo, vec![(1001, 2001, 1), (2501, 4001, 3)]);
+        assert_eq!(r.sack_blocks(), ([(2501, 4001), (1001, 2001), (0, 0)], 2));
+        r.on_data(0, 1, 1000, false, 1000, 40);
+        assert_eq!(r.delivered(), 2000);
+        r.on_data(0, 1, 2600, false, 1000, 40);
+        assert_eq!(r.delivered(), 4000);
+        assert!(r.ooo.is_empty());
+        r.on_data(0, 1, 4000, false, 1000, 40);
+        assert_eq!(r.delivered(), 4000);
+        r.check();
+    }
+
+    #[test]
+    fn sack_blocks_most_recent_first() {
+        let mut r = rx();
+        for s in [2001, 4001, 6001, 8001] {
+            r.on_data(0, s, 1000, false, 1000, 40);
+        }
+        let (b, n) = r.sack_blocks();
+        assert_eq!(n, 3);
+        assert_eq!(b, [(8001, 9001), (6001, 7001), (4001, 5001)]);
+        r.on_data(0, 2500, 100, false, 1000, 40);
+        let (b, _) = r.sack_blocks();
+        assert_eq!(b[0], (2001, 3001));
+    }
+
+    #[test]
+    fn fin_after_hole() {
+        let mut r = rx();
+        let o = r.on_data(0, 501, 500, true, 1000, 40);
+        assert!(!o.fin);
+        let o = r.on_data(0, 1, 500, false, 1000, 40);
+        assert!(o.fin && r.fin_received());
+        assert_eq!(r.delivered(), 1000);
+        assert_eq!(r.nxt, 1002);
+    }
+
+    #[test]
+    fn delayed_ack_rules() {
+        let mut r = rx();
+        r.on_data(0, 1, 100, false, 1000, 40);
+        assert!(!r.ack_now);
+        assert_eq!(r.delack_at, 40);
+        r.on_data(0, 101, 1000, false, 1000, 40);
+        assert!(!r.ack_now);
+        r.on_data(0, 1101, 1000, false, 1000, 40);
+        assert!(r.ack_now);
+    }
+}

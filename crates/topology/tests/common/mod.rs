@@ -1,0 +1,41 @@
+//! Helpers shared by the integration tests.
+
+use std::path::PathBuf;
+
+use onionlab_topology::{find_shared_data, TopologyError};
+
+/// The 183-node Internet model from the shared data directory. Fails loudly when the data is
+/// missing, because silently skipping would hide a broken checkout.
+#[allow(dead_code)] // not every test binary loads the model
+pub fn internet_model() -> PathBuf {
+    let data = find_shared_data(env!("CARGO_MANIFEST_DIR").as_ref()).expect(
+        "shared/data not found: clone the shared data beside the repository or set ONIONLAB_SHARED",
+    );
+    let path = data
+        .join("topology")
+        .join("internet-2018-183-nodes.graphml.xml.xz");
+    assert!(path.is_file(), "missing {}", path.display());
+    path
+}
+
+/// Asserts that parsing failed at `line` with a message containing every one of `needles`.
+#[track_caller]
+pub fn assert_err<T: std::fmt::Debug>(
+    result: Result<T, TopologyError>,
+    line: usize,
+    needles: &[&str],
+) {
+    let err = result.expect_err("input should have been rejected");
+    assert_eq!(err.line, Some(line), "wrong line in: {err}");
+    for needle in needles {
+        assert!(
+            err.message.contains(needle),
+            "message lacks {needle:?}: {err}"
+        );
+    }
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("{}:{line}: ", err.file)),
+        "bad display: {shown}"
+    );
+}
