@@ -47,6 +47,8 @@ pub enum SocketEvent<M> {
         port: u16,
         peer: HostId,
     },
+    /// New in-order bytes wait on a socket that does not read automatically.
+    Readable(SocketId),
     /// `bytes` new in-order bytes were read (automatically, or by `read`).
     Data { socket: SocketId, bytes: u64 },
     /// A whole message arrived (its last byte was read).
@@ -610,7 +612,9 @@ impl<M: Send + 'static> NetStack<M> {
                         }
                     }
                 }
-                TcpEvent::Readable => continue,
+                // Sockets that read automatically do so below.
+                TcpEvent::Readable if s.auto_read => continue,
+                TcpEvent::Readable => SocketEvent::Readable(id),
                 TcpEvent::Writable => SocketEvent::Writable(id),
                 TcpEvent::PeerFinished => SocketEvent::PeerClosed(id),
                 TcpEvent::Closed => SocketEvent::Closed(id),

@@ -4,8 +4,20 @@
 //! its inputs and returns decisions, so it can be tested against Tor's specifications directly.
 //! `onionlab-tor` drives them inside simulated relays and clients.
 
+pub mod cbt;
 pub mod cell;
+pub mod ewma;
+pub mod kist;
 pub mod params;
+pub mod sendme;
+pub mod token_bucket;
+pub mod vegas;
 
+pub use cbt::BuildTimeEstimator;
 pub use cell::{Cell, CellCommand, RelayCommand, CELL_BYTES, RELAY_DATA_BYTES};
+pub use ewma::{CircuitEwma, CircuitMux, EwmaClock};
+pub use kist::{kist_socket_can_write, kist_write_limit, kistlite_write_limit};
 pub use params::{FlowControl, SchedulerKind, TorParams};
+pub use sendme::{DeliverWindow, PackageWindow, SendmeError};
+pub use token_bucket::{RelayBuckets, TokenBucket};
+pub use vegas::VegasCc;

@@ -63,14 +63,39 @@ pub struct TorParams {
     pub cc_cwnd_max: u32,
     pub cc_cwnd_inc: u32,
     pub cc_cwnd_inc_rate: u32,
-    /// Slow-start cap for exit circuits.
+    /// Slow-start cap for exit circuits: the RFC 3742 threshold above which slow start grows
+    /// only limitedly (consensus `cc_sscap_exit`, live 600). Not tor's `cc_ss_max`, which is
+    /// `cc_ss_cwnd_max` here.
     pub cc_ss_max: u32,
+    /// The same threshold for onion-service circuits (consensus `cc_sscap_onion`, live 475).
+    pub cc_sscap_onion: u32,
+    /// Hard slow-start ceiling: reaching it ends slow start (consensus `cc_ss_max`, 5000).
+    pub cc_ss_cwnd_max: u32,
+    /// Slow-start growth per SENDME, in percent of `cc_sendme_inc` (code default 100).
+    pub cc_cwnd_inc_pct_ss: u32,
+    /// Reset the "cwnd is full" flag once per cwnd of SENDMEs (1) rather than on every
+    /// congestion-window update (0); code default 1.
+    pub cc_cwnd_full_per_cwnd: bool,
+    /// N of the RTT N-EWMA after slow start, as a percent of the SENDMEs between updates.
+    pub cc_ewma_cwnd_pct: u32,
+    /// Upper bound on that N.
+    pub cc_ewma_max: u32,
+    /// N of the RTT N-EWMA during slow start.
+    pub cc_ewma_ss: u32,
+    /// When cwnd sits at cwnd_min, min RTT is raised to this percent mix towards the EWMA RTT.
+    pub cc_rtt_reset_pct: u32,
     pub cc_cwnd_full_gap: u32,
     pub cc_cwnd_full_minpct: u32,
     pub vegas_alpha: u32,
     pub vegas_beta: u32,
     pub vegas_gamma: u32,
     pub vegas_delta: u32,
+    /// Vegas thresholds for onion-service circuits (live 186 / 372 / 248 / 434; code defaults
+    /// 186 / 434 / 310 / 558).
+    pub vegas_alpha_onion: u32,
+    pub vegas_beta_onion: u32,
+    pub vegas_gamma_onion: u32,
+    pub vegas_delta_onion: u32,
     /// Edge output buffer size (cells) above which a stream sends XOFF.
     pub xoff_threshold_cells: u32,
 
@@ -96,6 +121,10 @@ pub struct TorParams {
     pub cbt_quantile: f64,
     /// Quantile after which a slow circuit is abandoned altogether.
     pub cbt_close_quantile: f64,
+    /// Histogram modes averaged into the Pareto Xm once the history is full (`cbtnummodes`).
+    pub cbt_num_xm_modes: u32,
+    /// Floor on a learned timeout (`cbtmintimeout`, code default 10 ms).
+    pub cbt_min_timeout_ms: u64,
     /// Clean (unused) circuits a client keeps built ahead of need.
     pub preemptive_circuits: u32,
     pub max_unused_open_circuits: u32,
@@ -124,12 +153,24 @@ impl Default for TorParams {
             cc_cwnd_inc: 1,
             cc_cwnd_inc_rate: 31,
             cc_ss_max: 600,
+            cc_sscap_onion: 475,
+            cc_ss_cwnd_max: 5000,
+            cc_cwnd_inc_pct_ss: 100,
+            cc_cwnd_full_per_cwnd: true,
+            cc_ewma_cwnd_pct: 50,
+            cc_ewma_max: 10,
+            cc_ewma_ss: 2,
+            cc_rtt_reset_pct: 100,
             cc_cwnd_full_gap: 4,
             cc_cwnd_full_minpct: 25,
             vegas_alpha: 186,
             vegas_beta: 248,
             vegas_gamma: 186,
             vegas_delta: 310,
+            vegas_alpha_onion: 186,
+            vegas_beta_onion: 372,
+            vegas_gamma_onion: 248,
+            vegas_delta_onion: 434,
             xoff_threshold_cells: 500,
             token_bucket_refill_ms: 100,
             conn_limit: 65536,
@@ -142,6 +183,8 @@ impl Default for TorParams {
             cbt_min_circuits_to_observe: 100,
             cbt_quantile: 0.8,
             cbt_close_quantile: 0.99,
+            cbt_num_xm_modes: 10,
+            cbt_min_timeout_ms: 10,
             preemptive_circuits: 2,
             max_unused_open_circuits: 12,
         }
@@ -155,17 +198,29 @@ impl TorParams {
             ("kist_run_interval_ms", self.kist_run_interval_ms),
             ("token_bucket_refill_ms", self.token_bucket_refill_ms),
             ("circuit_window", self.circuit_window as u64),
-            ("circuit_sendme_increment", self.circuit_sendme_increment as u64),
+            (
+                "circuit_sendme_increment",
+                self.circuit_sendme_increment as u64,
+            ),
             ("stream_window", self.stream_window as u64),
-            ("stream_sendme_increment", self.stream_sendme_increment as u64),
+            (
+                "stream_sendme_increment",
+                self.stream_sendme_increment as u64,
+            ),
             ("cc_sendme_inc", self.cc_sendme_inc as u64),
             ("cc_cwnd_init", self.cc_cwnd_init as u64),
             ("cc_cwnd_min", self.cc_cwnd_min as u64),
             ("cc_cwnd_inc_rate", self.cc_cwnd_inc_rate as u64),
-            ("max_circuit_queue_cells", self.max_circuit_queue_cells as u64),
+            (
+                "max_circuit_queue_cells",
+                self.max_circuit_queue_cells as u64,
+            ),
             ("conn_limit", self.conn_limit as u64),
             ("num_primary_guards", self.num_primary_guards as u64),
             ("max_circuit_dirtiness_s", self.max_circuit_dirtiness_s),
+            ("cc_ewma_cwnd_pct", self.cc_ewma_cwnd_pct as u64),
+            ("cbt_num_xm_modes", self.cbt_num_xm_modes as u64),
+            ("cbt_min_timeout_ms", self.cbt_min_timeout_ms),
         ];
         for (field, v) in positive {
             if v == 0 {
@@ -190,6 +245,12 @@ impl TorParams {
                 "cc_cwnd_min <= cc_cwnd_init and cc_cwnd_min <= cc_cwnd_max".into(),
             ));
         }
+        if self.cc_cwnd_full_minpct > 100 || self.cc_rtt_reset_pct > 100 {
+            return Err((
+                "cc_cwnd_full_minpct",
+                "cc_cwnd_full_minpct and cc_rtt_reset_pct at most 100".into(),
+            ));
+        }
         if self.outbuf_low_bytes > self.outbuf_high_bytes {
             return Err(("outbuf_low_bytes", "at most outbuf_high_bytes".into()));
         }
@@ -201,18 +262,26 @@ impl TorParams {
                 return Err((field, "a fraction strictly between 0 and 1".into()));
             }
         }
-        if !(self.circuit_priority_halflife_s > 0.0) || !(self.ewma_tick_s > 0.0) {
+        if not_positive(self.circuit_priority_halflife_s) || not_positive(self.ewma_tick_s) {
             return Err((
                 "circuit_priority_halflife_s",
                 "positive half-life and tick".into(),
             ));
         }
-        if !(self.kist_sock_buf_size_factor >= 0.0) {
+        if self.kist_sock_buf_size_factor.is_nan() || self.kist_sock_buf_size_factor < 0.0 {
             return Err(("kist_sock_buf_size_factor", "a non-negative number".into()));
         }
-        if !(self.cbt_initial_timeout_s > 0.0) {
-            return Err(("cbt_initial_timeout_s", "a positive number of seconds".into()));
+        if not_positive(self.cbt_initial_timeout_s) {
+            return Err((
+                "cbt_initial_timeout_s",
+                "a positive number of seconds".into(),
+            ));
         }
         Ok(())
     }
+}
+
+/// True for zero, negative and NaN values, which all make a duration or rate meaningless.
+fn not_positive(v: f64) -> bool {
+    v.is_nan() || v <= 0.0
 }

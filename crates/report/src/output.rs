@@ -1,0 +1,532 @@
+//! The output directory and its files.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::records::{CircuitRecord, DownloadRecord, RelaySample, RunInfo};
+
+pub const DOWNLOADS_CSV: &str = "downloads.csv";
+pub const RELAYS_CSV: &str = "relays.csv";
+pub const CIRCUITS_CSV: &str = "circuits.csv";
+pub const RUN_JSON: &str = "run.json";
+pub const SUMMARY_TXT: &str = "summary.txt";
+
+/// The first eight columns are a stable interface for analysis scripts; new columns only ever
+/// go after them.
+pub const DOWNLOADS_HEADER: [&str; 13] = [
+    "client",
+    "group",
+    "size_bytes",
+    "start_s",
+    "circuit_build_s",
+    "ttfb_s",
+    "ttlb_s",
+    "outcome",
+    "server",
+    "guard",
+    "middle",
+    "exit",
+    "bootstrap",
+];
+
+pub const RELAYS_HEADER: [&str; 8] = [
+    "relay",
+    "second",
+    "bytes_read",
+    "bytes_written",
+    "cells_in",
+    "cells_out",
+    "queued_cells",
+    "open_sockets",
+];
+
+pub const CIRCUITS_HEADER: [&str; 11] = [
+    "client", "circuit", "purpose", "guard", "middle", "exit", "start_s", "build_s", "outcome",
+    "streams", "closed_s",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("output path {0} exists and is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: {source}")]
+    Csv {
+        path: PathBuf,
+        #[source]
+        source: csv::Error,
+    },
+    #[error("{path}: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Fixed six decimals (microsecond resolution for times), so files are byte-identical across
+/// runs and platforms instead of depending on shortest-round-trip float printing.
+fn fixed(x: f64) -> String {
+    let s = format!("{x:.6}");
+    // A value that rounds to zero from below would otherwise print as "-0.000000".
+    if s == "-0.000000" {
+        "0.000000".to_string()
+    } else {
+        s
+    }
+}
+
+/// An empty cell rather than a sentinel number, so a missing measurement can never be averaged
+/// in by accident.
+fn fixed_opt(x: Option<f64>) -> String {
+    x.map(fixed).unwrap_or_default()
+}
+
+/// The directory a run writes its results into.
+#[derive(Clone, Debug)]
+pub struct OutputDir {
+    path: PathBuf,
+}
+
+impl OutputDir {
+    /// Creates the directory (and parents) if needed; an existing directory is reused.
+    pub fn create(path: impl AsRef<Path>) -> Result<Self, ReportError> {
+        let path = path.as_ref();
+        if path.exists() && !path.is_dir() {
+            return Err(ReportError::NotADirectory(path.to_path_buf()));
+        }
+        fs::create_dir_all(path).map_err(io_err(path))?;
+        Ok(OutputDir {
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `name` atomically: the content goes to a hidden temporary file in the same
+    /// directory (same filesystem, so the rename is atomic) which replaces `name` only once it is
+    /// complete and synced. An interrupted run therefore leaves either the old file or the new
+    /// one, never half a file. On error the temporary file is removed.
+    pub fn write_atomic<F>(&self, name: &str, fill: F) -> Result<PathBuf, ReportError>
+    where
+        F: FnOnce(&mut BufWriter<File>, &Path) -> Result<(), ReportError>,
+    {
+        let target = self.path.join(name);
+        let tmp = self
+            .path
+            .join(format!(".{name}.tmp-{}", std::process::id()));
+        let result = (|| {
+            let file = File::create(&tmp).map_err(io_err(&tmp))?;
+            let mut out = BufWriter::new(file);
+            fill(&mut out, &target)?;
+            let file = out.into_inner().map_err(|e| io_err(&tmp)(e.into_error()))?;
+            file.sync_all().map_err(io_err(&tmp))?;
+            fs::rename(&tmp, &target).map_err(io_err(&target))
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        // Persist the rename itself; best effort, as not every platform can sync a directory.
+        if let Ok(dir) = File::open(&self.path) {
+            let _ = dir.sync_all();
+        }
+        Ok(target)
+    }
+
+    /// Writes raw bytes to `name` atomically.
+    pub fn write_bytes(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, ReportError> {
+        self.write_atomic(name, |out, path| out.write_all(bytes).map_err(io_err(path)))
+    }
+
+    fn write_csv<I>(&self, name: &str, header: &[&str], rows: I) -> Result<PathBuf, ReportError>
+    where
+        I: IntoIterator<Item = Vec<String>>,
+    {
+        self.write_atomic(name, |out, path| {
+            let csv_err = |source| ReportError::Csv {
+                path: path.to_path_buf(),
+                source,
+            };
+            let mut w = csv::WriterBuilder::new()
+                .terminator(csv::Terminator::Any(b'\n'))
+                .from_writer(out);
+            w.write_record(header).map_err(csv_err)?;
+            for row in rows {
+                w.write_record(&row).map_err(csv_err)?;
+            }
+            w.flush().map_err(io_err(path))
+        })
+    }
+
+    pub fn write_downloads(&self, records: &[DownloadRecord]) -> Result<PathBuf, ReportError> {
+        let rows = records.iter().map(|r| {
+            vec![
+                r.client.clone(),
+                r.group.clone(),
+                r.size_bytes.to_string(),
+                fixed(r.start_s),
+                fixed_opt(r.circuit_build_s),
+                fixed_opt(r.ttfb_s),
+                fixed_opt(r.ttlb_s),
+                r.outcome.to_string(),
+                r.server.clone(),
+                r.guard.clone(),
+                r.middle.clone(),
+                r.exit.clone(),
+                r.bootstrap.to_string(),
+            ]
+        });
+        self.write_csv(DOWNLOADS_CSV, &DOWNLOADS_HEADER, rows)
+    }
+
+    pub fn write_relays(&self, samples: &[RelaySample]) -> Result<PathBuf, ReportError> {
+        let rows = samples.iter().map(|s| {
+            vec![
+                s.relay.clone(),
+                s.second.to_string(),
+                s.bytes_read.to_string(),
+                s.bytes_written.to_string(),
+                s.cells_in.to_string(),
+                s.cells_out.to_string(),
+                s.queued_cells.to_string(),
+                s.open_sockets.to_string(),
+            ]
+        });
+        self.write_csv(RELAYS_CSV, &RELAYS_HEADER, rows)
+    }
+
+    pub fn write_circuits(&self, records: &[CircuitRecord]) -> Result<PathBuf, ReportError> {
+        let rows = records.iter().map(|c| {
+            vec![
+                c.client.clone(),
+                c.circuit.to_string(),
+                c.purpose.clone(),
+                c.guard.clone(),
+                c.middle.clone(),
+                c.exit.clone(),
+                fixed(c.start_s),
+                fixed_opt(c.build_s),
+                c.outcome.clone(),
+                c.streams.to_string(),
+                fixed_opt(c.closed_s),
+            ]
+        });
+        self.write_csv(CIRCUITS_CSV, &CIRCUITS_HEADER, rows)
+    }
+
+    /// Pretty JSON with a trailing newline. Floats use serde_json's shortest round-trip form,
+    /// which is deterministic; non-finite floats become `null`.
+    pub fn write_run(&self, info: &RunInfo) -> Result<PathBuf, ReportError> {
+        self.write_atomic(RUN_JSON, |out, path| {
+            serde_json::to_writer_pretty(&mut *out, info).map_err(|source| ReportError::Json {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            out.write_all(b"\n").map_err(io_err(path))
+        })
+    }
+
+    pub fn write_summary(&self, text: &str) -> Result<PathBuf, ReportError> {
+        self.write_bytes(SUMMARY_TXT, text.as_bytes())
+    }
+}
+
+/// Peak resident set size of this process, in bytes (Linux `VmHWM`); 0 where unavailable, since
+/// it is informational and must never fail a run.
+pub fn peak_rss_bytes() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| parse_vm_hwm(&status))
+        .unwrap_or(0)
+}
+
+fn parse_vm_hwm(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let mut parts = line["VmHWM:".len()..].split_whitespace();
+    let value: u64 = parts.next()?.parse().ok()?;
+    let unit = match parts.next() {
+        Some("kB") | Some("KB") | Some("kb") => 1024,
+        Some("mB") | Some("MB") => 1024 * 1024,
+        None | Some("B") => 1,
+        Some(_) => return None,
+    };
+    Some(value * unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{Outcome, WorkerRecord};
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let path = std::env::temp_dir().join(format!(
+                "onionlab-report-{tag}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = fs::remove_dir_all(&path);
+            TempDir(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn download(outcome: Outcome, ttlb: Option<f64>) -> DownloadRecord {
+        DownloadRecord {
+            client: "web1".into(),
+            group: "web".into(),
+            size_bytes: 327_680,
+            start_s: 1800.25,
+            circuit_build_s: None,
+            ttfb_s: Some(0.5),
+            ttlb_s: ttlb,
+            outcome,
+            server: "server3".into(),
+            guard: "relay1".into(),
+            middle: "relay2".into(),
+            exit: "relay3".into(),
+            bootstrap: false,
+        }
+    }
+
+    fn run_info() -> RunInfo {
+        RunInfo {
+            scenario_name: "toy".into(),
+            scenario: serde_json::json!({"name": "toy", "clients": {"web": 360}}),
+            seed: 42,
+            version: "0.1.0".into(),
+            threads: 4,
+            sim_seconds: 3600.0,
+            bootstrap_seconds: 1800.0,
+            wall_seconds: 12.5,
+            speed: 288.0,
+            events: 1_000_000,
+            rounds: 5000,
+            events_per_sec: 80_000.0,
+            peak_rss_bytes: 1 << 30,
+            workers: vec![WorkerRecord {
+                hosts: 10,
+                events: 250_000,
+                busy_s: 10.0,
+                blocked_s: 2.5,
+            }],
+            complete: true,
+            mode: "simulation".into(),
+            interrupted_reason: None,
+        }
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn downloads_csv_header_and_cells() {
+        let tmp = TempDir::new("downloads");
+        let out = OutputDir::create(&tmp.0).unwrap();
+        let records = vec![
+            download(Outcome::Ok, Some(2.0)),
+            download(Outcome::Timeout, None),
+            download(Outcome::Error("connection refused, by exit".into()), None),
+        ];
+        let path = out.write_downloads(&records).unwrap();
+        let text = fs::read_to_string(path).unwrap();
+        let mut lines = text.lines();
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("client,group,size_bytes,start_s,circuit_build_s,ttfb_s,ttlb_s,outcome,"));
+        assert_eq!(
+            lines.next().unwrap(),
+            "web1,web,327680,1800.250000,,0.500000,2.000000,ok,server3,relay1,relay2,relay3,false"
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            "web1,web,327680,1800.250000,,0.500000,,timeout,server3,relay1,relay2,relay3,false"
+        );
+        // The reason contains a comma, so the csv writer must quote the cell.
+        assert_eq!(
+            lines.next().unwrap(),
+            "web1,web,327680,1800.250000,,0.500000,,\"error:connection refused, by exit\",\
+             server3,relay1,relay2,relay3,false"
+        );
+        assert!(text.ends_with('\n') && !text.contains('\r'));
+    }
+
+    #[test]
+    fn relays_and_circuits_csv() {
+        let tmp = TempDir::new("relays");
+        let out = OutputDir::create(&tmp.0).unwrap();
+        out.write_relays(&[RelaySample {
+            relay: "relay1".into(),
+            second: 7,
+            bytes_read: 1,
+            bytes_written: 2,
+            cells_in: 3,
+            cells_out: 4,
+            queued_cells: 5,
+            open_sockets: 6,
+        }])
+        .unwrap();
+        out.write_circuits(&[CircuitRecord {
+            client: "c".into(),
+            circuit: 9,
+            purpose: "general".into(),
+            guard: "g".into(),
+            middle: "m".into(),
+            exit: "e".into(),
+            start_s: -0.0000001,
+            build_s: Some(1.0 / 3.0),
+            outcome: "built".into(),
+            streams: 2,
+            closed_s: None,
+        }])
+        .unwrap();
+        assert_eq!(
+            fs::read_to_string(tmp.0.join(RELAYS_CSV)).unwrap(),
+            "relay,second,bytes_read,bytes_written,cells_in,cells_out,queued_cells,open_sockets\n\
+             relay1,7,1,2,3,4,5,6\n"
+        );
+        assert_eq!(
+            fs::read_to_string(tmp.0.join(CIRCUITS_CSV)).unwrap(),
+            "client,circuit,purpose,guard,middle,exit,start_s,build_s,outcome,streams,closed_s\n\
+             c,9,general,g,m,e,0.000000,0.333333,built,2,\n"
+        );
+    }
+
+    #[test]
+    fn run_json_has_required_keys() {
+        let tmp = TempDir::new("run");
+        let out = OutputDir::create(&tmp.0).unwrap();
+        let path = out.write_run(&run_info()).unwrap();
+        let text = fs::read_to_string(path).unwrap();
+        assert!(text.contains("\n  \"seed\": 42,"), "pretty printed");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for key in [
+            "sim_seconds",
+            "wall_seconds",
+            "events",
+            "peak_rss_bytes",
+            "threads",
+            "seed",
+            "complete",
+        ] {
+            assert!(v.get(key).is_some(), "run.json lacks {key}");
+        }
+        let back: RunInfo = serde_json::from_value(v).unwrap();
+        assert_eq!(back, run_info());
+    }
+
+    #[test]
+    fn atomic_writes_leave_no_temp_files() {
+        let tmp = TempDir::new("atomic");
+        let out = OutputDir::create(&tmp.0).unwrap();
+        out.write_downloads(&[download(Outcome::Ok, Some(1.0))])
+            .unwrap();
+        out.write_relays(&[]).unwrap();
+        out.write_circuits(&[]).unwrap();
+        out.write_run(&run_info()).unwrap();
+        out.write_summary("hello\n").unwrap();
+        // Overwriting replaces the file whole.
+        out.write_summary("bye\n").unwrap();
+        assert_eq!(
+            entries(&tmp.0),
+            [
+                CIRCUITS_CSV,
+                DOWNLOADS_CSV,
+                RELAYS_CSV,
+                RUN_JSON,
+                SUMMARY_TXT
+            ]
+        );
+        assert_eq!(
+            fs::read_to_string(tmp.0.join(SUMMARY_TXT)).unwrap(),
+            "bye\n"
+        );
+
+        // A writer that fails midway keeps the old file and cleans up its temporary file.
+        let err = out.write_atomic(SUMMARY_TXT, |w, path| {
+            w.write_all(b"half").map_err(io_err(path))?;
+            Err(ReportError::NotADirectory(path.to_path_buf()))
+        });
+        assert!(err.is_err());
+        assert_eq!(
+            fs::read_to_string(tmp.0.join(SUMMARY_TXT)).unwrap(),
+            "bye\n"
+        );
+        assert_eq!(entries(&tmp.0).len(), 5);
+    }
+
+    #[test]
+    fn create_rejects_a_file_and_reuses_a_directory() {
+        let tmp = TempDir::new("create");
+        let nested = tmp.0.join("a/b");
+        OutputDir::create(&nested).unwrap();
+        OutputDir::create(&nested).unwrap();
+        let file = tmp.0.join("file");
+        fs::write(&file, "x").unwrap();
+        assert!(matches!(
+            OutputDir::create(&file),
+            Err(ReportError::NotADirectory(_))
+        ));
+    }
+
+    #[test]
+    fn identical_input_gives_identical_bytes() {
+        let write = |tag: &str| {
+            let tmp = TempDir::new(tag);
+            let out = OutputDir::create(&tmp.0).unwrap();
+            let records: Vec<_> = (0..50)
+                .map(|i| {
+                    let mut r = download(Outcome::Ok, Some(i as f64 * 0.1 + 1e-9));
+                    r.start_s = i as f64 / 7.0;
+                    r
+                })
+                .collect();
+            out.write_downloads(&records).unwrap();
+            out.write_run(&run_info()).unwrap();
+            let a = fs::read(tmp.0.join(DOWNLOADS_CSV)).unwrap();
+            let b = fs::read(tmp.0.join(RUN_JSON)).unwrap();
+            (a, b)
+        };
+        assert_eq!(write("same-a"), write("same-b"));
+    }
+
+    #[test]
+    fn vm_hwm_parsing() {
+        let status = "Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
+        assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
+        assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
+        if cfg!(target_os = "linux") {
+            assert!(peak_rss_bytes() > 0);
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The records a run produces.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// How a download ended.
+///
+/// Serialized as the same short text used in `downloads.csv` (`ok`, `timeout`,
+/// `error:<reason>`) so that every output format spells outcomes identically and a reader can
+/// split on the first `:` without knowing the reasons in advance.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Ok,
+    Timeout,
+    Error(String),
+}
+
+impl Outcome {
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Outcome::Ok)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Ok => f.write_str("ok"),
+            Outcome::Timeout => f.write_str("timeout"),
+            Outcome::Error(reason) => write!(f, "error:{reason}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a download outcome: {0:?} (expected ok, timeout or error:<reason>)")]
+pub struct ParseOutcomeError(pub String);
+
+impl FromStr for Outcome {
+    type Err = ParseOutcomeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ok" => Ok(Outcome::Ok),
+            "timeout" => Ok(Outcome::Timeout),
+            _ => match s.strip_prefix("error:") {
+                Some(reason) => Ok(Outcome::Error(reason.to_string())),
+                None => Err(ParseOutcomeError(s.to_string())),
+            },
+        }
+    }
+}
+
+impl Serialize for Outcome {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Outcome {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One client download, as the user experienced it.
+///
+/// `ttfb_s` and `ttlb_s` are measured from `start_s`, so they include circuit build time when
+/// the download had to wait for a circuit; that is what a user waits for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DownloadRecord {
+    pub client: String,
+    pub group: String,
+    pub size_bytes: u64,
+    pub start_s: f64,
+    pub circuit_build_s: Option<f64>,
+    pub ttfb_s: Option<f64>,
+    pub ttlb_s: Option<f64>,
+    pub outcome: Outcome,
+    pub server: String,
+    pub guard: String,
+    pub middle: String,
+    pub exit: String,
+    /// Started inside the bootstrap period: written to the CSV, excluded from the summary,
+    /// because the network has not reached its steady state yet.
+    pub bootstrap: bool,
+}
+
+/// One relay's activity during one simulated second.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelaySample {
+    pub relay: String,
+    pub second: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub cells_in: u64,
+    pub cells_out: u64,
+    pub queued_cells: u64,
+    pub open_sockets: u32,
+}
+
+/// One circuit a client tried to build.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CircuitRecord {
+    pub client: String,
+    pub circuit: u64,
+    pub purpose: String,
+    pub guard: String,
+    pub middle: String,
+    pub exit: String,
+    pub start_s: f64,
+    pub build_s: Option<f64>,
+    /// `built`, `timeout`, `destroyed`, `refused`, ...: free text so the Tor model can add
+    /// reasons without a change here.
+    pub outcome: String,
+    pub streams: u32,
+    pub closed_s: Option<f64>,
+}
+
+/// Load of one engine worker thread, to spot imbalance between partitions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    pub hosts: usize,
+    pub events: u64,
+    pub busy_s: f64,
+    pub blocked_s: f64,
+}
+
+/// Everything about a run except its measurements, written as `run.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub scenario_name: String,
+    /// The scenario as run, after defaults and overrides, so a run can be reproduced from its
+    /// output directory alone.
+    pub scenario: serde_json::Value,
+    pub seed: u64,
+    pub version: String,
+    pub threads: usize,
+    pub sim_seconds: f64,
+    pub bootstrap_seconds: f64,
+    pub wall_seconds: f64,
+    /// Simulated seconds per wall-clock second.
+    pub speed: f64,
+    pub events: u64,
+    pub rounds: u64,
+    pub events_per_sec: f64,
+    pub peak_rss_bytes: u64,
+    pub workers: Vec<WorkerRecord>,
+    /// False when the run stopped before its configured end; see `interrupted_reason`.
+    pub complete: bool,
+    /// `"simulation"`; a field rather than an assumption so other modes can share the format.
+    pub mode: String,
+    pub interrupted_reason: Option<String>,
+}

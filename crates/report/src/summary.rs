@@ -1,0 +1,407 @@
+//! The per-group summary of what users experienced.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::records::{DownloadRecord, Outcome, RelaySample};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// p50, p90 and p99 of a sample, by the nearest-rank method.
+///
+/// Nearest rank (the `p`-th percentile of `n` sorted values is the value at 1-based rank
+/// `ceil(p * n / 100)`) always returns a value that was actually measured, needs no floating
+/// point to pick the rank and so cannot differ between platforms, and is the definition most
+/// readers can check by hand. With no values, `n` is 0 and the percentiles are NaN (rendered as
+/// `-`; `null` in JSON) rather than a zero that would look like a real, excellent result.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub n: usize,
+}
+
+/// Computes [`Percentiles`] of `values` (in any order).
+pub fn percentiles(values: &[f64]) -> Percentiles {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let at = |p: usize| {
+        if n == 0 {
+            f64::NAN
+        } else {
+            let rank = (p * n).div_ceil(100).max(1);
+            sorted[rank - 1]
+        }
+    };
+    Percentiles {
+        p50: at(50),
+        p90: at(90),
+        p99: at(99),
+        n,
+    }
+}
+
+/// Download statistics of one client group, over the measured period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupSummary {
+    pub group: String,
+    /// All downloads started after bootstrap, whatever their outcome.
+    pub downloads: usize,
+    pub errors: usize,
+    pub timeouts: usize,
+    /// `(errors + timeouts) / downloads`: a timeout is a failed download from the user's point
+    /// of view, as in tgen/OnionPerf, where timeouts are reported as transfer errors.
+    pub error_rate: f64,
+    /// Over successful downloads only: a failed download's partial times would mix two very
+    /// different populations.
+    pub ttfb: Percentiles,
+    pub ttlb: Percentiles,
+    /// TTLB per download size, ascending by size, since TTLB is only comparable within a size.
+    pub ttlb_by_size: Vec<(u64, Percentiles)>,
+}
+
+/// Summarizes downloads per group, leaving out those started during bootstrap.
+///
+/// Groups are sorted by name, not by first appearance, so the summary does not depend on the
+/// order in which per-thread record lists were merged.
+pub fn summarize(downloads: &[DownloadRecord]) -> Vec<GroupSummary> {
+    #[derive(Default)]
+    struct Acc {
+        downloads: usize,
+        errors: usize,
+        timeouts: usize,
+        ttfb: Vec<f64>,
+        ttlb: Vec<f64>,
+        ttlb_by_size: BTreeMap<u64, Vec<f64>>,
+    }
+    let mut groups: BTreeMap<&str, Acc> = BTreeMap::new();
+    for d in downloads.iter().filter(|d| !d.bootstrap) {
+        let acc = groups.entry(d.group.as_str()).or_default();
+        acc.downloads += 1;
+        match d.outcome {
+            Outcome::Ok => {
+                acc.ttfb.extend(d.ttfb_s);
+                if let Some(t) = d.ttlb_s {
+                    acc.ttlb.push(t);
+                    acc.ttlb_by_size.entry(d.size_bytes).or_default().push(t);
+                }
+            }
+            Outcome::Timeout => acc.timeouts += 1,
+            Outcome::Error(_) => acc.errors += 1,
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(group, acc)| GroupSummary {
+            group: group.to_string(),
+            downloads: acc.downloads,
+            errors: acc.errors,
+            timeouts: acc.timeouts,
+            error_rate: (acc.errors + acc.timeouts) as f64 / acc.downloads as f64,
+            ttfb: percentiles(&acc.ttfb),
+            ttlb: percentiles(&acc.ttlb),
+            ttlb_by_size: acc
+                .ttlb_by_size
+                .into_iter()
+                .map(|(size, v)| (size, percentiles(&v)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Total relay write throughput in bytes per second over the measured period.
+///
+/// Sums `bytes_written` over all relays for seconds `>= from_second` and divides by the length
+/// of the period, which runs from `from_second` through the last second present in `relays`
+/// (so the sampler should emit the final second even when it was idle). Summing over all
+/// relays counts each payload byte once per hop, the same convention as the relay goodput
+/// reported by Shadow/tornettools, so results are comparable with theirs.
+pub fn total_goodput(relays: &[RelaySample], from_second: u64) -> f64 {
+    let Some(last) = relays.iter().map(|r| r.second).max() else {
+        return 0.0;
+    };
+    if last < from_second {
+        return 0.0;
+    }
+    let bytes: u128 = relays
+        .iter()
+        .filter(|r| r.second >= from_second)
+        .map(|r| r.bytes_written as u128)
+        .sum();
+    bytes as f64 / (last - from_second + 1) as f64
+}
+
+fn size_label(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    if bytes >= KIB * KIB && bytes % (KIB * KIB) == 0 {
+        format!("{} MiB", bytes / (KIB * KIB))
+    } else if bytes >= KIB && bytes % KIB == 0 {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+fn secs(x: f64, n: usize) -> String {
+    if n == 0 {
+        "-".to_string()
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn row(
+    group: String,
+    downloads: String,
+    error_rate: String,
+    ttfb: Option<&Percentiles>,
+    ttlb: &Percentiles,
+) -> Vec<String> {
+    let blank = || vec![String::new(); 3];
+    let cells = |p: &Percentiles| vec![secs(p.p50, p.n), secs(p.p90, p.n), secs(p.p99, p.n)];
+    let mut r = vec![group, downloads, error_rate];
+    r.extend(ttfb.map(cells).unwrap_or_else(blank));
+    r.extend(cells(ttlb));
+    r
+}
+
+/// Renders the human-readable summary: one row per group, plus one indented TTLB row per size
+/// for groups that mix sizes (perf groups usually do not, web and bulk never do).
+///
+/// The group name is left-aligned and every number right-aligned in columns as wide as their
+/// widest cell, so the table stays aligned for any group names and magnitudes.
+pub fn render_summary(groups: &[GroupSummary], goodput_bytes_per_s: f64, complete: bool) -> String {
+    let header: Vec<String> = [
+        "group",
+        "downloads",
+        "error rate",
+        "ttfb p50",
+        "ttfb p90",
+        "ttfb p99",
+        "ttlb p50",
+        "ttlb p90",
+        "ttlb p99",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rows = vec![header];
+    for g in groups {
+        rows.push(row(
+            g.group.clone(),
+            g.downloads.to_string(),
+            format!("{:.2}%", g.error_rate * 100.0),
+            Some(&g.ttfb),
+            &g.ttlb,
+        ));
+        if g.ttlb_by_size.len() > 1 {
+            for (size, p) in &g.ttlb_by_size {
+                rows.push(row(
+                    format!("  {}", size_label(*size)),
+                    String::new(),
+                    String::new(),
+                    None,
+                    p,
+                ));
+            }
+        }
+    }
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+
+    let mut out = String::new();
+    if !complete {
+        out.push_str(
+            "PARTIAL RUN: the simulation stopped before its configured end; \
+             results cover only the simulated time reached.\n\n",
+        );
+    }
+    if groups.is_empty() {
+        out.push_str("No downloads were measured after the bootstrap period.\n");
+    } else {
+        for r in &rows {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                if c == 0 {
+                    let _ = write!(line, "{cell:<w$}", w = widths[c]);
+                } else {
+                    let _ = write!(line, "  {cell:>w$}", w = widths[c]);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out.push_str(
+            "\nTimes in seconds from download start; nearest-rank percentiles over successful \
+             downloads.\nError rate counts errors and timeouts. The bootstrap period is excluded.\n",
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Total relay goodput: {:.3} MiB/s",
+        goodput_bytes_per_s / MIB
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(group: &str, size: u64, outcome: Outcome, ttfb: f64, ttlb: f64) -> DownloadRecord {
+        DownloadRecord {
+            client: format!("{group}-client"),
+            group: group.into(),
+            size_bytes: size,
+            start_s: 2000.0,
+            circuit_build_s: Some(0.3),
+            ttfb_s: Some(ttfb),
+            ttlb_s: outcome.is_ok().then_some(ttlb),
+            outcome,
+            server: "s".into(),
+            guard: "g".into(),
+            middle: "m".into(),
+            exit: "e".into(),
+            bootstrap: false,
+        }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles_match_hand_computation() {
+        // 1..=10 shuffled. p50: rank ceil(5) = 5 -> 5; p90: rank 9 -> 9; p99: rank ceil(9.9) = 10.
+        let p = percentiles(&[7.0, 3.0, 10.0, 1.0, 9.0, 2.0, 8.0, 4.0, 6.0, 5.0]);
+        assert_eq!(
+            p,
+            Percentiles {
+                p50: 5.0,
+                p90: 9.0,
+                p99: 10.0,
+                n: 10
+            }
+        );
+        // Four values: p50 rank 2, p90 rank ceil(3.6) = 4, p99 rank 4.
+        let p = percentiles(&[0.4, 0.1, 0.3, 0.2]);
+        assert_eq!((p.p50, p.p90, p.p99), (0.2, 0.4, 0.4));
+        // 1..=200: p50 rank 100, p90 rank 180, p99 rank 198.
+        let v: Vec<f64> = (1..=200).rev().map(f64::from).collect();
+        let p = percentiles(&v);
+        assert_eq!((p.p50, p.p90, p.p99), (100.0, 180.0, 198.0));
+        let p = percentiles(&[42.0]);
+        assert_eq!((p.p50, p.p90, p.p99, p.n), (42.0, 42.0, 42.0, 1));
+        let p = percentiles(&[]);
+        assert_eq!(p.n, 0);
+        assert!(p.p50.is_nan() && p.p90.is_nan() && p.p99.is_nan());
+    }
+
+    #[test]
+    fn summarize_counts_outcomes_and_skips_bootstrap() {
+        let mut boot = rec("web", 100, Outcome::Ok, 99.0, 99.0);
+        boot.bootstrap = true;
+        let records = vec![
+            rec("web", 100, Outcome::Ok, 0.5, 1.0),
+            boot,
+            rec("bulk", 5 << 20, Outcome::Ok, 0.7, 20.0),
+            rec("web", 100, Outcome::Ok, 0.6, 3.0),
+            rec("web", 100, Outcome::Timeout, 0.9, 0.0),
+            rec("web", 100, Outcome::Error("refused".into()), 0.0, 0.0),
+            rec("web", 100, Outcome::Ok, 0.4, 2.0),
+        ];
+        let groups = summarize(&records);
+        let names: Vec<_> = groups.iter().map(|g| g.group.as_str()).collect();
+        assert_eq!(names, ["bulk", "web"], "sorted by name");
+        let web = &groups[1];
+        assert_eq!((web.downloads, web.errors, web.timeouts), (5, 1, 1));
+        assert_eq!(web.error_rate, 0.4);
+        // Successful TTFBs 0.4, 0.5, 0.6: p50 rank 2 = 0.5, p90/p99 rank 3 = 0.6.
+        assert_eq!((web.ttfb.p50, web.ttfb.p90, web.ttfb.n), (0.5, 0.6, 3));
+        assert_eq!((web.ttlb.p50, web.ttlb.p99, web.ttlb.n), (2.0, 3.0, 3));
+        assert_eq!(web.ttlb_by_size.len(), 1);
+        assert_eq!(web.ttlb_by_size[0].0, 100);
+        assert_eq!(groups[0].error_rate, 0.0);
+    }
+
+    #[test]
+    fn ttlb_by_size_is_sorted_by_size() {
+        let records = vec![
+            rec("perf", 5 << 20, Outcome::Ok, 0.5, 30.0),
+            rec("perf", 50 << 10, Outcome::Ok, 0.5, 1.0),
+            rec("perf", 1 << 20, Outcome::Ok, 0.5, 8.0),
+            rec("perf", 50 << 10, Outcome::Ok, 0.5, 2.0),
+        ];
+        let g = &summarize(&records)[0];
+        let sizes: Vec<u64> = g.ttlb_by_size.iter().map(|(s, _)| *s).collect();
+        assert_eq!(sizes, [50 << 10, 1 << 20, 5 << 20]);
+        assert_eq!(g.ttlb_by_size[0].1.n, 2);
+        assert_eq!(g.ttlb_by_size[0].1.p90, 2.0);
+    }
+
+    #[test]
+    fn goodput_averages_over_measured_seconds() {
+        let sample = |relay: &str, second, bytes_written| RelaySample {
+            relay: relay.into(),
+            second,
+            bytes_read: 0,
+            bytes_written,
+            cells_in: 0,
+            cells_out: 0,
+            queued_cells: 0,
+            open_sockets: 0,
+        };
+        let relays = vec![
+            sample("a", 0, 1_000_000),
+            sample("a", 10, 100),
+            sample("b", 10, 300),
+            sample("a", 11, 200),
+            sample("b", 13, 400),
+        ];
+        // Seconds 10..=13 (4 s), 1000 bytes.
+        assert_eq!(total_goodput(&relays, 10), 250.0);
+        assert_eq!(total_goodput(&relays, 14), 0.0);
+        assert_eq!(total_goodput(&[], 0), 0.0);
+    }
+
+    #[test]
+    fn summary_table_lists_groups_aligned() {
+        let records = vec![
+            rec("web", 320 << 10, Outcome::Ok, 0.5, 1.25),
+            rec("bulk", 5 << 20, Outcome::Ok, 0.7, 20.0),
+            rec("perf-50k", 50 << 10, Outcome::Timeout, 0.0, 0.0),
+            rec("mixed", 50 << 10, Outcome::Ok, 0.5, 1.0),
+            rec("mixed", 1 << 20, Outcome::Ok, 0.5, 8.0),
+        ];
+        let groups = summarize(&records);
+        let text = render_summary(&groups, 3.0 * 1024.0 * 1024.0, true);
+        assert!(!text.contains("PARTIAL RUN"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("group"));
+        for g in ["web", "bulk", "perf-50k", "mixed", "  50 KiB", "  1 MiB"] {
+            assert!(
+                lines.iter().any(|l| l.starts_with(&format!("{g} "))),
+                "no row for {g}:\n{text}"
+            );
+        }
+        // Right-aligned columns: every table row ends at the same column.
+        let table: Vec<&str> = lines
+            .iter()
+            .take_while(|l| !l.is_empty())
+            .copied()
+            .collect();
+        assert_eq!(table.len(), 7);
+        assert!(table.iter().all(|l| l.len() == table[0].len()), "{text}");
+        let web = table.iter().find(|l| l.starts_with("web ")).unwrap();
+        assert!(web.contains("0.00%") && web.contains("1.250"), "{web}");
+        let perf = table.iter().find(|l| l.starts_with("perf-50k")).unwrap();
+        assert!(perf.contains("100.00%") && perf.contains(" -"), "{perf}");
+        assert!(text.contains("Total relay goodput: 3.000 MiB/s"));
+
+        let partial = render_summary(&groups, 0.0, false);
+        assert!(partial.starts_with("PARTIAL RUN"));
+        assert_eq!(partial, render_summary(&groups, 0.0, false));
+        assert!(render_summary(&[], 0.0, true).contains("No downloads"));
+    }
+}

@@ -1,0 +1,544 @@
+//! The scenario file's sections as typed values.
+//!
+//! Every struct refuses unknown keys: a misspelt key that is silently ignored leaves a default
+//! in place and yields a run that looks valid but measures something else. Defaults live here,
+//! next to the keys, so `SCENARIO.md` and the code can be checked against each other.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use onionlab_torcore::TorParams;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::units::{Duration, Rate, Size};
+
+/// A whole scenario, as written (after defaults), ready to [`crate::resolve`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Defaults to the file's stem.
+    #[serde(default)]
+    pub name: String,
+    /// The file the scenario came from; relative paths inside it are relative to its folder.
+    #[serde(skip_deserializing, default)]
+    pub source: PathBuf,
+    pub run: RunSection,
+    #[serde(default)]
+    pub network: NetworkSection,
+    #[serde(default)]
+    pub tor: TorParams,
+    #[serde(default)]
+    pub authorities: Authorities,
+    pub relays: RelaysSection,
+    #[serde(default)]
+    pub servers: Vec<ServerGroup>,
+    #[serde(default)]
+    pub clients: Vec<ClientGroup>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSection {
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    pub stop_time: Duration,
+    /// Downloads that start before this time are left out of the results.
+    #[serde(default)]
+    pub bootstrap: Duration,
+    /// Worker threads; `None` leaves the choice to the command line or the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSection {
+    /// `builtin`, `internet-2018`, `data:<path in shared/data>` or a file path.
+    #[serde(default = "default_graph")]
+    pub graph: String,
+    /// Only meaningful with `graph: builtin`; `None` there means all defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<BuiltinNetwork>,
+    #[serde(default)]
+    pub lookahead_floor: Duration,
+    #[serde(default = "default_down_queue")]
+    pub down_queue: Duration,
+}
+
+fn default_graph() -> String {
+    "builtin".into()
+}
+
+fn default_down_queue() -> Duration {
+    Duration::from_millis(100)
+}
+
+impl Default for NetworkSection {
+    fn default() -> Self {
+        NetworkSection {
+            graph: default_graph(),
+            builtin: None,
+            lookahead_floor: Duration(0),
+            down_queue: default_down_queue(),
+        }
+    }
+}
+
+/// The single-switch network: every host on one node, one latency between any two hosts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuiltinNetwork {
+    #[serde(default = "default_latency")]
+    pub latency: Duration,
+    #[serde(default)]
+    pub loss: f64,
+    /// Default access link of every host on the switch, both directions.
+    #[serde(default = "default_switch_bandwidth")]
+    pub bandwidth: Rate,
+}
+
+fn default_latency() -> Duration {
+    Duration::from_millis(25)
+}
+
+fn default_switch_bandwidth() -> Rate {
+    Rate(1_000_000_000)
+}
+
+impl Default for BuiltinNetwork {
+    fn default() -> Self {
+        BuiltinNetwork {
+            latency: default_latency(),
+            loss: 0.0,
+            bandwidth: default_switch_bandwidth(),
+        }
+    }
+}
+
+/// How a group's hosts attach to the graph; shared by authorities, servers and clients.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_up: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_down: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+}
+
+/// Directory authorities: `authorities: 3` or `authorities: { count: 3, bandwidth: 1 Gbit }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthoritiesSpec {
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_up: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_down: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+}
+
+/// Wrapper that accepts the integer shorthand as well as the full map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Authorities(pub AuthoritiesSpec);
+
+impl Default for Authorities {
+    fn default() -> Self {
+        Authorities(AuthoritiesSpec {
+            count: 3,
+            bandwidth: None,
+            bandwidth_up: None,
+            bandwidth_down: None,
+            country: None,
+        })
+    }
+}
+
+impl Authorities {
+    pub fn link(&self) -> Link {
+        Link {
+            bandwidth: self.0.bandwidth,
+            bandwidth_up: self.0.bandwidth_up,
+            bandwidth_down: self.0.bandwidth_down,
+            country: self.0.country.clone(),
+        }
+    }
+}
+
+impl Serialize for Authorities {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Authorities {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Authorities;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of authorities, or a map with `count` and link keys")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Authorities, E> {
+                let count = u32::try_from(v)
+                    .map_err(|_| E::custom(format!("at most {} authorities", u32::MAX)))?;
+                Ok(Authorities(AuthoritiesSpec {
+                    count,
+                    ..Authorities::default().0
+                }))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Authorities, E> {
+                if v < 0 {
+                    return Err(E::custom(format!(
+                        "a positive number of authorities, got {v}"
+                    )));
+                }
+                self.visit_u64(v as u64)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Authorities, A::Error> {
+                AuthoritiesSpec::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(Authorities)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Where relays come from: exactly one of `generate`, `list`, `sample`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RelaysSection {
+    Generate(GenerateRelays),
+    List(Vec<RelaySpec>),
+    Sample(SampleRelays),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateRelays {
+    #[serde(default)]
+    pub guard: u32,
+    #[serde(default)]
+    pub exit: u32,
+    #[serde(default)]
+    pub guard_exit: u32,
+    #[serde(default)]
+    pub middle: u32,
+    #[serde(default)]
+    pub bandwidth: BandwidthModel,
+    /// `None`: the relays file's own burst for `from_file`, [`DEFAULT_BURST_FACTOR`] otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_factor: Option<f64>,
+    /// Overrides the relays' link capacity (both directions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Rate>,
+    /// Puts every generated relay in this country.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+    /// Exit policy of exit and guard+exit relays (default `accept *:*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_policy: Option<String>,
+}
+
+/// Median burst/rate ratio of the relays in `relays-2018-1998.csv` that set a rate (quartiles
+/// 1.25 and 2.0); a third of them set burst = rate.
+pub const DEFAULT_BURST_FACTOR: f64 = 1.67;
+
+/// How generated relays get their `BandwidthRate`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum BandwidthModel {
+    /// Rows drawn from a relays CSV (`relays-2018`, `data:...` or a path).
+    FromFile(String),
+    Lognormal(Lognormal),
+    Fixed(Rate),
+}
+
+impl Default for BandwidthModel {
+    fn default() -> Self {
+        BandwidthModel::FromFile("relays-2018".into())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lognormal {
+    pub median: Rate,
+    pub sigma: f64,
+}
+
+/// Relay flags a scenario may set by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlagName {
+    Guard,
+    Exit,
+    Fast,
+    Stable,
+    Running,
+    Valid,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySpec {
+    /// Relay nickname; with `count > 1` a number is appended.
+    pub name: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(default = "default_flags")]
+    pub flags: Vec<FlagName>,
+    pub bandwidth_rate: Rate,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_burst: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_bandwidth_rate: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_bandwidth_burst: Option<Rate>,
+    /// Consensus weight (kB/s units, as in a consensus `w Bandwidth=` line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consensus_weight: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_policy: Option<String>,
+    /// Relays naming the same family form one family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_up: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_down: Option<Rate>,
+    /// A fixed IPv4 address (with `count > 1`, the first; later ones count up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<Ipv4Addr>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn default_flags() -> Vec<FlagName> {
+    vec![FlagName::Fast, FlagName::Stable]
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleRelays {
+    /// `consensus-2023`, `consensus-2022`, `data:<path>` or a path to a consensus file.
+    pub consensus: String,
+    pub count: u32,
+    /// Replaces every sampled relay's `BandwidthRate` (default: its consensus weight).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_rate: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_factor: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerGroup {
+    pub name: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_up: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_down: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+}
+
+fn default_port() -> u16 {
+    80
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientGroup {
+    pub name: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    pub workload: Workload,
+    /// The server group this group downloads from; `None`: any server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub servers: Option<String>,
+    /// Each client starts at a uniform random time in this range.
+    #[serde(default)]
+    pub start: DurationRange,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_up: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_down: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+}
+
+macro_rules! link_of {
+    ($t:ty) => {
+        impl $t {
+            pub fn link(&self) -> Link {
+                Link {
+                    bandwidth: self.bandwidth,
+                    bandwidth_up: self.bandwidth_up,
+                    bandwidth_down: self.bandwidth_down,
+                    country: self.country.clone(),
+                }
+            }
+        }
+    };
+}
+link_of!(ServerGroup);
+link_of!(ClientGroup);
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Workload {
+    Web(WebWorkload),
+    Bulk(BulkWorkload),
+    Perf(PerfWorkload),
+}
+
+/// Browsing: fetch a page, think, repeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebWorkload {
+    #[serde(default = "web_size")]
+    pub size: Size,
+    #[serde(default = "web_pause")]
+    pub pause: DurationRange,
+    #[serde(default = "web_timeout")]
+    pub timeout: Duration,
+}
+
+fn web_size() -> Size {
+    Size(320 * 1024)
+}
+fn web_pause() -> DurationRange {
+    DurationRange {
+        min: Duration::from_secs(1),
+        max: Duration::from_secs(60),
+    }
+}
+fn web_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// Back-to-back large downloads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkWorkload {
+    #[serde(default = "bulk_size")]
+    pub size: Size,
+    #[serde(default)]
+    pub pause: DurationRange,
+    #[serde(default = "bulk_timeout")]
+    pub timeout: Duration,
+}
+
+fn bulk_size() -> Size {
+    Size(5 << 20)
+}
+fn bulk_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// OnionPerf-style measurement: one download of a fixed size every `interval`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerfWorkload {
+    #[serde(default = "perf_size")]
+    pub size: Size,
+    #[serde(default = "perf_interval")]
+    pub interval: Duration,
+    /// `None`: 15 s up to 50 KiB, 60 s up to 1 MiB, 120 s above (tornettools' choices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+}
+
+fn perf_size() -> Size {
+    Size(50 * 1024)
+}
+fn perf_interval() -> Duration {
+    Duration::from_secs(60)
+}
+
+impl PerfWorkload {
+    pub fn effective_timeout(&self) -> Duration {
+        self.timeout.unwrap_or(if self.size.0 <= 50 * 1024 {
+            Duration::from_secs(15)
+        } else if self.size.0 <= 1 << 20 {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(120)
+        })
+    }
+}
+
+/// A uniform range of durations, written `[1s, 60s]`, or one fixed duration `5s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DurationRange {
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl Serialize for DurationRange {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        [self.min, self.max].serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationRange {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DurationRange;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"5s\" or a range [min, max] such as [1s, 60s]")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationRange, E> {
+                let d = crate::units::parse_duration(v).map_err(E::custom)?;
+                Ok(DurationRange { min: d, max: d })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DurationRange, A::Error> {
+                let min: Duration = seq
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let max: Duration = seq
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                if seq.next_element::<de::IgnoredAny>()?.is_some() {
+                    return Err(de::Error::custom(
+                        "a range [min, max] has exactly two durations",
+                    ));
+                }
+                Ok(DurationRange { min, max })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

@@ -1,0 +1,721 @@
+//! From a scenario to concrete hosts: which relays exist, with which rates and flags, and where
+//! every host sits on the graph.
+//!
+//! Every random choice draws from a per-host stream ([`onionlab_engine::host_rng`]) keyed by the
+//! scenario seed, the host's position in the plan and the purpose of the draw. A host's
+//! placement therefore does not depend on how many draws another host made, and the same
+//! scenario and seed always give the same plan.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::Ipv4Addr;
+
+use onionlab_engine::host_rng;
+use onionlab_netdir::{Consensus, ExitPolicy, RelayFlags};
+use onionlab_topology::Graph;
+use rand::RngExt;
+
+use crate::data::{self, CsvRelay};
+use crate::model::*;
+use crate::units::Rate;
+use crate::validate::MIN_RELAY_RATE_BYTES;
+use crate::ScenarioError;
+
+/// Everything a run instantiates, in host order: authorities, relays, servers, clients.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub relays: Vec<PlannedRelay>,
+    pub authorities: Vec<PlannedHost>,
+    pub servers: Vec<PlannedHost>,
+    pub clients: Vec<PlannedClient>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedRelay {
+    pub name: String,
+    /// Index into `graph.nodes`.
+    pub node: usize,
+    pub link_up_bps: u64,
+    pub link_down_bps: u64,
+    pub flags: RelayFlags,
+    /// As in a consensus `w Bandwidth=` line (nominally kB/s).
+    pub consensus_weight: u64,
+    /// Bytes per second.
+    pub bandwidth_rate: u64,
+    /// Bytes.
+    pub bandwidth_burst: u64,
+    pub relay_bandwidth_rate: Option<u64>,
+    pub relay_bandwidth_burst: Option<u64>,
+    pub exit_policy: ExitPolicy,
+    pub family: Option<u32>,
+    pub address: Ipv4Addr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedHost {
+    pub name: String,
+    pub group: String,
+    /// Index into `graph.nodes`.
+    pub node: usize,
+    pub link_up_bps: u64,
+    pub link_down_bps: u64,
+}
+
+/// A client's behaviour with every quantity in bytes or nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientWorkload {
+    /// Download `size`, then pause uniformly in `[pause_min, pause_max]`, repeat.
+    Web {
+        size: u64,
+        pause_min: u64,
+        pause_max: u64,
+        timeout: u64,
+    },
+    /// Download `size` back to back (after an optional pause).
+    Bulk {
+        size: u64,
+        pause_min: u64,
+        pause_max: u64,
+        timeout: u64,
+    },
+    /// Start a download of `size` every `interval`.
+    Perf {
+        size: u64,
+        interval: u64,
+        timeout: u64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedClient {
+    pub host: PlannedHost,
+    pub workload: ClientWorkload,
+    /// The server group to download from; `None`: any server.
+    pub server_group: Option<String>,
+    /// Simulated time (ns) of the client's first activity, drawn from the group's `start`.
+    pub start: u64,
+}
+
+/// Purposes of the per-host random streams; distinct so that one kind of draw never shifts
+/// another.
+const PURPOSE_PLACE: u32 = 0x5c_0001;
+const PURPOSE_RELAY: u32 = 0x5c_0002;
+const PURPOSE_START: u32 = 0x5c_0003;
+const PURPOSE_SAMPLE: u32 = 0x5c_0004;
+
+/// Tor's default `BandwidthRate`/`BandwidthBurst` (1 GiB/s), i.e. no configured limit.
+const TOR_DEFAULT_RATE: u64 = 1 << 30;
+/// Floor for relay links derived from a rate: slower links would make the relay's own rate
+/// meaningless and circuits through it unusably slow.
+const MIN_DERIVED_LINK_BPS: u64 = 10_000_000;
+/// Floor for links taken from the relays file, some of whose rows record almost nothing.
+const MIN_FILE_LINK_BPS: u64 = 1_000_000;
+
+/// Loads the graph the scenario names (`builtin`, an alias, `data:` or a path).
+pub fn load_graph(s: &Scenario) -> Result<Graph, ScenarioError> {
+    if s.network.graph == "builtin" {
+        let b = s.network.builtin.clone().unwrap_or_default();
+        return Ok(Graph::single_switch(
+            b.bandwidth.0,
+            b.bandwidth.0,
+            b.latency.0,
+            b.loss,
+        ));
+    }
+    let path = data::resolve_file(&s.network.graph, &s.source, data::GRAPH_ALIASES)
+        .map_err(|m| ScenarioError::new(&s.source, "network.graph", m))?;
+    Graph::load(&path).map_err(|e| {
+        ScenarioError::new(
+            &s.source,
+            "network.graph",
+            format!("cannot load graph: {e}"),
+        )
+    })
+}
+
+/// [`resolve_trial`] for the first trial.
+pub fn resolve(s: &Scenario, graph: &Graph) -> Result<Plan, ScenarioError> {
+    resolve_trial(s, graph, 0)
+}
+
+/// Turns the scenario into concrete hosts placed on `graph`. Trial 0 uses the scenario seed
+/// itself; later trials derive independent seeds from it so repeated runs differ in every draw.
+pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, ScenarioError> {
+    // A scenario built or changed in code has not been through `parse`; the checks are cheap
+    // and everything below relies on them.
+    crate::validate::check(s)?;
+    if graph.nodes.is_empty() {
+        return Err(ScenarioError::new(
+            &s.source,
+            "network.graph",
+            "the graph has no nodes",
+        ));
+    }
+    let seed = trial_seed(s.run.seed, trial);
+    let mut r = Resolver {
+        s,
+        graph,
+        seed,
+        next_host: 0,
+        countries: countries(graph),
+    };
+    let authorities = r.authorities()?;
+    let relays = r.relays()?;
+    let servers = r.servers()?;
+    let clients = r.clients()?;
+    Ok(Plan {
+        relays,
+        authorities,
+        servers,
+        clients,
+    })
+}
+
+/// SplitMix64 finaliser: trial seeds far apart even for consecutive trials.
+fn trial_seed(seed: u64, trial: u32) -> u64 {
+    if trial == 0 {
+        return seed;
+    }
+    let mut z = seed ^ u64::from(trial).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn countries(graph: &Graph) -> BTreeMap<String, Vec<usize>> {
+    let mut m: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        if let Some(cc) = &n.country_code {
+            m.entry(cc.to_ascii_uppercase()).or_default().push(i);
+        }
+    }
+    m
+}
+
+struct Resolver<'a> {
+    s: &'a Scenario,
+    graph: &'a Graph,
+    seed: u64,
+    /// Position of the next host in plan order; selects its random streams.
+    next_host: u32,
+    countries: BTreeMap<String, Vec<usize>>,
+}
+
+impl Resolver<'_> {
+    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+        ScenarioError::new(&self.s.source, field, message)
+    }
+
+    fn take_host(&mut self) -> u32 {
+        let h = self.next_host;
+        self.next_host = self.next_host.wrapping_add(1);
+        h
+    }
+
+    /// Nodes a host may sit on: those of its country, else all of them.
+    fn candidates(&self, country: Option<&str>, field: &str) -> Result<&[usize], ScenarioError> {
+        match country {
+            None => Ok(&[]),
+            Some(c) => self
+                .countries
+                .get(&c.to_ascii_uppercase())
+                .map(Vec::as_slice)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = self.countries.keys().map(String::as_str).collect();
+                    self.err(
+                        field,
+                        format!(
+                            "unknown country {c:?}: graph {} has no node there (countries present: {})",
+                            self.graph.source,
+                            if known.is_empty() { "none".into() } else { known.join(" ") }
+                        ),
+                    )
+                }),
+        }
+    }
+
+    fn place(&self, host: u32, country: Option<&str>, field: &str) -> Result<usize, ScenarioError> {
+        let cands = self.candidates(country, field)?;
+        let mut rng = host_rng(self.seed, host, PURPOSE_PLACE);
+        Ok(if cands.is_empty() {
+            rng.random_range(0..self.graph.nodes.len())
+        } else {
+            cands[rng.random_range(0..cands.len())]
+        })
+    }
+
+    /// A host's access link: the group's rates, else the node's defaults.
+    fn host_link(&self, l: &Link, node: usize, prefix: &str) -> Result<(u64, u64), ScenarioError> {
+        let n = &self.graph.nodes[node];
+        let pick = |dir: Option<Rate>, default: Option<u64>, key: &str| {
+            dir.or(l.bandwidth).map(|r| r.0).or(default).ok_or_else(|| {
+                self.err(
+                    format!("{prefix}.{key}"),
+                    format!(
+                        "no bandwidth: the group sets none and graph node {} has no default; \
+                         set `bandwidth` (or `{key}`)",
+                        n.id
+                    ),
+                )
+            })
+        };
+        Ok((
+            pick(l.bandwidth_up, n.bandwidth_up, "bandwidth_up")?,
+            pick(l.bandwidth_down, n.bandwidth_down, "bandwidth_down")?,
+        ))
+    }
+
+    fn host(
+        &mut self,
+        name: String,
+        group: &str,
+        l: &Link,
+        prefix: &str,
+    ) -> Result<PlannedHost, ScenarioError> {
+        let h = self.take_host();
+        let node = self.place(h, l.country.as_deref(), &format!("{prefix}.country"))?;
+        let (up, down) = self.host_link(l, node, prefix)?;
+        Ok(PlannedHost {
+            name,
+            group: group.to_string(),
+            node,
+            link_up_bps: up,
+            link_down_bps: down,
+        })
+    }
+
+    fn authorities(&mut self) -> Result<Vec<PlannedHost>, ScenarioError> {
+        let l = self.s.authorities.link();
+        (1..=self.s.authorities.0.count)
+            .map(|i| self.host(format!("auth{i}"), "authority", &l, "authorities"))
+            .collect()
+    }
+
+    fn servers(&mut self) -> Result<Vec<PlannedHost>, ScenarioError> {
+        let mut out = Vec::new();
+        for (gi, g) in self.s.servers.iter().enumerate() {
+            for i in 1..=g.count {
+                out.push(self.host(
+                    format!("server-{}-{i}", g.name),
+                    &g.name,
+                    &g.link(),
+                    &format!("servers[{gi}]"),
+                )?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn clients(&mut self) -> Result<Vec<PlannedClient>, ScenarioError> {
+        let mut out = Vec::new();
+        for (gi, g) in self.s.clients.iter().enumerate() {
+            let workload = match &g.workload {
+                Workload::Web(w) => ClientWorkload::Web {
+                    size: w.size.0,
+                    pause_min: w.pause.min.0,
+                    pause_max: w.pause.max.0,
+                    timeout: w.timeout.0,
+                },
+                Workload::Bulk(b) => ClientWorkload::Bulk {
+                    size: b.size.0,
+                    pause_min: b.pause.min.0,
+                    pause_max: b.pause.max.0,
+                    timeout: b.timeout.0,
+                },
+                Workload::Perf(p) => ClientWorkload::Perf {
+                    size: p.size.0,
+                    interval: p.interval.0,
+                    timeout: p.effective_timeout().0,
+                },
+            };
+            for i in 1..=g.count {
+                let host = self.host(
+                    format!("client-{}-{i}", g.name),
+                    &g.name,
+                    &g.link(),
+                    &format!("clients[{gi}]"),
+                )?;
+                let h = self.next_host - 1;
+                let mut rng = host_rng(self.seed, h, PURPOSE_START);
+                let start = rng.random_range(g.start.min.0..=g.start.max.0);
+                out.push(PlannedClient {
+                    host,
+                    workload,
+                    server_group: g.servers.clone(),
+                    start,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn relays(&mut self) -> Result<Vec<PlannedRelay>, ScenarioError> {
+        match &self.s.relays {
+            RelaysSection::Generate(g) => self.generate(g),
+            RelaysSection::List(l) => self.list(l),
+            RelaysSection::Sample(sm) => self.sample(sm),
+        }
+    }
+
+    fn generate(&mut self, g: &GenerateRelays) -> Result<Vec<PlannedRelay>, ScenarioError> {
+        let rows = match &g.bandwidth {
+            BandwidthModel::FromFile(f) => {
+                let field = "relays.generate.bandwidth.from_file";
+                let path = data::resolve_file(f, &self.s.source, data::RELAYS_ALIASES)
+                    .map_err(|m| self.err(field, m))?;
+                Some(data::read_relays_csv(&path).map_err(|m| self.err(field, m))?)
+            }
+            _ => None,
+        };
+        if let Some(c) = &g.country {
+            self.candidates(Some(c), "relays.generate.country")?;
+        }
+        let exit_policy = match &g.exit_policy {
+            Some(p) => {
+                ExitPolicy::parse(p).map_err(|m| self.err("relays.generate.exit_policy", m))?
+            }
+            None => ExitPolicy::accept_all(),
+        };
+        let base = RelayFlags::FAST
+            .union(RelayFlags::STABLE)
+            .union(RelayFlags::RUNNING)
+            .union(RelayFlags::VALID)
+            .union(RelayFlags::V2DIR);
+        let kinds = [
+            ("guard", g.guard, true, false),
+            ("exit", g.exit, false, true),
+            ("guardexit", g.guard_exit, true, true),
+            ("middle", g.middle, false, false),
+        ];
+        let mut addrs = Addresses::new(&HashSet::new());
+        let mut out = Vec::new();
+        for (prefix, count, guard, exit) in kinds {
+            let pool: Option<Vec<&CsvRelay>> = rows.as_ref().map(|rows| {
+                let same: Vec<&CsvRelay> = rows
+                    .iter()
+                    .filter(|r| r.guard == guard && r.exit == exit)
+                    .collect();
+                if same.is_empty() {
+                    rows.iter().collect()
+                } else {
+                    same
+                }
+            });
+            for i in 1..=count {
+                let h = self.take_host();
+                let mut rng = host_rng(self.seed, h, PURPOSE_RELAY);
+                let mut country = g.country.clone();
+                let factor = g.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR);
+                let (rate, burst, mut up, mut down) = match &g.bandwidth {
+                    BandwidthModel::FromFile(_) => {
+                        let Some(row) = pool
+                            .as_ref()
+                            .filter(|p| !p.is_empty())
+                            .map(|p| p[rng.random_range(0..p.len())])
+                        else {
+                            return Err(self.err(
+                                "relays.generate.bandwidth.from_file",
+                                "the relays file has no rows",
+                            ));
+                        };
+                        let rate = if row.rate_kib == 0 {
+                            TOR_DEFAULT_RATE
+                        } else {
+                            row.rate_kib.saturating_mul(1024).max(MIN_RELAY_RATE_BYTES)
+                        };
+                        let burst = match g.burst_factor {
+                            Some(f) => scale(rate, f),
+                            None if row.rate_kib == 0 => TOR_DEFAULT_RATE,
+                            None => row.burst_kib.saturating_mul(1024).max(rate),
+                        };
+                        if country.is_none() {
+                            country = row
+                                .country
+                                .clone()
+                                .filter(|c| self.countries.contains_key(c));
+                        }
+                        let link = |kib: u64| kib.saturating_mul(8 * 1024).max(MIN_FILE_LINK_BPS);
+                        (rate, burst, link(row.link_up_kib), link(row.link_down_kib))
+                    }
+                    BandwidthModel::Lognormal(l) => {
+                        let z = standard_normal(&mut rng);
+                        let rate = (l.median.bytes_per_sec() as f64 * (l.sigma * z).exp())
+                            .clamp(MIN_RELAY_RATE_BYTES as f64, TOR_DEFAULT_RATE as f64)
+                            as u64;
+                        let link = derived_link(rate);
+                        (rate, scale(rate, factor), link, link)
+                    }
+                    BandwidthModel::Fixed(r) => {
+                        let rate = r.bytes_per_sec();
+                        let link = derived_link(rate);
+                        (rate, scale(rate, factor), link, link)
+                    }
+                };
+                if let Some(l) = g.link {
+                    up = l.0;
+                    down = l.0;
+                }
+                let node = self.place(h, country.as_deref(), "relays.generate.country")?;
+                let mut flags = base;
+                if guard {
+                    flags.insert(RelayFlags::GUARD);
+                }
+                if exit {
+                    flags.insert(RelayFlags::EXIT);
+                }
+                out.push(PlannedRelay {
+                    name: format!("{prefix}{i}"),
+                    node,
+                    link_up_bps: up,
+                    link_down_bps: down,
+                    flags,
+                    consensus_weight: weight_of(rate, up),
+                    bandwidth_rate: rate,
+                    bandwidth_burst: burst,
+                    relay_bandwidth_rate: None,
+                    relay_bandwidth_burst: None,
+                    exit_policy: if exit {
+                        exit_policy.clone()
+                    } else {
+                        ExitPolicy::reject_all()
+                    },
+                    family: None,
+                    address: addrs.next().ok_or_else(|| {
+                        self.err(
+                            "relays.generate",
+                            "too many relays for distinct /16 addresses",
+                        )
+                    })?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn list(&mut self, list: &[RelaySpec]) -> Result<Vec<PlannedRelay>, ScenarioError> {
+        let explicit: HashSet<[u8; 2]> = list
+            .iter()
+            .filter_map(|r| r.address)
+            .map(|a| [a.octets()[0], a.octets()[1]])
+            .collect();
+        let mut addrs = Addresses::new(&explicit);
+        let mut families: HashMap<&str, u32> = HashMap::new();
+        let mut out = Vec::new();
+        for (i, r) in list.iter().enumerate() {
+            let p = format!("relays.list[{i}]");
+            let policy = match &r.exit_policy {
+                Some(pol) => {
+                    ExitPolicy::parse(pol).map_err(|m| self.err(format!("{p}.exit_policy"), m))?
+                }
+                None if r.flags.contains(&FlagName::Exit) => ExitPolicy::accept_all(),
+                None => ExitPolicy::reject_all(),
+            };
+            let mut flags = RelayFlags::RUNNING.union(RelayFlags::VALID);
+            for f in &r.flags {
+                flags.insert(match f {
+                    FlagName::Guard => RelayFlags::GUARD,
+                    FlagName::Exit => RelayFlags::EXIT,
+                    FlagName::Fast => RelayFlags::FAST,
+                    FlagName::Stable => RelayFlags::STABLE,
+                    FlagName::Running => RelayFlags::RUNNING,
+                    FlagName::Valid => RelayFlags::VALID,
+                });
+            }
+            let family = r.family.as_deref().map(|f| {
+                let next = families.len() as u32 + 1;
+                *families.entry(f).or_insert(next)
+            });
+            let rate = r.bandwidth_rate.bytes_per_sec();
+            let burst = r
+                .bandwidth_burst
+                .map(|b| b.bytes_per_sec())
+                .unwrap_or_else(|| scale(rate, DEFAULT_BURST_FACTOR));
+            let relay_rate = r.relay_bandwidth_rate.map(|x| x.bytes_per_sec());
+            let relay_burst = r
+                .relay_bandwidth_burst
+                .map(|x| x.bytes_per_sec())
+                .or(relay_rate);
+            let effective = relay_rate.map_or(rate, |rr| rr.min(rate));
+            let derived = derived_link(effective);
+            let up = r.link_up.or(r.link).map_or(derived, |x| x.0);
+            let down = r.link_down.or(r.link).map_or(derived, |x| x.0);
+            for k in 1..=r.count {
+                let h = self.take_host();
+                let node = self.place(h, r.country.as_deref(), &format!("{p}.country"))?;
+                let address = match r.address {
+                    Some(a) => Ipv4Addr::from(u32::from(a).wrapping_add(k - 1)),
+                    None => addrs.next().ok_or_else(|| {
+                        self.err(
+                            format!("{p}.address"),
+                            "too many relays for distinct /16 addresses",
+                        )
+                    })?,
+                };
+                out.push(PlannedRelay {
+                    name: if r.count == 1 {
+                        r.name.clone()
+                    } else {
+                        format!("{}{k}", r.name)
+                    },
+                    node,
+                    link_up_bps: up,
+                    link_down_bps: down,
+                    flags,
+                    consensus_weight: r
+                        .consensus_weight
+                        .unwrap_or_else(|| weight_of(effective, up)),
+                    bandwidth_rate: rate,
+                    bandwidth_burst: burst,
+                    relay_bandwidth_rate: relay_rate,
+                    relay_bandwidth_burst: relay_burst,
+                    exit_policy: policy.clone(),
+                    family,
+                    address,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn sample(&mut self, sm: &SampleRelays) -> Result<Vec<PlannedRelay>, ScenarioError> {
+        let field = "relays.sample.consensus";
+        let path = data::resolve_file(&sm.consensus, &self.s.source, data::CONSENSUS_ALIASES)
+            .map_err(|m| self.err(field, m))?;
+        let mut consensus = Consensus::load(&path)
+            .map_err(|e| self.err(field, format!("cannot read consensus: {e}")))?;
+        // Microdescriptor consensuses carry no exit policies; the Exit flag promises at least
+        // two of ports 80, 443 and 6667.
+        if let Ok(p) = ExitPolicy::parse("accept 80,443") {
+            consensus.assume_exit_policies(&p);
+        }
+        let available = consensus.relays.len();
+        if sm.count as usize > available {
+            return Err(self.err(
+                "relays.sample.count",
+                format!(
+                    "the consensus lists only {available} relays, cannot sample {}",
+                    sm.count
+                ),
+            ));
+        }
+        let mut rng = host_rng(self.seed, u32::MAX, PURPOSE_SAMPLE);
+        let sampled = consensus.sample(sm.count as usize, &mut rng);
+        if !self.s.clients.is_empty()
+            && !sampled
+                .relays
+                .iter()
+                .any(|r| r.flags.contains(RelayFlags::EXIT) && r.exit_policy.allows_any())
+        {
+            return Err(self.err(
+                "relays.sample.count",
+                "the sample contains no Exit relay with an accepting policy; clients exist, so \
+                 increase count",
+            ));
+        }
+        if let Some(c) = &sm.country {
+            self.candidates(Some(c), "relays.sample.country")?;
+        }
+        let mut seen: HashMap<String, u32> = HashMap::new();
+        for r in &sampled.relays {
+            *seen.entry(r.nickname.clone()).or_default() += 1;
+        }
+        let mut used: HashMap<String, u32> = HashMap::new();
+        let mut out = Vec::new();
+        for r in sampled.relays {
+            let h = self.take_host();
+            let node = self.place(h, sm.country.as_deref(), "relays.sample.country")?;
+            let rate = sm
+                .bandwidth_rate
+                .map(|x| x.bytes_per_sec())
+                .unwrap_or_else(|| r.bandwidth.saturating_mul(1000).max(MIN_RELAY_RATE_BYTES));
+            let link = sm.link.map_or_else(|| derived_link(rate), |l| l.0);
+            let name = if seen.get(&r.nickname).copied().unwrap_or(0) > 1 {
+                let k = used.entry(r.nickname.clone()).or_default();
+                *k += 1;
+                let suffix = k.to_string();
+                let keep = 19usize.saturating_sub(suffix.len());
+                let stem: String = r.nickname.chars().take(keep).collect();
+                format!("{stem}{suffix}")
+            } else {
+                r.nickname.clone()
+            };
+            out.push(PlannedRelay {
+                name,
+                node,
+                link_up_bps: link,
+                link_down_bps: link,
+                flags: r.flags,
+                consensus_weight: r.bandwidth,
+                bandwidth_rate: rate,
+                bandwidth_burst: scale(rate, sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR)),
+                relay_bandwidth_rate: None,
+                relay_bandwidth_burst: None,
+                exit_policy: r.exit_policy,
+                family: r.family,
+                address: r.address,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn scale(bytes: u64, factor: f64) -> u64 {
+    let v = bytes as f64 * factor;
+    if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v.round() as u64
+    }
+}
+
+/// A relay's link when nothing says otherwise: twice its rate, so that the configured rate,
+/// not the link, limits it, but never below [`MIN_DERIVED_LINK_BPS`].
+fn derived_link(rate_bytes: u64) -> u64 {
+    rate_bytes.saturating_mul(16).max(MIN_DERIVED_LINK_BPS)
+}
+
+/// What a bandwidth authority would measure: the lesser of the rate limit and the upload
+/// link, in kB/s, at least 1.
+fn weight_of(rate_bytes: u64, link_up_bps: u64) -> u64 {
+    (rate_bytes.min(link_up_bps / 8) / 1000).max(1)
+}
+
+/// Box–Muller; one normal deviate per call keeps the draws per relay fixed.
+fn standard_normal(rng: &mut impl RngExt) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// Hands out addresses in distinct /16 networks, skipping reserved first octets and /16s the
+/// scenario already uses, because Tor never puts two relays of one /16 in a circuit.
+struct Addresses {
+    next: u32,
+    taken: HashSet<[u8; 2]>,
+}
+
+impl Addresses {
+    fn new(taken: &HashSet<[u8; 2]>) -> Self {
+        Addresses {
+            next: 0,
+            taken: taken.clone(),
+        }
+    }
+
+    fn next(&mut self) -> Option<Ipv4Addr> {
+        loop {
+            // Start at 11.0/16: below are 0/8 and 10/8, neither usable for public relays.
+            let n = self.next;
+            self.next = self.next.checked_add(1)?;
+            let a = 11 + (n >> 8);
+            if a > 223 {
+                return None;
+            }
+            let a = a as u8;
+            let b = (n & 0xff) as u8;
+            if matches!(a, 100 | 127 | 169 | 172 | 192 | 198) || self.taken.contains(&[a, b]) {
+                continue;
+            }
+            return Some(Ipv4Addr::new(a, b, 0, 1));
+        }
+    }
+}

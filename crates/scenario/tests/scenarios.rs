@@ -1,0 +1,434 @@
+//! The shipped examples, the broken-scenario corpus, determinism and placement.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use onionlab_netdir::RelayFlags;
+use onionlab_scenario::{
+    builtin, load, load_and_resolve, load_graph, parse, resolve, resolve_trial, ClientWorkload,
+    Scenario, BUILTIN_NAMES,
+};
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn example(name: &str) -> PathBuf {
+    examples_dir().join(format!("{name}.yaml"))
+}
+
+fn count_groups(plan: &onionlab_scenario::Plan, group: &str) -> usize {
+    plan.clients
+        .iter()
+        .filter(|c| c.host.group == group)
+        .count()
+}
+
+#[test]
+fn every_example_parses_and_resolves() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(examples_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let (s, graph, plan) =
+            load_and_resolve(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!plan.relays.is_empty(), "{}", s.name);
+        for host in plan
+            .authorities
+            .iter()
+            .chain(&plan.servers)
+            .chain(plan.clients.iter().map(|c| &c.host))
+        {
+            assert!(host.node < graph.nodes.len());
+            assert!(host.link_up_bps > 0 && host.link_down_bps > 0, "{host:?}");
+        }
+        seen += 1;
+    }
+    assert!(seen >= 4, "expected at least the four reference examples");
+}
+
+#[test]
+fn toy_has_the_reference_shape() {
+    let (s, _, plan) = load_and_resolve(&example("toy")).unwrap();
+    assert_eq!(s.name, "toy");
+    assert_eq!(s.run.stop_time.0, 3600 * 1_000_000_000);
+    assert_eq!(s.run.bootstrap.0, 1800 * 1_000_000_000);
+    assert_eq!(plan.authorities.len(), 3);
+    let has = |r: &onionlab_scenario::PlannedRelay, f| r.flags.contains(f);
+    let guard_only = plan
+        .relays
+        .iter()
+        .filter(|r| has(r, RelayFlags::GUARD) && !has(r, RelayFlags::EXIT))
+        .count();
+    let exit_only = plan
+        .relays
+        .iter()
+        .filter(|r| has(r, RelayFlags::EXIT) && !has(r, RelayFlags::GUARD))
+        .count();
+    let both = plan
+        .relays
+        .iter()
+        .filter(|r| has(r, RelayFlags::EXIT) && has(r, RelayFlags::GUARD))
+        .count();
+    assert_eq!(
+        (guard_only, exit_only, both, plan.relays.len()),
+        (14, 10, 5, 95)
+    );
+    assert_eq!(plan.servers.len(), 100);
+    assert_eq!(count_groups(&plan, "web"), 360);
+    assert_eq!(count_groups(&plan, "bulk"), 40);
+    match plan.clients[0].workload {
+        ClientWorkload::Web {
+            size,
+            pause_min,
+            pause_max,
+            ..
+        } => {
+            assert_eq!(size, 320 * 1024);
+            assert_eq!((pause_min, pause_max), (1_000_000_000, 60_000_000_000));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Relays must come from distinct /16s so any three can form a circuit.
+    let subnets: HashSet<[u8; 2]> = plan
+        .relays
+        .iter()
+        .map(|r| [r.address.octets()[0], r.address.octets()[1]])
+        .collect();
+    assert_eq!(subnets.len(), plan.relays.len());
+    let names: HashSet<&str> = plan.relays.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names.len(), plan.relays.len());
+    for r in &plan.relays {
+        assert!(r.bandwidth_rate >= 75 * 1024 && r.bandwidth_burst >= r.bandwidth_rate);
+        assert!(r.consensus_weight > 0);
+        assert_eq!(
+            r.exit_policy.allows_any(),
+            r.flags.contains(RelayFlags::EXIT)
+        );
+    }
+}
+
+#[test]
+fn small_and_large_have_the_reference_counts() {
+    let (_, _, small) = load_and_resolve(&example("small")).unwrap();
+    assert_eq!(
+        (small.servers.len(), small.relays.len(), small.clients.len()),
+        (20, 18, 230)
+    );
+    let (_, _, large) = load_and_resolve(&example("large")).unwrap();
+    assert_eq!(large.relays.len(), 500);
+    assert_eq!(large.servers.len(), 500);
+    assert_eq!(count_groups(&large, "web"), 1350);
+    assert_eq!(count_groups(&large, "bulk"), 150);
+    let perf: Vec<u64> = large
+        .clients
+        .iter()
+        .filter_map(|c| match c.workload {
+            ClientWorkload::Perf { size, .. } => Some(size),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(perf.len(), 300);
+    for size in [50 * 1024, 1 << 20, 5 << 20] {
+        assert_eq!(perf.iter().filter(|&&s| s == size).count(), 100);
+    }
+}
+
+#[test]
+fn consensus_sample_keeps_real_relays() {
+    let (s, _, plan) = load_and_resolve(&example("consensus-2023")).unwrap();
+    assert_eq!(plan.relays.len(), 100);
+    assert!(plan
+        .relays
+        .iter()
+        .any(|r| r.flags.contains(RelayFlags::EXIT)));
+    assert!(plan
+        .relays
+        .iter()
+        .any(|r| r.flags.contains(RelayFlags::GUARD)));
+    // Sampled relays keep their published weight and derive their rate from it.
+    for r in &plan.relays {
+        assert_eq!(r.bandwidth_rate, (r.consensus_weight * 1000).max(75 * 1024));
+    }
+    let names: HashSet<&str> = plan.relays.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names.len(), 100);
+    assert_eq!(s.clients.len(), 3);
+}
+
+#[test]
+fn resolution_is_deterministic_and_seeded() {
+    let s = load(&example("large")).unwrap();
+    let graph = load_graph(&s).unwrap();
+    let a = resolve(&s, &graph).unwrap();
+    let b = resolve(&s, &graph).unwrap();
+    assert_eq!(a, b);
+    let trial1 = resolve_trial(&s, &graph, 1).unwrap();
+    assert_ne!(a, trial1, "another trial must draw differently");
+    let mut other = s.clone();
+    other.run.seed = 2;
+    let c = resolve(&other, &graph).unwrap();
+    let nodes =
+        |p: &onionlab_scenario::Plan| p.clients.iter().map(|c| c.host.node).collect::<Vec<_>>();
+    assert_ne!(
+        nodes(&a),
+        nodes(&c),
+        "another seed must place hosts differently"
+    );
+    // Starts are spread over the group's range, not all at zero.
+    let starts: HashSet<u64> = a.clients.iter().map(|c| c.start).collect();
+    assert!(starts.len() > a.clients.len() / 2);
+}
+
+#[test]
+fn placement_by_country_on_the_internet_graph() {
+    let s = load(&example("consensus-2023")).unwrap();
+    let graph = load_graph(&s).unwrap();
+    assert!(graph.nodes.len() > 100);
+    let plan = resolve(&s, &graph).unwrap();
+    let country = |node: usize| graph.nodes[node].country_code.clone().unwrap_or_default();
+    for c in &plan.clients {
+        match c.host.group.as_str() {
+            "web-us" => assert_eq!(country(c.host.node), "US"),
+            "web-de" => assert_eq!(country(c.host.node), "DE"),
+            _ => {}
+        }
+    }
+    for a in &plan.authorities {
+        assert_eq!(country(a.node), "DE");
+    }
+    // Without a country, hosts spread over many nodes.
+    let spread: HashSet<usize> = plan
+        .clients
+        .iter()
+        .filter(|c| c.host.group == "perf")
+        .map(|c| c.host.node)
+        .collect();
+    assert!(spread.len() > 5, "{spread:?}");
+    // Hosts without a bandwidth take their node's.
+    let c = plan
+        .clients
+        .iter()
+        .find(|c| c.host.group == "web-us")
+        .unwrap();
+    assert_eq!(
+        Some(c.host.link_up_bps),
+        graph.nodes[c.host.node].bandwidth_up
+    );
+}
+
+#[test]
+fn generated_relays_follow_the_relays_file_countries() {
+    let s = load(&example("large")).unwrap();
+    let graph = load_graph(&s).unwrap();
+    let plan = resolve(&s, &graph).unwrap();
+    let in_us = plan
+        .relays
+        .iter()
+        .filter(|r| graph.nodes[r.node].country_code.as_deref() == Some("US"))
+        .count();
+    // A quarter of the 2018 relays are in the US; uniform placement over 183 nodes would put
+    // only a handful there.
+    assert!(in_us > 50, "{in_us}");
+}
+
+#[test]
+fn builtin_scenarios_are_available() {
+    for name in BUILTIN_NAMES {
+        let s = builtin(name).unwrap_or_else(|| panic!("builtin {name}"));
+        assert_eq!(s.name, name);
+    }
+    assert!(builtin("nope").is_none());
+    let toy = builtin("toy").unwrap();
+    let graph = load_graph(&toy).unwrap();
+    assert_eq!(resolve(&toy, &graph).unwrap().clients.len(), 400);
+}
+
+#[test]
+fn scenario_round_trips_through_json() {
+    for name in BUILTIN_NAMES {
+        let s = load(&example(name)).unwrap();
+        let json = serde_json::to_string_pretty(&s).unwrap();
+        let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(value["run"]["stop_time"].is_string());
+        assert!(value["source"].is_string());
+        // JSON is YAML, and quantities serialize in their written form, so the record of a
+        // run (less `source`, which says where it came from) can be run again.
+        value.as_object_mut().unwrap().remove("source");
+        let back: Scenario = parse(&value.to_string(), &s.source).unwrap();
+        assert_eq!(back, s, "{name}");
+    }
+}
+
+#[test]
+fn list_relays_resolve_with_families_and_addresses() {
+    let text = r#"
+run: { stop_time: 10m }
+relays:
+  list:
+    - { name: g, count: 2, flags: [guard, fast], bandwidth_rate: 5 MiB/s, family: fam1 }
+    - { name: e, flags: [exit], bandwidth_rate: 2 MiB/s, exit_policy: "accept 80,443", family: fam1, address: 50.1.2.3 }
+    - { name: m, bandwidth_rate: 1 MiB/s, relay_bandwidth_rate: 500 KiB/s, link: 100 Mbit, consensus_weight: 77 }
+servers: [ { name: web } ]
+clients: [ { name: c, workload: { perf: { size: 1 MiB } } } ]
+"#;
+    let s = parse(text, Path::new("inline.yaml")).unwrap();
+    let graph = load_graph(&s).unwrap();
+    let plan = resolve(&s, &graph).unwrap();
+    let names: Vec<&str> = plan.relays.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["g1", "g2", "e", "m"]);
+    assert_eq!(plan.relays[0].family, plan.relays[2].family);
+    assert!(plan.relays[0].family.is_some() && plan.relays[3].family.is_none());
+    assert_eq!(plan.relays[2].address.to_string(), "50.1.2.3");
+    assert!(plan.relays[2].exit_policy.allows_port(443));
+    assert!(!plan.relays[2].exit_policy.allows_port(22));
+    assert_eq!(plan.relays[3].relay_bandwidth_rate, Some(500 * 1024));
+    assert_eq!(plan.relays[3].consensus_weight, 77);
+    assert_eq!(plan.relays[3].link_up_bps, 100_000_000);
+    match plan.clients[0].workload {
+        ClientWorkload::Perf {
+            timeout, interval, ..
+        } => {
+            assert_eq!(timeout, 60_000_000_000);
+            assert_eq!(interval, 60_000_000_000);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn lognormal_and_fixed_bandwidth_models() {
+    let text = r#"
+run: { stop_time: 10m }
+relays:
+  generate: { guard: 20, exit: 20, middle: 20, bandwidth: { lognormal: { median: 5 MiB/s, sigma: 1.0 } } }
+servers: [ { name: web } ]
+clients: [ { name: c, workload: { bulk: {} } } ]
+"#;
+    let s = parse(text, Path::new("inline.yaml")).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    let mut rates: Vec<u64> = plan.relays.iter().map(|r| r.bandwidth_rate).collect();
+    rates.sort_unstable();
+    let median = rates[rates.len() / 2] as f64;
+    let target = (5u64 << 20) as f64;
+    assert!(median > target / 3.0 && median < target * 3.0, "{median}");
+    assert!(rates.first() != rates.last());
+
+    let fixed = text.replace(
+        "{ lognormal: { median: 5 MiB/s, sigma: 1.0 } }",
+        "{ fixed: 2 MiB/s }",
+    );
+    let s = parse(&fixed, Path::new("inline.yaml")).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    for r in &plan.relays {
+        assert_eq!(r.bandwidth_rate, 2 << 20);
+        assert_eq!(
+            r.bandwidth_burst,
+            ((2u64 << 20) as f64 * 1.67).round() as u64
+        );
+        assert_eq!(r.link_up_bps, (2u64 << 20) * 16);
+    }
+}
+
+/// Each file in tests/broken starts with `# expect: <text>`; loading (and resolving) it must
+/// fail with an error whose display contains that text, and which names a field when the text
+/// does.
+#[test]
+fn broken_scenarios_are_rejected_with_precise_errors() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broken");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 24, "only {} broken scenarios", files.len());
+    let mut failures = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{}: first line must be `# expect: ...`", path.display()))
+            .trim();
+        match load_and_resolve(path) {
+            Ok(_) => failures.push(format!("{}: accepted", path.display())),
+            Err(e) => {
+                let shown = e.to_string();
+                if !shown.contains(expect) {
+                    failures.push(format!(
+                        "{}:\n  expected: {expect}\n  got:      {shown}",
+                        path.display()
+                    ));
+                }
+                if !shown.starts_with(&path.display().to_string()) {
+                    failures.push(format!(
+                        "{}: error does not name the file: {shown}",
+                        path.display()
+                    ));
+                }
+                if expect.contains(": ") && !e.field.is_empty() && !expect.starts_with(&e.field) {
+                    failures.push(format!(
+                        "{}: field {:?} not at the start of {expect:?}",
+                        path.display(),
+                        e.field
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn arbitrary_text_never_panics() {
+    let seeds = [
+        "",
+        ":",
+        "- - -",
+        "run: {stop_time: 1h}\nrelays: {generate: {}}",
+        "{{{{",
+        "run: !!binary x",
+        "a: &x [*x]",
+        "run:\n  stop_time: 1e400h\nrelays: {list: [{}]}",
+        "\u{feff}run: 1",
+        "clients: [ { workload: { web: { pause: [1s, 2s, 3s] } } } ]",
+    ];
+    for text in seeds {
+        let _ = parse(text, Path::new("fuzz.yaml"));
+        for cut in 0..text.len() {
+            if text.is_char_boundary(cut) {
+                let _ = parse(&text[..cut], Path::new("fuzz.yaml"));
+            }
+        }
+    }
+    // Every prefix of a real scenario: truncated files are a common accident.
+    let toy = std::fs::read_to_string(example("toy")).unwrap();
+    for cut in (0..toy.len()).step_by(7) {
+        if toy.is_char_boundary(cut) {
+            let _ = parse(&toy[..cut], &example("toy"));
+        }
+    }
+}
+
+#[test]
+#[ignore = "prints every broken scenario's message for review"]
+fn show_broken_messages() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broken");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for p in files {
+        println!(
+            "{}",
+            load_and_resolve(&p)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! Assembles a simulation of a Tor network from a list of hosts.
+
+use std::sync::Arc;
+
+use onionlab_engine::time::SimTime;
+use onionlab_engine::{EngineConfig, HostId, Simulation};
+use onionlab_net::topology::Graph;
+use onionlab_net::{HostPlacement, NetStack, Network, NetworkConfig};
+use onionlab_netdir::Consensus;
+use onionlab_torcore::TorParams;
+use onionlab_traffic::Workload;
+
+use crate::host::{Ev, TorHost};
+use crate::relay::{Relay, RelayLimits};
+use crate::world::TorWorld;
+use crate::{Client, Server};
+
+pub enum HostRole {
+    /// The relay with this index in the consensus.
+    Relay {
+        relay: usize,
+        limits: RelayLimits,
+    },
+    Client {
+        workload: Workload,
+        /// The server group the client downloads from.
+        servers: String,
+        /// When the client starts its workload.
+        start: SimTime,
+    },
+    Server {
+        group: String,
+    },
+    /// Takes part in the network, sends nothing (directory authorities).
+    Idle,
+}
+
+pub struct HostSpec {
+    pub name: String,
+    pub placement: HostPlacement,
+    pub role: HostRole,
+}
+
+pub struct TorNetwork {
+    pub graph: Graph,
+    pub hosts: Vec<HostSpec>,
+    /// The consensus every client uses; `Relay { relay }` hosts are its relays.
+    pub consensus: Consensus,
+    pub params: TorParams,
+    pub net: NetworkConfig,
+    pub seed: u64,
+    pub threads: usize,
+}
+
+/// Builds the simulation; every host gets its `Start` event at time 0.
+pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>), String> {
+    let placements: Vec<HostPlacement> =
+        network.hosts.iter().map(|h| h.placement.clone()).collect();
+    let net = Arc::new(
+        Network::build(&network.graph, &placements, network.net).map_err(|e| e.to_string())?,
+    );
+    let mut relay_hosts = vec![HostId::MAX; network.consensus.relays.len()];
+    let mut server_groups: Vec<(String, Vec<HostId>)> = Vec::new();
+    for (id, h) in network.hosts.iter().enumerate() {
+        match &h.role {
+            HostRole::Relay { relay, .. } => {
+                let slot = relay_hosts
+                    .get_mut(*relay)
+                    .ok_or_else(|| format!("host {}: no relay {relay} in the consensus", h.name))?;
+                *slot = id as HostId;
+            }
+            HostRole::Server { group } => {
+                match server_groups.iter_mut().find(|(g, _)| g == group) {
+                    Some((_, hosts)) => hosts.push(id as HostId),
+                    None => server_groups.push((group.clone(), vec![id as HostId])),
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(r) = relay_hosts.iter().position(|&h| h == HostId::MAX) {
+        return Err(format!("consensus relay {r} has no host"));
+    }
+    let names = network.hosts.iter().map(|h| h.name.clone()).collect();
+    let world = Arc::new(TorWorld::new(
+        network.params,
+        network.consensus,
+        relay_hosts,
+        names,
+        server_groups,
+    ));
+    let mut models = Vec::with_capacity(network.hosts.len());
+    for (id, h) in network.hosts.into_iter().enumerate() {
+        let stack = NetStack::new(id as HostId, net.clone());
+        models.push(match h.role {
+            HostRole::Relay { relay, limits } => {
+                TorHost::Relay(Box::new(Relay::new(relay, stack, world.clone(), &limits)))
+            }
+            HostRole::Client {
+                workload,
+                servers,
+                start,
+            } => {
+                let hosts = world
+                    .servers(&servers)
+                    .ok_or_else(|| format!("client {}: no server group {servers}", h.name))?
+                    .to_vec();
+                TorHost::Client(Box::new(Client::new(
+                    stack,
+                    world.clone(),
+                    workload,
+                    hosts,
+                    start,
+                )))
+            }
+            HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),
+            HostRole::Idle => TorHost::Idle,
+        });
+    }
+    let engine = EngineConfig {
+        seed: network.seed,
+        threads: network.threads.max(1),
+        lookahead: net.lookahead(),
+        trace: true,
+    };
+    let mut sim = Simulation::new(engine, models);
+    for h in 0..sim.host_count() {
+        sim.schedule(h as HostId, 0, Ev::Start);
+    }
+    Ok((sim, world))
+}

@@ -1,0 +1,727 @@
+//! A Tor client (onion proxy) together with the application using it.
+//!
+//! The application is a workload (web, bulk or perf downloads). For each download the client
+//! finds a circuit (an open one young enough to reuse, one being built, or a new one), opens
+//! a stream with BEGIN, sends the request once CONNECTED, and counts the response's DATA cells,
+//! sending SENDMEs as the receiving end of flow control. Circuits are built hop by hop with
+//! CREATE2 and EXTEND2 (in RELAY_EARLY cells) through the client's primary guards, abandoned
+//! when they take longer than the learned circuit build timeout, and kept ready ahead of need
+//! (preemptive circuits).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use onionlab_engine::time::{secs, secs_f64, SimDuration, SimTime};
+use onionlab_engine::{Context, HostId};
+use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
+use onionlab_torcore::cbt::BuildTimeEstimator;
+use onionlab_torcore::{Cell, CellCommand, RelayCommand, CELL_BYTES};
+use onionlab_traffic::{Action, ClientSchedule, Workload};
+use rand::RngExt;
+
+use crate::flow::{CircuitReceiver, StreamReceiver};
+use crate::host::Ev;
+use crate::measure::{CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
+use crate::wire::{Wire, REQUEST_BYTES};
+use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
+
+#[derive(Clone, Copy, Debug)]
+pub enum ClientTimer {
+    /// The workload asked to be woken at this time.
+    Wake(SimTime),
+    DownloadTimeout {
+        download: u32,
+        generation: u32,
+    },
+    BuildTimeout {
+        circuit: u32,
+        generation: u32,
+    },
+}
+
+const INITIATOR_BIT: u32 = 1 << 31;
+const NONE: u32 = u32::MAX;
+
+struct Channel {
+    socket: SocketId,
+    relay: usize,
+    open: bool,
+    /// Cells the socket could not take yet.
+    out: VecDeque<Cell>,
+    /// Circuit index by circuit id (without the initiator bit).
+    circuits: Vec<u32>,
+    free_ids: Vec<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum CircState {
+    /// `hops` hops have answered so far.
+    Building {
+        hops: u8,
+    },
+    Open,
+}
+
+struct Circuit {
+    id: u64,
+    generation: u32,
+    chan: u32,
+    circ_id: u32,
+    path: [usize; 3],
+    state: CircState,
+    started: SimTime,
+    build: Option<SimDuration>,
+    first_used: Option<SimTime>,
+    /// Downloads on this circuit (streams or waiting for it to open).
+    downloads: Vec<u32>,
+    next_stream: u16,
+    receiver: CircuitReceiver,
+    streams_opened: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum DlState {
+    /// Waiting for a circuit.
+    Waiting,
+    /// BEGIN sent.
+    Connecting,
+    /// Request sent, response arriving.
+    Receiving,
+}
+
+struct Download {
+    generation: u32,
+    size: u64,
+    server: HostId,
+    start: SimTime,
+    circ: Option<u32>,
+    stream_id: u16,
+    receiver: StreamReceiver,
+    received: u64,
+    first_byte: Option<SimTime>,
+    state: DlState,
+}
+
+pub struct Client {
+    pub stack: NetStack<Wire>,
+    world: Arc<TorWorld>,
+    servers: Vec<HostId>,
+    schedule: ClientSchedule,
+    wake_at: Option<SimTime>,
+    guards: Vec<usize>,
+    channels: Vec<Channel>,
+    circuits: Vec<Option<Circuit>>,
+    free_circuits: Vec<u32>,
+    circuit_generation: u32,
+    next_circuit_id: u64,
+    downloads: Vec<Option<Download>>,
+    free_downloads: Vec<u32>,
+    download_generation: u32,
+    cbt: BuildTimeEstimator,
+    pub finished: Vec<DownloadLog>,
+    pub circuit_log: Vec<CircuitLog>,
+    /// Largest stream window debt seen (cells received on a stream not yet covered by
+    /// SENDMEs); for the flow-control invariants.
+    pub max_stream_unacked: u32,
+}
+
+impl Client {
+    pub fn new(
+        stack: NetStack<Wire>,
+        world: Arc<TorWorld>,
+        workload: Workload,
+        servers: Vec<HostId>,
+        start: SimTime,
+    ) -> Self {
+        let p = &world.params;
+        let cbt = BuildTimeEstimator::new(p);
+        Client {
+            stack,
+            servers,
+            schedule: ClientSchedule::new(workload, start),
+            wake_at: None,
+            guards: Vec::new(),
+            channels: Vec::new(),
+            circuits: Vec::new(),
+            free_circuits: Vec::new(),
+            circuit_generation: 0,
+            next_circuit_id: 0,
+            downloads: Vec::new(),
+            free_downloads: Vec::new(),
+            download_generation: 0,
+            cbt,
+            world,
+            finished: Vec::new(),
+            circuit_log: Vec::new(),
+            max_stream_unacked: 0,
+        }
+    }
+
+    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
+        let n = self.world.params.num_primary_guards as usize;
+        let world = self.world.clone();
+        self.guards = world.selector.choose_guards(&world.consensus, n, ctx.rng());
+        for _ in 0..self.world.params.preemptive_circuits {
+            self.launch_circuit(ctx);
+        }
+        self.poll_workload(ctx);
+        self.pump(ctx);
+    }
+
+    pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
+        self.stack.handle(ctx, event);
+        self.pump(ctx);
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: ClientTimer) {
+        match timer {
+            ClientTimer::Wake(at) => {
+                if self.wake_at == Some(at) {
+                    self.wake_at = None;
+                    self.poll_workload(ctx);
+                }
+            }
+            ClientTimer::DownloadTimeout {
+                download,
+                generation,
+            } => {
+                if self.downloads[download as usize]
+                    .as_ref()
+                    .is_some_and(|d| d.generation == generation)
+                {
+                    self.finish(ctx, download, DownloadOutcome::Timeout);
+                }
+            }
+            ClientTimer::BuildTimeout {
+                circuit,
+                generation,
+            } => {
+                let building = self.circuits[circuit as usize].as_ref().is_some_and(|c| {
+                    c.generation == generation && matches!(c.state, CircState::Building { .. })
+                });
+                if building {
+                    self.cbt.add_timeout();
+                    self.close_circuit(ctx, circuit, CircuitOutcome::Timeout, true);
+                }
+            }
+        }
+        self.pump(ctx);
+    }
+
+    fn pump(&mut self, ctx: &mut Context<'_, Ev>) {
+        while let Some(event) = self.stack.poll_event() {
+            match event {
+                SocketEvent::Connected(socket) => {
+                    if let Some(ch) = self.channel_of(socket) {
+                        self.channels[ch].open = true;
+                        self.flush_channel(ctx, ch);
+                    }
+                }
+                SocketEvent::Writable(socket) => {
+                    if let Some(ch) = self.channel_of(socket) {
+                        self.flush_channel(ctx, ch);
+                    }
+                }
+                SocketEvent::Message {
+                    socket,
+                    message: Wire::Cell(cell),
+                } => {
+                    if let Some(ch) = self.channel_of(socket) {
+                        self.handle_cell(ctx, ch, cell);
+                    }
+                }
+                SocketEvent::PeerClosed(socket)
+                | SocketEvent::Closed(socket)
+                | SocketEvent::Reset(socket)
+                | SocketEvent::TimedOut(socket) => {
+                    if let Some(ch) = self.channel_of(socket) {
+                        self.channel_failed(ctx, ch);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn channel_of(&self, socket: SocketId) -> Option<usize> {
+        self.channels.iter().position(|c| c.socket == socket)
+    }
+
+    // --- the workload ---
+
+    fn poll_workload(&mut self, ctx: &mut Context<'_, Ev>) {
+        loop {
+            let now = ctx.now();
+            match self.schedule.poll(now, ctx.rng()) {
+                Action::Start {
+                    size_bytes,
+                    timeout,
+                } => self.start_download(ctx, size_bytes, timeout),
+                Action::WaitUntil(at) => {
+                    if self.wake_at != Some(at) {
+                        self.wake_at = Some(at);
+                        ctx.schedule_at(at, Ev::Client(ClientTimer::Wake(at)));
+                    }
+                    return;
+                }
+                Action::Idle => return,
+            }
+        }
+    }
+
+    fn start_download(&mut self, ctx: &mut Context<'_, Ev>, size: u64, timeout: SimDuration) {
+        let server = self.servers[ctx.rng().random_range(0..self.servers.len())];
+        self.download_generation += 1;
+        let d = Download {
+            generation: self.download_generation,
+            size,
+            server,
+            start: ctx.now(),
+            circ: None,
+            stream_id: 0,
+            receiver: StreamReceiver::new(&self.world.params),
+            received: 0,
+            first_byte: None,
+            state: DlState::Waiting,
+        };
+        let idx = match self.free_downloads.pop() {
+            Some(i) => {
+                self.downloads[i as usize] = Some(d);
+                i
+            }
+            None => {
+                self.downloads.push(Some(d));
+                (self.downloads.len() - 1) as u32
+            }
+        };
+        ctx.schedule_in(
+            timeout,
+            Ev::Client(ClientTimer::DownloadTimeout {
+                download: idx,
+                generation: self.download_generation,
+            }),
+        );
+        self.attach(ctx, idx);
+    }
+
+    /// Puts a waiting download on a circuit: an open one young enough, one being built, or a
+    /// new one.
+    fn attach(&mut self, ctx: &mut Context<'_, Ev>, dl: u32) {
+        let now = ctx.now();
+        let dirtiness = secs(self.world.params.max_circuit_dirtiness_s);
+        let usable = |c: &Circuit| c.first_used.is_none_or(|t| now < t + dirtiness);
+        let open = self.circuits.iter().position(|c| {
+            c.as_ref()
+                .is_some_and(|c| c.state == CircState::Open && usable(c))
+        });
+        let building = || {
+            self.circuits.iter().position(|c| {
+                c.as_ref()
+                    .is_some_and(|c| matches!(c.state, CircState::Building { .. }))
+            })
+        };
+        let circ = match open.or_else(building) {
+            Some(c) => c as u32,
+            None => match self.launch_circuit(ctx) {
+                Some(c) => c,
+                None => {
+                    self.finish(ctx, dl, DownloadOutcome::Error("no path"));
+                    return;
+                }
+            },
+        };
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        c.downloads.push(dl);
+        self.downloads[dl as usize].as_mut().unwrap().circ = Some(circ);
+        if c.state == CircState::Open {
+            self.begin(ctx, circ, dl);
+        }
+    }
+
+    fn begin(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, dl: u32) {
+        let now = ctx.now();
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let was_clean = c.first_used.is_none();
+        c.first_used.get_or_insert(now);
+        c.next_stream = c.next_stream.wrapping_add(1).max(1);
+        c.streams_opened += 1;
+        let stream_id = c.next_stream;
+        let d = self.downloads[dl as usize].as_mut().unwrap();
+        d.stream_id = stream_id;
+        d.state = DlState::Connecting;
+        let mut begin = Cell::relay(0, RelayCommand::Begin, 3, stream_id);
+        begin.arg = d.server;
+        self.send_on_circuit(ctx, circ, begin);
+        if was_clean {
+            self.keep_preemptive(ctx);
+        }
+    }
+
+    /// Keeps the configured number of clean circuits open or being built.
+    fn keep_preemptive(&mut self, ctx: &mut Context<'_, Ev>) {
+        let clean = self
+            .circuits
+            .iter()
+            .flatten()
+            .filter(|c| c.first_used.is_none())
+            .count() as u32;
+        let want = self.world.params.preemptive_circuits;
+        for _ in clean..want {
+            self.launch_circuit(ctx);
+        }
+    }
+
+    fn finish(&mut self, ctx: &mut Context<'_, Ev>, dl: u32, outcome: DownloadOutcome) {
+        let now = ctx.now();
+        let Some(d) = self.downloads[dl as usize].take() else {
+            return;
+        };
+        self.free_downloads.push(dl);
+        let mut path = None;
+        let mut build = None;
+        let mut circuit = None;
+        if let Some(circ) = d.circ {
+            if let Some(c) = self.circuits[circ as usize].as_mut() {
+                c.downloads.retain(|&x| x != dl);
+                path = Some(c.path);
+                build = c.build;
+                circuit = Some(c.id);
+                if outcome != DownloadOutcome::Ok && d.state != DlState::Waiting {
+                    // Tell the exit to stop sending.
+                    let end = Cell::relay(0, RelayCommand::End, 3, d.stream_id);
+                    self.send_on_circuit(ctx, circ, end);
+                }
+            }
+        }
+        self.finished.push(DownloadLog {
+            size: d.size,
+            server: d.server,
+            start: d.start,
+            circuit_build: build,
+            first_byte: d.first_byte,
+            last_byte: (outcome == DownloadOutcome::Ok).then_some(now),
+            outcome,
+            path,
+            circuit,
+        });
+        self.schedule.on_finished(now);
+        self.poll_workload(ctx);
+    }
+
+    // --- circuits ---
+
+    fn launch_circuit(&mut self, ctx: &mut Context<'_, Ev>) -> Option<u32> {
+        let pending = self
+            .circuits
+            .iter()
+            .flatten()
+            .filter(|c| matches!(c.state, CircState::Building { .. }))
+            .count() as u32;
+        if pending >= self.world.params.max_client_circuits_pending {
+            return None;
+        }
+        let world = self.world.clone();
+        let path = world.selector.choose_path(
+            &world.consensus,
+            &self.guards,
+            HTTP_PORT,
+            false,
+            ctx.rng(),
+        )?;
+        let now = ctx.now();
+        let guard_host = world.relay_hosts[path[0]];
+        let ch = match self.channels.iter().position(|c| c.relay == path[0]) {
+            Some(ch) => ch,
+            None => {
+                let socket = self.stack.connect(ctx, guard_host, OR_PORT);
+                self.channels.push(Channel {
+                    socket,
+                    relay: path[0],
+                    open: false,
+                    out: VecDeque::new(),
+                    circuits: Vec::new(),
+                    free_ids: Vec::new(),
+                });
+                self.channels.len() - 1
+            }
+        };
+        self.circuit_generation += 1;
+        self.next_circuit_id += 1;
+        let circuit = Circuit {
+            id: self.next_circuit_id,
+            generation: self.circuit_generation,
+            chan: ch as u32,
+            circ_id: 0,
+            path,
+            state: CircState::Building { hops: 0 },
+            started: now,
+            build: None,
+            first_used: None,
+            downloads: Vec::new(),
+            next_stream: 0,
+            receiver: CircuitReceiver::new(&world.params),
+            streams_opened: 0,
+        };
+        let idx = match self.free_circuits.pop() {
+            Some(i) => {
+                self.circuits[i as usize] = Some(circuit);
+                i
+            }
+            None => {
+                self.circuits.push(Some(circuit));
+                (self.circuits.len() - 1) as u32
+            }
+        };
+        let chan = &mut self.channels[ch];
+        let slot = chan.free_ids.pop().unwrap_or_else(|| {
+            chan.circuits.push(NONE);
+            (chan.circuits.len() - 1) as u32
+        });
+        chan.circuits[slot as usize] = idx;
+        let circ_id = slot | INITIATOR_BIT;
+        self.circuits[idx as usize].as_mut().unwrap().circ_id = circ_id;
+        let mut create = Cell::new(circ_id, CellCommand::Create2);
+        create.hop = 1;
+        self.send_cell(ctx, ch, create);
+        ctx.schedule_in(
+            self.cbt.timeout(),
+            Ev::Client(ClientTimer::BuildTimeout {
+                circuit: idx,
+                generation: self.circuit_generation,
+            }),
+        );
+        Some(idx)
+    }
+
+    fn send_on_circuit(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, mut cell: Cell) {
+        let c = self.circuits[circ as usize].as_ref().unwrap();
+        cell.circ_id = c.circ_id;
+        let ch = c.chan as usize;
+        self.send_cell(ctx, ch, cell);
+    }
+
+    fn send_cell(&mut self, ctx: &mut Context<'_, Ev>, ch: usize, cell: Cell) {
+        self.channels[ch].out.push_back(cell);
+        self.flush_channel(ctx, ch);
+    }
+
+    fn flush_channel(&mut self, ctx: &mut Context<'_, Ev>, ch: usize) {
+        let bytes = (CELL_BYTES + self.world.params.tls_overhead_per_cell) as u64;
+        let chan = &mut self.channels[ch];
+        if !chan.open {
+            return;
+        }
+        let mut wrote = false;
+        while let Some(&cell) = chan.out.front() {
+            if !self
+                .stack
+                .write_message(chan.socket, bytes, Wire::Cell(cell))
+            {
+                break;
+            }
+            chan.out.pop_front();
+            wrote = true;
+        }
+        if wrote {
+            self.stack.flush(ctx, chan.socket);
+        }
+    }
+
+    fn handle_cell(&mut self, ctx: &mut Context<'_, Ev>, ch: usize, cell: Cell) {
+        let slot = (cell.circ_id & !INITIATOR_BIT) as usize;
+        let Some(&circ) = self.channels[ch].circuits.get(slot) else {
+            return;
+        };
+        if circ == NONE || self.circuits[circ as usize].is_none() {
+            return;
+        }
+        match (cell.command, cell.relay) {
+            (CellCommand::Created2, _) => self.hop_built(ctx, circ, 1),
+            (CellCommand::Destroy, _) => {
+                self.close_circuit(ctx, circ, CircuitOutcome::Destroyed, false)
+            }
+            (_, RelayCommand::Extended2) => self.hop_built(ctx, circ, cell.hop + 1),
+            (_, RelayCommand::Connected) => self.connected(ctx, circ, cell.stream_id),
+            (_, RelayCommand::Data) => self.data(ctx, circ, cell),
+            (_, RelayCommand::End) => {
+                if let Some(dl) = self.download_on(circ, cell.stream_id) {
+                    let d = self.downloads[dl as usize].as_ref().unwrap();
+                    if d.received < d.size {
+                        let reason = if d.state == DlState::Connecting {
+                            "refused by exit"
+                        } else {
+                            "stream ended early"
+                        };
+                        self.finish(ctx, dl, DownloadOutcome::Error(reason));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn hop_built(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, hops: u8) {
+        let now = ctx.now();
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        if c.state != (CircState::Building { hops: hops - 1 }) {
+            return;
+        }
+        if hops < 3 {
+            c.state = CircState::Building { hops };
+            let target = self.world.relay_hosts[c.path[hops as usize]];
+            let mut extend = Cell::relay(0, RelayCommand::Extend2, hops, 0);
+            extend.command = CellCommand::RelayEarly;
+            extend.arg = target;
+            self.send_on_circuit(ctx, circ, extend);
+            return;
+        }
+        c.state = CircState::Open;
+        let took = now - c.started;
+        c.build = Some(took);
+        self.cbt.add(took);
+        for dl in c.downloads.clone() {
+            self.begin(ctx, circ, dl);
+        }
+    }
+
+    fn download_on(&self, circ: u32, stream_id: u16) -> Option<u32> {
+        let c = self.circuits[circ as usize].as_ref()?;
+        c.downloads.iter().copied().find(|&dl| {
+            self.downloads[dl as usize]
+                .as_ref()
+                .is_some_and(|d| d.stream_id == stream_id && d.state != DlState::Waiting)
+        })
+    }
+
+    fn connected(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, stream_id: u16) {
+        let Some(dl) = self.download_on(circ, stream_id) else {
+            return;
+        };
+        let d = self.downloads[dl as usize].as_mut().unwrap();
+        d.state = DlState::Receiving;
+        let mut request = Cell::relay(0, RelayCommand::Data, 3, stream_id);
+        request.length = REQUEST_BYTES as u16;
+        request.arg = d.size.min(u32::MAX as u64) as u32;
+        self.send_on_circuit(ctx, circ, request);
+    }
+
+    fn data(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
+        let now = ctx.now();
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        if c.receiver.on_data() {
+            let sendme = Cell::relay(0, RelayCommand::Sendme, 3, 0);
+            self.send_on_circuit(ctx, circ, sendme);
+        }
+        let Some(dl) = self.download_on(circ, cell.stream_id) else {
+            return;
+        };
+        let d = self.downloads[dl as usize].as_mut().unwrap();
+        d.first_byte.get_or_insert(now);
+        d.received += cell.length as u64;
+        if d.receiver.on_data() {
+            let sendme = Cell::relay(0, RelayCommand::Sendme, 3, cell.stream_id);
+            self.send_on_circuit(ctx, circ, sendme);
+        }
+        let d = self.downloads[dl as usize].as_ref().unwrap();
+        if d.received >= d.size {
+            self.finish(ctx, dl, DownloadOutcome::Ok);
+        }
+    }
+
+    /// Tears down a circuit. Downloads that have not received anything yet move to another
+    /// circuit (as Tor retries a stream whose circuit failed); the others fail.
+    fn close_circuit(
+        &mut self,
+        ctx: &mut Context<'_, Ev>,
+        circ: u32,
+        outcome: CircuitOutcome,
+        send_destroy: bool,
+    ) {
+        let now = ctx.now();
+        let Some(c) = self.circuits[circ as usize].take() else {
+            return;
+        };
+        self.free_circuits.push(circ);
+        let chan = &mut self.channels[c.chan as usize];
+        let slot = c.circ_id & !INITIATOR_BIT;
+        chan.circuits[slot as usize] = NONE;
+        chan.free_ids.push(slot);
+        if send_destroy {
+            let destroy = Cell::new(c.circ_id, CellCommand::Destroy);
+            self.send_cell(ctx, c.chan as usize, destroy);
+        }
+        let built = c.state == CircState::Open;
+        self.circuit_log.push(CircuitLog {
+            id: c.id,
+            path: c.path,
+            start: c.started,
+            build: c.build,
+            outcome: if built {
+                CircuitOutcome::Built
+            } else {
+                outcome
+            },
+            streams: c.streams_opened,
+            closed: Some(now),
+        });
+        for dl in c.downloads {
+            let Some(d) = self.downloads[dl as usize].as_mut() else {
+                continue;
+            };
+            if d.received == 0 {
+                d.circ = None;
+                d.state = DlState::Waiting;
+                self.attach(ctx, dl);
+            } else {
+                self.finish(ctx, dl, DownloadOutcome::Error("circuit closed"));
+            }
+        }
+        self.keep_preemptive(ctx);
+    }
+
+    fn channel_failed(&mut self, ctx: &mut Context<'_, Ev>, ch: usize) {
+        let circuits: Vec<u32> = self.channels[ch]
+            .circuits
+            .iter()
+            .copied()
+            .filter(|&c| c != NONE)
+            .collect();
+        // The channel is gone: forget it so new circuits open a fresh one.
+        self.channels[ch].relay = usize::MAX;
+        self.channels[ch].open = false;
+        for circ in circuits {
+            self.close_circuit(ctx, circ, CircuitOutcome::Failed, false);
+        }
+    }
+
+    /// Records circuits still open at the end of the run.
+    pub fn close_log(&mut self) {
+        for c in self.circuits.iter().flatten() {
+            self.circuit_log.push(CircuitLog {
+                id: c.id,
+                path: c.path,
+                start: c.started,
+                build: c.build,
+                outcome: if c.state == CircState::Open {
+                    CircuitOutcome::Built
+                } else {
+                    CircuitOutcome::Failed
+                },
+                streams: c.streams_opened,
+                closed: None,
+            });
+        }
+    }
+
+    /// Downloads still running (for partial results).
+    pub fn unfinished(&self) -> impl Iterator<Item = (u64, SimTime, Option<SimTime>)> + '_ {
+        self.downloads
+            .iter()
+            .flatten()
+            .map(|d| (d.size, d.start, d.first_byte))
+    }
+
+    pub fn build_timeout(&self) -> f64 {
+        self.cbt.timeout() as f64 / secs_f64(1.0) as f64
+    }
+}

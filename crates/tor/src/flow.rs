@@ -1,0 +1,161 @@
+//! End-to-end flow and congestion control of circuits and streams, as the model's edges use it.
+//!
+//! Downloads flow from the exit to the client, so the exit is the sending end (package
+//! windows, or Vegas congestion control) and the client the receiving end (it owes SENDMEs).
+//! Under congestion control a SENDME acknowledges `cc_sendme_inc` cells and streams rely on
+//! XON/XOFF instead of windows.
+
+use onionlab_engine::time::SimTime;
+use onionlab_torcore::sendme::{DeliverWindow, PackageWindow};
+use onionlab_torcore::vegas::VegasCc;
+use onionlab_torcore::{FlowControl, TorParams};
+
+/// The sending end of a circuit.
+pub enum CircuitSender {
+    Sendme(PackageWindow),
+    Vegas(Box<VegasCc>),
+}
+
+impl CircuitSender {
+    pub fn new(params: &TorParams, now: SimTime) -> Self {
+        match params.flow_control {
+            FlowControl::Sendme => CircuitSender::Sendme(PackageWindow::circuit(params)),
+            FlowControl::Vegas => CircuitSender::Vegas(Box::new(VegasCc::new(params, true, now))),
+        }
+    }
+
+    pub fn can_send(&self) -> bool {
+        match self {
+            CircuitSender::Sendme(window) => window.can_package(),
+            CircuitSender::Vegas(cc) => cc.can_send(),
+        }
+    }
+
+    pub fn on_sent(&mut self, now: SimTime) {
+        match self {
+            CircuitSender::Sendme(window) => window.on_packaged(),
+            CircuitSender::Vegas(cc) => cc.on_cell_sent(now),
+        }
+    }
+
+    /// A circuit-level SENDME arrived. `blocked` says whether the channel towards the client
+    /// is currently full (Vegas treats that as congestion). Returns false on a protocol
+    /// violation (a SENDME nothing was sent for).
+    pub fn on_sendme(&mut self, now: SimTime, blocked: bool) -> bool {
+        match self {
+            CircuitSender::Sendme(window) => window.on_sendme().is_ok(),
+            CircuitSender::Vegas(cc) => cc.on_sendme(now, blocked).is_ok(),
+        }
+    }
+
+    /// Cells sent and not yet acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        match self {
+            CircuitSender::Sendme(window) => window.in_flight(),
+            CircuitSender::Vegas(cc) => cc.inflight() as u32,
+        }
+    }
+}
+
+/// The receiving end of a circuit: decides when a circuit-level SENDME is owed.
+pub enum CircuitReceiver {
+    Sendme(DeliverWindow),
+    Vegas { since_sendme: u32, every: u32 },
+}
+
+impl CircuitReceiver {
+    pub fn new(params: &TorParams) -> Self {
+        match params.flow_control {
+            FlowControl::Sendme => CircuitReceiver::Sendme(DeliverWindow::circuit(params)),
+            FlowControl::Vegas => CircuitReceiver::Vegas {
+                since_sendme: 0,
+                every: params.cc_sendme_inc,
+            },
+        }
+    }
+
+    /// A DATA cell was delivered; true if a SENDME must be sent now.
+    pub fn on_data(&mut self) -> bool {
+        match self {
+            // A peer sending beyond the window is a protocol violation Tor answers by closing
+            // the circuit; our own exits never do it, so treat it as "no SENDME owed".
+            CircuitReceiver::Sendme(w) => w.on_delivered().unwrap_or(false),
+            CircuitReceiver::Vegas {
+                since_sendme,
+                every,
+            } => {
+                *since_sendme += 1;
+                if *since_sendme >= *every {
+                    *since_sendme = 0;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// The sending end of a stream: a package window under SENDME flow control; under congestion
+/// control only the receiver's XOFF stops it.
+pub enum StreamSender {
+    Sendme(PackageWindow),
+    Xon { xoff: bool },
+}
+
+impl StreamSender {
+    pub fn new(params: &TorParams) -> Self {
+        match params.flow_control {
+            FlowControl::Sendme => StreamSender::Sendme(PackageWindow::stream(params)),
+            FlowControl::Vegas => StreamSender::Xon { xoff: false },
+        }
+    }
+
+    pub fn can_send(&self) -> bool {
+        match self {
+            StreamSender::Sendme(w) => w.can_package(),
+            StreamSender::Xon { xoff } => !xoff,
+        }
+    }
+
+    pub fn on_sent(&mut self) {
+        if let StreamSender::Sendme(w) = self {
+            w.on_packaged();
+        }
+    }
+
+    pub fn on_sendme(&mut self) -> bool {
+        match self {
+            StreamSender::Sendme(w) => w.on_sendme().is_ok(),
+            StreamSender::Xon { .. } => false,
+        }
+    }
+
+    pub fn set_xoff(&mut self, off: bool) {
+        if let StreamSender::Xon { xoff } = self {
+            *xoff = off;
+        }
+    }
+}
+
+/// The receiving end of a stream: owes stream SENDMEs under SENDME flow control only.
+pub enum StreamReceiver {
+    Sendme(DeliverWindow),
+    None,
+}
+
+impl StreamReceiver {
+    pub fn new(params: &TorParams) -> Self {
+        match params.flow_control {
+            FlowControl::Sendme => StreamReceiver::Sendme(DeliverWindow::stream(params)),
+            FlowControl::Vegas => StreamReceiver::None,
+        }
+    }
+
+    pub fn on_data(&mut self) -> bool {
+        match self {
+            StreamReceiver::Sendme(w) => w.on_delivered().unwrap_or(false),
+            StreamReceiver::None => false,
+        }
+    }
+}

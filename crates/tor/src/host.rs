@@ -1,0 +1,49 @@
+//! The simulated hosts of a Tor network and the events they exchange.
+
+use onionlab_engine::{Context, Host};
+use onionlab_net::NetEvent;
+
+use crate::client::{Client, ClientTimer};
+use crate::relay::{Relay, RelayTimer};
+use crate::server::Server;
+use crate::wire::Wire;
+
+pub enum Ev {
+    Net(NetEvent<Wire>),
+    Start,
+    Relay(RelayTimer),
+    Client(ClientTimer),
+}
+
+impl From<NetEvent<Wire>> for Ev {
+    fn from(e: NetEvent<Wire>) -> Self {
+        Ev::Net(e)
+    }
+}
+
+pub enum TorHost {
+    Relay(Box<Relay>),
+    Client(Box<Client>),
+    Server(Box<Server>),
+    /// A host that takes part in the network but whose traffic is not modelled (directory
+    /// authorities: the consensus is given to everyone at the start).
+    Idle,
+}
+
+impl Host for TorHost {
+    type Event = Ev;
+
+    fn handle(&mut self, ctx: &mut Context<'_, Ev>, event: Ev) {
+        match (self, event) {
+            (TorHost::Relay(r), Ev::Net(e)) => r.on_net(ctx, e),
+            (TorHost::Relay(r), Ev::Relay(t)) => r.on_timer(ctx, t),
+            (TorHost::Relay(r), Ev::Start) => r.start(ctx),
+            (TorHost::Client(c), Ev::Net(e)) => c.on_net(ctx, e),
+            (TorHost::Client(c), Ev::Client(t)) => c.on_timer(ctx, t),
+            (TorHost::Client(c), Ev::Start) => c.start(ctx),
+            (TorHost::Server(s), Ev::Net(e)) => s.on_net(ctx, e),
+            (TorHost::Server(s), Ev::Start) => s.start(),
+            _ => {}
+        }
+    }
+}

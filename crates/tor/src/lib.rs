@@ -1,0 +1,23 @@
+//! onionlab's Tor model: relays, clients and file servers as hosts of the simulation.
+//!
+//! The protocol arithmetic (windows, congestion control, scheduling priorities, token buckets,
+//! build-time estimation) lives in `onionlab-torcore`; this crate drives it with the network
+//! stack of `onionlab-net`: channels are TCP connections between hosts, cells are 514-byte
+//! messages on them.
+
+pub mod build;
+pub mod client;
+mod flow;
+pub mod host;
+pub mod measure;
+pub mod relay;
+pub mod server;
+pub mod wire;
+pub mod world;
+
+pub use client::Client;
+pub use host::{Ev, TorHost};
+pub use relay::{Relay, RelayLimits};
+pub use server::Server;
+pub use wire::Wire;
+pub use world::{TorWorld, HTTP_PORT, OR_PORT};

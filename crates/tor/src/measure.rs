@@ -1,0 +1,67 @@
+//! What the Tor hosts record while they run, in simulation units (host ids, nanoseconds).
+//! The command line turns these into the output files.
+
+use onionlab_engine::time::{SimDuration, SimTime};
+use onionlab_engine::HostId;
+
+/// One second of a relay's activity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelaySample {
+    /// The second that just ended (1 = the first second of the run).
+    pub second: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub cells_in: u64,
+    pub cells_out: u64,
+    /// Cells waiting in circuit queues at the end of the second.
+    pub queued_cells: u64,
+    pub open_sockets: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DownloadOutcome {
+    Ok,
+    Timeout,
+    Error(&'static str),
+}
+
+/// One download of a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DownloadLog {
+    pub size: u64,
+    pub server: HostId,
+    pub start: SimTime,
+    /// Build time of the circuit the download used.
+    pub circuit_build: Option<SimDuration>,
+    pub first_byte: Option<SimTime>,
+    pub last_byte: Option<SimTime>,
+    pub outcome: DownloadOutcome,
+    /// Consensus indices of guard, middle and exit, if a circuit was used.
+    pub path: Option<[usize; 3]>,
+    pub circuit: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CircuitOutcome {
+    /// Built and later closed or still open at the end.
+    Built,
+    /// Not built within the circuit build timeout.
+    Timeout,
+    /// Torn down (DESTROY) while being built.
+    Destroyed,
+    /// No path could be chosen or the channel failed.
+    Failed,
+}
+
+/// One circuit of a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CircuitLog {
+    /// The client's own number for the circuit (in launch order).
+    pub id: u64,
+    pub path: [usize; 3],
+    pub start: SimTime,
+    pub build: Option<SimDuration>,
+    pub outcome: CircuitOutcome,
+    pub streams: u32,
+    pub closed: Option<SimTime>,
+}

@@ -1,0 +1,59 @@
+//! What every simulated Tor host may consult: the consensus, path selection, host names and
+//! the parameters. Built once before the run and shared read-only, like the directory
+//! documents every real Tor instance has downloaded.
+
+use onionlab_engine::HostId;
+use onionlab_netdir::{Consensus, PathSelector};
+use onionlab_torcore::TorParams;
+
+/// The port relays accept channels on.
+pub const OR_PORT: u16 = 9001;
+/// The port file servers listen on and exits connect to.
+pub const HTTP_PORT: u16 = 80;
+
+pub struct TorWorld {
+    pub params: TorParams,
+    pub consensus: Consensus,
+    pub selector: PathSelector,
+    /// Host of each consensus relay (index as in `consensus.relays`).
+    pub relay_hosts: Vec<HostId>,
+    /// Every host's name, for results.
+    pub host_names: Vec<String>,
+    /// File servers of each named group.
+    pub server_groups: Vec<(String, Vec<HostId>)>,
+}
+
+impl TorWorld {
+    pub fn new(
+        params: TorParams,
+        consensus: Consensus,
+        relay_hosts: Vec<HostId>,
+        host_names: Vec<String>,
+        server_groups: Vec<(String, Vec<HostId>)>,
+    ) -> Self {
+        let selector = PathSelector::new(&consensus);
+        Self {
+            params,
+            consensus,
+            selector,
+            relay_hosts,
+            host_names,
+            server_groups,
+        }
+    }
+
+    pub fn name(&self, host: HostId) -> &str {
+        &self.host_names[host as usize]
+    }
+
+    pub fn relay_name(&self, relay: usize) -> &str {
+        self.name(self.relay_hosts[relay])
+    }
+
+    pub fn servers(&self, group: &str) -> Option<&[HostId]> {
+        self.server_groups
+            .iter()
+            .find(|(g, _)| g == group)
+            .map(|(_, hosts)| hosts.as_slice())
+    }
+}

@@ -1,0 +1,517 @@
+//! Client workload models.
+//!
+//! The models are sans-IO: a [`ClientSchedule`] never touches sockets or the event queue. The
+//! host model asks it what to do ([`ClientSchedule::poll`]) and tells it when a download ended
+//! ([`ClientSchedule::on_finished`]); all randomness comes from the RNG the host passes in, so the
+//! schedule is exactly as reproducible as the host's RNG stream.
+//!
+//! Servers need no model of their own: they just send the number of bytes a client asks for.
+
+use onionlab_engine::time::{secs, SimDuration, SimTime};
+use rand::{Rng, RngExt};
+use serde::{Deserialize, Serialize};
+
+/// One KiB, for the sizes the reference workloads are stated in.
+pub const KIB: u64 = 1024;
+/// One MiB.
+pub const MIB: u64 = 1024 * KIB;
+
+/// Per-download timeout used when nothing else is specified. It matches tgen's built-in transfer
+/// timeout (60 s), which is what Tor's own measurement tooling applies to web-like transfers.
+pub const DEFAULT_TIMEOUT: SimDuration = secs(60);
+
+/// Reference perf sizes and their timeouts (50 KiB / 1 MiB / 5 MiB → 15 / 60 / 120 s).
+const PERF_ANCHORS: [(u64, SimDuration); 3] =
+    [(50 * KIB, secs(15)), (MIB, secs(60)), (5 * MIB, secs(120))];
+
+/// What a client does, configurable per client group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Workload {
+    /// Download `size_bytes`, then think for a uniform time in [pause_min, pause_max], repeat.
+    Web {
+        size_bytes: u64,
+        pause_min: SimDuration,
+        pause_max: SimDuration,
+        timeout: SimDuration,
+    },
+    /// Download `size_bytes` back to back.
+    Bulk {
+        size_bytes: u64,
+        timeout: SimDuration,
+    },
+    /// Start a download of `size_bytes` every `interval`, each abandoned after `timeout`.
+    ///
+    /// Downloads start on a fixed grid whether or not the previous one has finished. This is what
+    /// OnionPerf does: its tgen graph has a pause action with an edge back to itself and an edge
+    /// to the transfer, and tgen follows all out-edges of an action concurrently, so the pause
+    /// loop keeps ticking while a slow transfer is still running. A fixed grid also keeps a slow
+    /// network from reducing its own measurement load, which would bias the results.
+    Perf {
+        size_bytes: u64,
+        interval: SimDuration,
+        timeout: SimDuration,
+    },
+}
+
+impl Workload {
+    /// The reference web client: 320 KiB, then a 1–60 s pause.
+    pub fn web_default() -> Self {
+        Workload::Web {
+            size_bytes: 320 * KIB,
+            pause_min: secs(1),
+            pause_max: secs(60),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The reference bulk client: 5 MiB back to back.
+    ///
+    /// Its timeout is the perf timeout for the same size (120 s): a 5 MiB transfer regularly
+    /// needs longer than the generic 60 s on a loaded network, and abandoning it would hide the
+    /// very congestion bulk clients are there to create.
+    pub fn bulk_default() -> Self {
+        Workload::Bulk {
+            size_bytes: 5 * MIB,
+            timeout: perf_timeout(5 * MIB),
+        }
+    }
+
+    /// A perf client fetching `size_bytes` every 60 s, with the timeout from [`perf_timeout`].
+    pub fn perf_default(size_bytes: u64) -> Self {
+        Workload::Perf {
+            size_bytes,
+            interval: secs(60),
+            timeout: perf_timeout(size_bytes),
+        }
+    }
+
+    /// Bytes each download of this workload fetches.
+    pub fn size_bytes(&self) -> u64 {
+        match *self {
+            Workload::Web { size_bytes, .. }
+            | Workload::Bulk { size_bytes, .. }
+            | Workload::Perf { size_bytes, .. } => size_bytes,
+        }
+    }
+
+    /// How long each download may take before it is abandoned.
+    pub fn timeout(&self) -> SimDuration {
+        match *self {
+            Workload::Web { timeout, .. }
+            | Workload::Bulk { timeout, .. }
+            | Workload::Perf { timeout, .. } => timeout,
+        }
+    }
+
+    /// Rejects parameters that would make a client do nothing or spin without time advancing.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.size_bytes() == 0 {
+            return Err("download size must be at least 1 byte".into());
+        }
+        if self.timeout() == 0 {
+            return Err("download timeout must be positive".into());
+        }
+        match *self {
+            Workload::Web {
+                pause_min,
+                pause_max,
+                ..
+            } if pause_min > pause_max => Err(format!(
+                "pause_min ({pause_min} ns) is greater than pause_max ({pause_max} ns)"
+            )),
+            Workload::Perf { interval: 0, .. } => Err("perf interval must be positive".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Timeout for a perf download of `size_bytes`.
+///
+/// The three reference sizes get their reference timeouts exactly. Other sizes interpolate
+/// linearly between the neighbouring reference points, so the timeout grows smoothly with the
+/// size. Below 50 KiB the 15 s floor applies, since circuit setup and the first round trips
+/// dominate small transfers. Above 5 MiB the timeout grows in proportion to the size from the
+/// 5 MiB point, i.e. it assumes the same minimum acceptable throughput (about 43 KB/s).
+pub fn perf_timeout(size_bytes: u64) -> SimDuration {
+    let (first_size, first_timeout) = PERF_ANCHORS[0];
+    if size_bytes <= first_size {
+        return first_timeout;
+    }
+    for pair in PERF_ANCHORS.windows(2) {
+        let ((s0, t0), (s1, t1)) = (pair[0], pair[1]);
+        if size_bytes <= s1 {
+            // Integer arithmetic in u128 keeps this exact and platform-independent.
+            let extra = (t1 - t0) as u128 * (size_bytes - s0) as u128 / (s1 - s0) as u128;
+            return t0 + extra as u64;
+        }
+    }
+    let (last_size, last_timeout) = PERF_ANCHORS[PERF_ANCHORS.len() - 1];
+    let scaled = last_timeout as u128 * size_bytes as u128 / last_size as u128;
+    scaled.min(u64::MAX as u128) as u64
+}
+
+/// What the host should do next for one client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Start a download now, abandoning it after `timeout`.
+    Start {
+        size_bytes: u64,
+        timeout: SimDuration,
+    },
+    /// Nothing to do until this time; poll again then.
+    WaitUntil(SimTime),
+    /// Nothing to do until a download finishes ([`ClientSchedule::on_finished`]).
+    Idle,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// The next download may start at this time.
+    ReadyAt(SimTime),
+    /// A download is in flight (web and bulk only run one at a time).
+    Downloading,
+    /// A web download finished at this time; the think time is drawn at the next poll, because
+    /// that is where the RNG is available.
+    Finished(SimTime),
+}
+
+/// One client's schedule: decides when downloads start.
+///
+/// Protocol: call [`poll`](Self::poll) at `start` and whenever a returned `WaitUntil` time is
+/// reached. After a `Start`, poll again at the same `now` until it answers `WaitUntil` or
+/// `Idle`; that answer says when to come back (each `Start` is exactly one download). Report
+/// every download's end with [`on_finished`](Self::on_finished), then poll.
+#[derive(Clone, Debug)]
+pub struct ClientSchedule {
+    workload: Workload,
+    state: State,
+    started: u64,
+    in_flight: u64,
+}
+
+impl ClientSchedule {
+    pub fn new(workload: Workload, start: SimTime) -> Self {
+        ClientSchedule {
+            workload,
+            state: State::ReadyAt(start),
+            started: 0,
+            in_flight: 0,
+        }
+    }
+
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    /// Downloads started so far.
+    pub fn started(&self) -> u64 {
+        self.started
+    }
+
+    /// Downloads started and not yet reported finished.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight
+    }
+
+    /// What to do at `now` (call at start and at the time of every `WaitUntil`).
+    pub fn poll<R: Rng + ?Sized>(&mut self, now: SimTime, rng: &mut R) -> Action {
+        if let State::Finished(at) = self.state {
+            let ready = match self.workload {
+                Workload::Web {
+                    pause_min,
+                    pause_max,
+                    ..
+                } => at.saturating_add(rng.random_range(pause_min..=pause_max)),
+                _ => at,
+            };
+            self.state = State::ReadyAt(ready);
+        }
+        match self.state {
+            State::Downloading => Action::Idle,
+            State::ReadyAt(t) if now < t => Action::WaitUntil(t),
+            State::ReadyAt(t) => {
+                self.state = match self.workload {
+                    Workload::Perf { interval, .. } => {
+                        // A host that polls late (it should not) gets one download, not a burst
+                        // of catch-up downloads; the grid itself stays anchored at `start`.
+                        let missed = (now - t) / interval;
+                        State::ReadyAt(t.saturating_add((missed + 1).saturating_mul(interval)))
+                    }
+                    _ => State::Downloading,
+                };
+                self.started += 1;
+                self.in_flight += 1;
+                Action::Start {
+                    size_bytes: self.workload.size_bytes(),
+                    timeout: self.workload.timeout(),
+                }
+            }
+            State::Finished(_) => unreachable!("resolved above"),
+        }
+    }
+
+    /// A download finished (ok, failed or timed out) at `now`; the next poll decides what comes
+    /// next.
+    pub fn on_finished(&mut self, now: SimTime) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        // Perf clients keep their grid regardless of completions.
+        if self.state == State::Downloading {
+            self.state = State::Finished(now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onionlab_engine::time::{as_secs_f64, NANOS_PER_SEC};
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    fn rng() -> ChaCha8Rng {
+        ChaCha8Rng::seed_from_u64(7)
+    }
+
+    #[test]
+    fn defaults_match_reference_workload() {
+        assert_eq!(
+            Workload::web_default(),
+            Workload::Web {
+                size_bytes: 327_680,
+                pause_min: secs(1),
+                pause_max: secs(60),
+                timeout: secs(60)
+            }
+        );
+        assert_eq!(Workload::bulk_default().size_bytes(), 5 * MIB);
+        for (size, timeout) in [(50 * KIB, 15), (MIB, 60), (5 * MIB, 120)] {
+            assert_eq!(
+                Workload::perf_default(size),
+                Workload::Perf {
+                    size_bytes: size,
+                    interval: secs(60),
+                    timeout: secs(timeout)
+                }
+            );
+        }
+        for w in [
+            Workload::web_default(),
+            Workload::bulk_default(),
+            Workload::perf_default(MIB),
+        ] {
+            w.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn perf_timeout_scales_between_and_beyond_reference_sizes() {
+        assert_eq!(perf_timeout(1), secs(15));
+        assert_eq!(perf_timeout(50 * KIB), secs(15));
+        // Halfway between 1 MiB and 5 MiB: halfway between 60 s and 120 s.
+        assert_eq!(perf_timeout(3 * MIB), secs(90));
+        assert_eq!(perf_timeout(10 * MIB), secs(240));
+        let mut last = 0;
+        for size in (0..=12 * MIB).step_by(64 * KIB as usize) {
+            let t = perf_timeout(size);
+            assert!(t >= last, "timeout must not shrink with size");
+            last = t;
+        }
+    }
+
+    #[test]
+    fn validate_rejects_bad_parameters() {
+        let zero_web = Workload::Web {
+            size_bytes: 0,
+            pause_min: secs(1),
+            pause_max: secs(2),
+            timeout: secs(60),
+        };
+        assert!(zero_web.validate().is_err());
+        let inverted = Workload::Web {
+            size_bytes: 1,
+            pause_min: secs(3),
+            pause_max: secs(2),
+            timeout: secs(60),
+        };
+        assert!(inverted.validate().is_err());
+        assert!(Workload::Bulk {
+            size_bytes: 0,
+            timeout: secs(1)
+        }
+        .validate()
+        .is_err());
+        assert!(Workload::Perf {
+            size_bytes: 0,
+            interval: secs(60),
+            timeout: secs(1)
+        }
+        .validate()
+        .is_err());
+        assert!(Workload::Perf {
+            size_bytes: 1,
+            interval: 0,
+            timeout: secs(1)
+        }
+        .validate()
+        .is_err());
+        assert!(Workload::Bulk {
+            size_bytes: 1,
+            timeout: 0
+        }
+        .validate()
+        .is_err());
+        let equal = Workload::Web {
+            size_bytes: 1,
+            pause_min: secs(2),
+            pause_max: secs(2),
+            timeout: secs(60),
+        };
+        assert!(equal.validate().is_ok());
+    }
+
+    #[test]
+    fn web_pauses_are_uniform_in_range() {
+        let mut rng = rng();
+        let start = secs(5);
+        let mut s = ClientSchedule::new(Workload::web_default(), start);
+        assert_eq!(s.poll(0, &mut rng), Action::WaitUntil(start));
+        let mut now = start;
+        let (mut sum, mut min, mut max) = (0.0, f64::MAX, 0.0f64);
+        let draws = 10_000;
+        for _ in 0..draws {
+            assert_eq!(
+                s.poll(now, &mut rng),
+                Action::Start {
+                    size_bytes: 320 * KIB,
+                    timeout: secs(60)
+                }
+            );
+            assert_eq!(s.poll(now, &mut rng), Action::Idle);
+            // Each download takes 2 s; the pause counts from its end.
+            let finished = now + secs(2);
+            s.on_finished(finished);
+            let Action::WaitUntil(next) = s.poll(finished, &mut rng) else {
+                panic!("web client must think after a download");
+            };
+            let pause = as_secs_f64(next - finished);
+            sum += pause;
+            min = min.min(pause);
+            max = max.max(pause);
+            now = next;
+        }
+        let mean = sum / draws as f64;
+        assert!((mean - 30.5).abs() < 30.5 * 0.03, "mean pause {mean}");
+        assert!((1.0..1.5).contains(&min), "min pause {min}");
+        assert!(max <= 60.0 && max > 59.5, "max pause {max}");
+        assert_eq!(s.started(), draws);
+    }
+
+    #[test]
+    fn web_late_poll_starts_immediately() {
+        let mut rng = rng();
+        let w = Workload::Web {
+            size_bytes: 10,
+            pause_min: secs(1),
+            pause_max: secs(1),
+            timeout: secs(60),
+        };
+        let mut s = ClientSchedule::new(w, 0);
+        assert!(matches!(s.poll(0, &mut rng), Action::Start { .. }));
+        s.on_finished(secs(3));
+        // The pause counts from the finish time, so polling after it has elapsed starts at once.
+        assert!(matches!(s.poll(secs(10), &mut rng), Action::Start { .. }));
+    }
+
+    #[test]
+    fn bulk_runs_back_to_back() {
+        let mut rng = rng();
+        let mut s = ClientSchedule::new(Workload::bulk_default(), 0);
+        let mut now = 0;
+        for i in 0..100u64 {
+            assert_eq!(
+                s.poll(now, &mut rng),
+                Action::Start {
+                    size_bytes: 5 * MIB,
+                    timeout: secs(120)
+                }
+            );
+            assert_eq!(s.poll(now, &mut rng), Action::Idle);
+            assert_eq!(s.in_flight(), 1);
+            now += secs(1) + i * 1_000;
+            s.on_finished(now);
+            assert_eq!(s.in_flight(), 0);
+        }
+        assert_eq!(s.started(), 100);
+    }
+
+    #[test]
+    fn perf_follows_fixed_grid_regardless_of_completion() {
+        let mut rng = rng();
+        let start = secs(7);
+        let mut s = ClientSchedule::new(Workload::perf_default(MIB), start);
+        assert_eq!(s.poll(0, &mut rng), Action::WaitUntil(start));
+        let mut now = start;
+        for k in 0..50u64 {
+            assert_eq!(now, start + k * 60 * NANOS_PER_SEC);
+            assert_eq!(
+                s.poll(now, &mut rng),
+                Action::Start {
+                    size_bytes: MIB,
+                    timeout: secs(60)
+                }
+            );
+            let Action::WaitUntil(next) = s.poll(now, &mut rng) else {
+                panic!("perf must wait for the next grid point");
+            };
+            // Only every third download finishes, and late: the grid does not care.
+            if k % 3 == 0 {
+                s.on_finished(now + secs(45));
+                assert_eq!(s.poll(now + secs(45), &mut rng), Action::WaitUntil(next));
+            }
+            now = next;
+        }
+        assert_eq!(s.started(), 50);
+        assert_eq!(s.in_flight(), 50 - 17);
+    }
+
+    #[test]
+    fn perf_late_poll_skips_missed_slots_without_burst() {
+        let mut rng = rng();
+        let mut s = ClientSchedule::new(Workload::perf_default(50 * KIB), 0);
+        assert!(matches!(s.poll(0, &mut rng), Action::Start { .. }));
+        assert!(matches!(s.poll(secs(150), &mut rng), Action::Start { .. }));
+        assert_eq!(s.poll(secs(150), &mut rng), Action::WaitUntil(secs(180)));
+    }
+
+    #[test]
+    fn identical_seeds_give_identical_schedules() {
+        let run = || {
+            let mut rng = rng();
+            let mut s = ClientSchedule::new(Workload::web_default(), 0);
+            let mut times = Vec::new();
+            let mut now = 0;
+            for _ in 0..100 {
+                s.poll(now, &mut rng);
+                s.on_finished(now + 1);
+                if let Action::WaitUntil(t) = s.poll(now + 1, &mut rng) {
+                    now = t;
+                }
+                times.push(now);
+            }
+            times
+        };
+        assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn workload_round_trips_through_serde() {
+        for w in [
+            Workload::web_default(),
+            Workload::bulk_default(),
+            Workload::perf_default(50 * KIB),
+        ] {
+            let json = serde_json::to_string(&w).unwrap();
+            assert_eq!(serde_json::from_str::<Workload>(&json).unwrap(), w);
+        }
+    }
+}
