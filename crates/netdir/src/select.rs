@@ -196,6 +196,7 @@ impl PathSelector {
     ///   conflict with the exit; with `guards` empty, a weighted choice (Stable if
     ///   `need_stable`, as tor did before guard lists). A primary guard is not checked for
     ///   Stable: tor's guard filter does not, since the Guard flag already demands uptime.
+    ///   Indices outside the consensus are skipped.
     /// * Middle: weighted, not conflicting with either, Stable if `need_stable`.
     ///
     /// No two hops may be the same relay, share a /16, or share a family.

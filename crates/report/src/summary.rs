@@ -137,9 +137,9 @@ pub fn total_goodput(relays: &[RelaySample], from_second: u64) -> f64 {
 
 fn size_label(bytes: u64) -> String {
     const KIB: u64 = 1024;
-    if bytes >= KIB * KIB && bytes % (KIB * KIB) == 0 {
+    if bytes >= KIB * KIB && bytes.is_multiple_of(KIB * KIB) {
         format!("{} MiB", bytes / (KIB * KIB))
-    } else if bytes >= KIB && bytes % KIB == 0 {
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
         format!("{} KiB", bytes / KIB)
     } else {
         format!("{bytes} B")

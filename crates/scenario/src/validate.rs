@@ -533,12 +533,14 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
             _ => {}
         }
         range(cx, format!("{p}.start"), g.start)?;
-        if g.start.max >= s.run.stop_time {
+        // Clients whose start falls after the stop time simply never start; a range that
+        // lies wholly after it is a mistake.
+        if g.start.min >= s.run.stop_time {
             return Err(cx.err(
                 format!("{p}.start"),
                 format!(
-                    "clients must start before stop_time ({}), got up to {}",
-                    s.run.stop_time, g.start.max
+                    "clients must start before stop_time ({}), got from {}",
+                    s.run.stop_time, g.start.min
                 ),
             ));
         }

@@ -15,6 +15,9 @@ use crate::relay::{Relay, RelayLimits};
 use crate::world::TorWorld;
 use crate::{Client, Server};
 
+/// The server group that holds every server (for clients that may use any).
+pub const ALL_SERVERS: &str = "*";
+
 pub enum HostRole {
     /// The relay with this index in the consensus.
     Relay {
@@ -78,6 +81,8 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
             _ => {}
         }
     }
+    let all: Vec<HostId> = server_groups.iter().flat_map(|(_, h)| h.clone()).collect();
+    server_groups.push((ALL_SERVERS.to_string(), all));
     if let Some(r) = relay_hosts.iter().position(|&h| h == HostId::MAX) {
         return Err(format!("consensus relay {r} has no host"));
     }
@@ -105,6 +110,12 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                     .servers(&servers)
                     .ok_or_else(|| format!("client {}: no server group {servers}", h.name))?
                     .to_vec();
+                if hosts.is_empty() {
+                    return Err(format!(
+                        "client {}: server group {servers} is empty",
+                        h.name
+                    ));
+                }
                 TorHost::Client(Box::new(Client::new(
                     stack,
                     world.clone(),

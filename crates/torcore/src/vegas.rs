@@ -172,7 +172,7 @@ impl VegasCc {
     /// Tor skips the timestamp when inflight is 0, which only matters for `sendme_inc == 1`
     /// (where it would lose the first RTT sample); the model records it.
     pub fn on_cell_sent(&mut self, now: SimTime) {
-        if (self.inflight + 1) % self.sendme_inc == 0 {
+        if (self.inflight + 1).is_multiple_of(self.sendme_inc) {
             self.pending.push_back(now);
         }
         self.inflight += 1;
@@ -401,7 +401,7 @@ mod tests {
                         self.busy_until
                     }
                 };
-                if self.sent % self.cc.sendme_inc() == 0 {
+                if self.sent.is_multiple_of(self.cc.sendme_inc()) {
                     self.sendmes.push_back(departs + self.base_rtt);
                 }
             }

@@ -342,7 +342,7 @@ impl Sim {
                 return;
             }
         }
-        let link = if from % 2 == 0 { 0 } else { 1 };
+        let link = if from.is_multiple_of(2) { 0 } else { 1 };
         let to = from ^ 1;
         if let Some(at) = self.links[link].enqueue(now, u64::from(seg.wire_bytes()), &mut self.rng)
         {

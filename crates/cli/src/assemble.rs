@@ -1,0 +1,151 @@
+//! From a resolved scenario (its plan) to the hosts of a Tor network simulation.
+
+use onionlab_net::topology::Graph;
+use onionlab_net::{HostPlacement, NetworkConfig};
+use onionlab_netdir::{Consensus, Relay, RelayFlags};
+use onionlab_scenario::{ClientWorkload, Plan, Scenario};
+use onionlab_tor::build::{HostRole, HostSpec, TorNetwork};
+use onionlab_tor::RelayLimits;
+use onionlab_traffic::Workload;
+
+fn place(node: usize, up: u64, down: u64) -> HostPlacement {
+    HostPlacement {
+        node,
+        bandwidth_up: Some(up),
+        bandwidth_down: Some(down),
+    }
+}
+
+/// Host order: relays (host id = consensus index), authorities, servers, clients.
+pub fn tor_network(
+    scenario: &Scenario,
+    graph: Graph,
+    plan: &Plan,
+    seed: u64,
+    threads: usize,
+) -> Result<TorNetwork, String> {
+    let mut relays = Vec::with_capacity(plan.relays.len());
+    let mut hosts = Vec::new();
+    for (i, r) in plan.relays.iter().enumerate() {
+        relays.push(Relay {
+            nickname: r.name.clone(),
+            fingerprint: format!("{:040X}", i + 1),
+            address: r.address,
+            or_port: onionlab_tor::OR_PORT,
+            flags: r.flags.union(RelayFlags::RUNNING).union(RelayFlags::VALID),
+            bandwidth: r.consensus_weight,
+            unmeasured: false,
+            exit_policy: r.exit_policy.clone(),
+            family: r.family,
+        });
+        hosts.push(HostSpec {
+            name: r.name.clone(),
+            placement: place(r.node, r.link_up_bps, r.link_down_bps),
+            role: HostRole::Relay {
+                relay: i,
+                limits: RelayLimits {
+                    bandwidth_rate: r.bandwidth_rate,
+                    bandwidth_burst: r.bandwidth_burst,
+                    relay_bandwidth_rate: r.relay_bandwidth_rate,
+                    relay_bandwidth_burst: r.relay_bandwidth_burst,
+                },
+            },
+        });
+    }
+    for a in &plan.authorities {
+        hosts.push(HostSpec {
+            name: a.name.clone(),
+            placement: place(a.node, a.link_up_bps, a.link_down_bps),
+            role: HostRole::Idle,
+        });
+    }
+    for g in &scenario.servers {
+        if g.port != onionlab_tor::HTTP_PORT {
+            return Err(format!(
+                "servers.{}.port: the model's file servers and exits use port {}; other \
+                 ports are not modelled yet",
+                g.name,
+                onionlab_tor::HTTP_PORT
+            ));
+        }
+    }
+    for s in &plan.servers {
+        hosts.push(HostSpec {
+            name: s.name.clone(),
+            placement: place(s.node, s.link_up_bps, s.link_down_bps),
+            role: HostRole::Server {
+                group: s.group.clone(),
+            },
+        });
+    }
+    for c in &plan.clients {
+        let workload = match c.workload {
+            ClientWorkload::Web {
+                size,
+                pause_min,
+                pause_max,
+                timeout,
+            } => Workload::Web {
+                size_bytes: size,
+                pause_min,
+                pause_max,
+                timeout,
+            },
+            ClientWorkload::Bulk {
+                size,
+                pause_min: 0,
+                pause_max: 0,
+                timeout,
+            } => Workload::Bulk {
+                size_bytes: size,
+                timeout,
+            },
+            // A bulk client that pauses between downloads is a web client with bulk sizes.
+            ClientWorkload::Bulk {
+                size,
+                pause_min,
+                pause_max,
+                timeout,
+            } => Workload::Web {
+                size_bytes: size,
+                pause_min,
+                pause_max,
+                timeout,
+            },
+            ClientWorkload::Perf {
+                size,
+                interval,
+                timeout,
+            } => Workload::Perf {
+                size_bytes: size,
+                interval,
+                timeout,
+            },
+        };
+        hosts.push(HostSpec {
+            name: c.host.name.clone(),
+            placement: place(c.host.node, c.host.link_up_bps, c.host.link_down_bps),
+            role: HostRole::Client {
+                workload,
+                servers: c
+                    .server_group
+                    .clone()
+                    .unwrap_or_else(|| onionlab_tor::build::ALL_SERVERS.to_string()),
+                start: c.start,
+            },
+        });
+    }
+    Ok(TorNetwork {
+        graph,
+        hosts,
+        consensus: Consensus::from_relays(relays),
+        params: scenario.tor.clone(),
+        net: NetworkConfig {
+            lookahead_floor: scenario.network.lookahead_floor.0,
+            down_queue_time: scenario.network.down_queue.0,
+            ..NetworkConfig::default()
+        },
+        seed,
+        threads,
+    })
+}

@@ -1,0 +1,100 @@
+//! The `onionlab` command.
+//!
+//! Exit codes: 0 when the command did what was asked, 2 for bad input (scenario, flags, files),
+//! 1 for an internal failure (results gathered so far are still written, marked partial).
+
+mod assemble;
+mod results;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "onionlab",
+    version,
+    about = "Simulate a Tor network and measure what its users experience"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario (default: the built-in toy network) and write its results.
+    Run(RunArgs),
+    /// Validate a scenario without running it.
+    Check {
+        /// Scenario file, or the name of a built-in scenario (toy, small, large, consensus-2023).
+        scenario: String,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Scenario file, or the name of a built-in scenario; default: toy.
+    pub scenario: Option<String>,
+    /// Output directory (default: out/<scenario name>).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Seed; overrides the scenario's run.seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Worker threads; overrides the scenario's run.threads (default: the machine's cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Simulated time to stop at (e.g. 10m, 90s, 1h); overrides the scenario's run.stop_time.
+    #[arg(long)]
+    pub stop_time: Option<String>,
+    /// Do not draw the progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// An error with the exit code it deserves.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn input(message: impl Into<String>) -> Self {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Failure {
+            code: 1,
+            message: message.into(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Check { scenario } => run::check(&scenario),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}

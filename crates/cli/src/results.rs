@@ -1,0 +1,99 @@
+//! Turns what the simulated hosts recorded into the output files' records.
+
+use onionlab_engine::time::{as_secs_f64, SimTime};
+use onionlab_engine::Simulation;
+use onionlab_report::{CircuitRecord, DownloadRecord, Outcome, RelaySample};
+use onionlab_tor::measure::{CircuitOutcome, DownloadOutcome};
+use onionlab_tor::{TorHost, TorWorld};
+
+pub struct Collected {
+    pub downloads: Vec<DownloadRecord>,
+    pub relays: Vec<RelaySample>,
+    pub circuits: Vec<CircuitRecord>,
+}
+
+/// Gathers every host's records, in host order (so the files do not depend on threads).
+pub fn collect(
+    sim: &mut Simulation<TorHost>,
+    world: &TorWorld,
+    groups: &[String],
+    bootstrap: SimTime,
+) -> Collected {
+    let mut out = Collected {
+        downloads: Vec::new(),
+        relays: Vec::new(),
+        circuits: Vec::new(),
+    };
+    let path_names = |path: Option<[usize; 3]>| match path {
+        Some(p) => p.map(|r| world.relay_name(r).to_string()),
+        None => [String::new(), String::new(), String::new()],
+    };
+    for (id, group) in groups.iter().enumerate().take(sim.host_count()) {
+        let name = world.name(id as u32).to_string();
+        match sim.host_mut(id as u32) {
+            TorHost::Relay(r) => {
+                out.relays.extend(r.samples.iter().map(|s| RelaySample {
+                    relay: name.clone(),
+                    second: s.second,
+                    bytes_read: s.bytes_read,
+                    bytes_written: s.bytes_written,
+                    cells_in: s.cells_in,
+                    cells_out: s.cells_out,
+                    queued_cells: s.queued_cells,
+                    open_sockets: s.open_sockets,
+                }));
+            }
+            TorHost::Client(c) => {
+                c.close_log();
+                for d in &c.finished {
+                    let [guard, middle, exit] = path_names(d.path);
+                    out.downloads.push(DownloadRecord {
+                        client: name.clone(),
+                        group: group.clone(),
+                        size_bytes: d.size,
+                        start_s: as_secs_f64(d.start),
+                        circuit_build_s: d.circuit_build.map(as_secs_f64),
+                        ttfb_s: d.first_byte.map(|t| as_secs_f64(t - d.start)),
+                        ttlb_s: d.last_byte.map(|t| as_secs_f64(t - d.start)),
+                        outcome: match d.outcome {
+                            DownloadOutcome::Ok => Outcome::Ok,
+                            DownloadOutcome::Timeout => Outcome::Timeout,
+                            DownloadOutcome::Error(e) => Outcome::Error(e.to_string()),
+                        },
+                        server: world.name(d.server).to_string(),
+                        guard,
+                        middle,
+                        exit,
+                        bootstrap: d.start < bootstrap,
+                    });
+                }
+                for circ in &c.circuit_log {
+                    let [guard, middle, exit] = path_names(Some(circ.path));
+                    out.circuits.push(CircuitRecord {
+                        client: name.clone(),
+                        circuit: circ.id,
+                        purpose: "exit".into(),
+                        guard,
+                        middle,
+                        exit,
+                        start_s: as_secs_f64(circ.start),
+                        build_s: circ.build.map(as_secs_f64),
+                        outcome: match circ.outcome {
+                            CircuitOutcome::Built => "built",
+                            CircuitOutcome::Timeout => "timeout",
+                            CircuitOutcome::Destroyed => "destroyed",
+                            CircuitOutcome::Failed => "failed",
+                        }
+                        .into(),
+                        streams: circ.streams,
+                        closed_s: circ.closed.map(as_secs_f64),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out.circuits
+        .sort_by(|a, b| (&a.client, a.circuit).cmp(&(&b.client, b.circuit)));
+    out
+}
