@@ -41,6 +41,7 @@ pub fn collect(
                     cells_out: s.cells_out,
                     queued_cells: s.queued_cells,
                     open_sockets: s.open_sockets,
+                    socket_queued_bytes: s.socket_queued_bytes,
                 }));
             }
             TorHost::Client(c) => {

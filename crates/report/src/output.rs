@@ -30,7 +30,7 @@ pub const DOWNLOADS_HEADER: [&str; 13] = [
     "bootstrap",
 ];
 
-pub const RELAYS_HEADER: [&str; 8] = [
+pub const RELAYS_HEADER: [&str; 9] = [
     "relay",
     "second",
     "bytes_read",
@@ -39,6 +39,7 @@ pub const RELAYS_HEADER: [&str; 8] = [
     "cells_out",
     "queued_cells",
     "open_sockets",
+    "socket_queued_bytes",
 ];
 
 pub const CIRCUITS_HEADER: [&str; 11] = [
@@ -206,6 +207,7 @@ impl OutputDir {
                 s.cells_out.to_string(),
                 s.queued_cells.to_string(),
                 s.open_sockets.to_string(),
+                s.socket_queued_bytes.to_string(),
             ]
         });
         self.write_csv(RELAYS_CSV, &RELAYS_HEADER, rows)
@@ -394,6 +396,7 @@ mod tests {
             cells_out: 4,
             queued_cells: 5,
             open_sockets: 6,
+            socket_queued_bytes: 7,
         }])
         .unwrap();
         out.write_circuits(&[CircuitRecord {
@@ -412,8 +415,9 @@ mod tests {
         .unwrap();
         assert_eq!(
             fs::read_to_string(tmp.0.join(RELAYS_CSV)).unwrap(),
-            "relay,second,bytes_read,bytes_written,cells_in,cells_out,queued_cells,open_sockets\n\
-             relay1,7,1,2,3,4,5,6\n"
+            "relay,second,bytes_read,bytes_written,cells_in,cells_out,queued_cells,open_sockets,\
+             socket_queued_bytes\n\
+             relay1,7,1,2,3,4,5,6,7\n"
         );
         assert_eq!(
             fs::read_to_string(tmp.0.join(CIRCUITS_CSV)).unwrap(),

@@ -99,6 +99,9 @@ pub struct RelaySample {
     pub cells_out: u64,
     pub queued_cells: u64,
     pub open_sockets: u32,
+    /// Bytes written into the relay's sockets that the kernel has not sent yet, summed over
+    /// its channels at the end of the second: where KIST keeps queues small.
+    pub socket_queued_bytes: u64,
 }
 
 /// One circuit a client tried to build.

@@ -351,6 +351,7 @@ mod tests {
             cells_out: 0,
             queued_cells: 0,
             open_sockets: 0,
+            socket_queued_bytes: 0,
         };
         let relays = vec![
             sample("a", 0, 1_000_000),

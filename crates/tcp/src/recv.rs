@@ -258,19 +258,21 @@ impl Receiver {
         self.ooo.release_if_empty();
     }
 
-    /// Linux-style dynamic right-sizing: once per RTT, if more bytes arrived in order than in
-    /// any earlier RTT, size the buffer to twice that (four times while the rate is still
+    /// Linux-style dynamic right-sizing: once per RTT, if the application read more bytes than
+    /// in any earlier RTT, size the buffer to twice that (four times while the rate is still
     /// doubling, as in slow start), so the window never limits a sender that is ramping up.
+    /// Like Linux (which counts bytes copied to the application), a slow reader does not grow
+    /// the buffer: data it does not read is not worth buffering more of.
     pub fn autotune(&mut self, now: SimTime, rtt: SimDuration, max: u64) {
         if self.drs_time == NEVER {
             self.drs_time = now;
-            self.drs_seq = self.nxt;
+            self.drs_seq = self.read;
             return;
         }
         if now < self.drs_time + rtt {
             return;
         }
-        let got = self.data_end().saturating_sub(self.drs_seq);
+        let got = self.read.saturating_sub(self.drs_seq);
         if got > self.drs_space {
             let factor = if got >= self.drs_space + self.drs_space / 2 {
                 4
@@ -284,7 +286,7 @@ impl Receiver {
             }
         }
         self.drs_time = now;
-        self.drs_seq = self.data_end();
+        self.drs_seq = self.read;
     }
 
     pub fn heap_bytes(&self) -> usize {

@@ -48,6 +48,15 @@ impl CircuitSender {
         }
     }
 
+    /// The congestion window (Vegas) or what is left of the package window (SENDME), in
+    /// cells.
+    pub fn window(&self) -> u32 {
+        match self {
+            CircuitSender::Sendme(window) => window.window(),
+            CircuitSender::Vegas(cc) => cc.cwnd() as u32,
+        }
+    }
+
     /// Cells sent and not yet acknowledged.
     pub fn in_flight(&self) -> u32 {
         match self {
@@ -121,6 +130,14 @@ impl StreamSender {
     pub fn on_sent(&mut self) {
         if let StreamSender::Sendme(w) = self {
             w.on_packaged();
+        }
+    }
+
+    /// Cells sent and not yet acknowledged by a stream SENDME (windowed streams only).
+    pub fn in_flight(&self) -> u32 {
+        match self {
+            StreamSender::Sendme(w) => w.in_flight(),
+            StreamSender::Xon { .. } => 0,
         }
     }
 

@@ -16,6 +16,8 @@ pub struct RelaySample {
     /// Cells waiting in circuit queues at the end of the second.
     pub queued_cells: u64,
     pub open_sockets: u32,
+    /// Bytes in the relay's channel sockets not yet sent by the kernel.
+    pub socket_queued_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -59,6 +59,25 @@ struct Side {
     queue: VecDeque<Cell>,
 }
 
+/// How a circuit's cells fared in this relay's queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Cells written to a channel.
+    pub cells: u64,
+    /// The longest the circuit's own queue got.
+    pub max_queue: u32,
+    /// Summed over the cells written: the cells other circuits had queued for the same
+    /// channel at that moment (cells that this circuit's cells overtook).
+    pub overtaken: u64,
+}
+
+impl QueueStats {
+    /// Cells of other circuits waiting when one of this circuit's cells left, on average.
+    pub fn mean_overtaken(&self) -> f64 {
+        self.overtaken as f64 / self.cells.max(1) as f64
+    }
+}
+
 struct Circuit {
     /// Towards the client.
     prev: Side,
@@ -67,6 +86,7 @@ struct Circuit {
     /// This relay's position (1 = guard).
     hop: u8,
     exit: Option<Box<ExitCircuit>>,
+    stats: QueueStats,
 }
 
 /// What the last hop keeps for a circuit that carries streams.
@@ -110,7 +130,12 @@ struct Channel {
     blocked: bool,
     /// Waiting for read tokens.
     read_blocked: bool,
+    /// Cells queued on all circuits for this channel.
+    queued: u64,
+    /// What the scheduler may still write in its current run, and what it has written.
     limit: u64,
+    run_limit: u64,
+    run_written: u64,
 }
 
 impl Channel {
@@ -134,7 +159,10 @@ impl Channel {
             pending: false,
             blocked: false,
             read_blocked: false,
+            queued: 0,
             limit: 0,
+            run_limit: 0,
+            run_written: 0,
         }
     }
 
@@ -228,6 +256,12 @@ pub struct Relay {
     pub conn_limit_refusals: u64,
     /// Largest number of cells in flight seen on any exit circuit.
     pub max_circuit_in_flight: u32,
+    /// Largest number of cells in flight seen on any exit stream (windowed streams).
+    pub max_stream_in_flight: u32,
+    /// Scheduler runs in which a channel was given more than its write limit (must stay 0).
+    pub write_limit_overruns: u64,
+    /// Times a channel still had cells when its write limit ran out.
+    pub write_limit_hits: u64,
 }
 
 fn cell_wire_bytes(world: &TorWorld) -> u64 {
@@ -279,6 +313,9 @@ impl Relay {
             circuits_killed_queue: 0,
             conn_limit_refusals: 0,
             max_circuit_in_flight: 0,
+            max_stream_in_flight: 0,
+            write_limit_overruns: 0,
+            write_limit_hits: 0,
         }
     }
 
@@ -311,6 +348,13 @@ impl Relay {
             }
             RelayTimer::Sample => {
                 let c = std::mem::take(&mut self.now_counters);
+                let socket_queued_bytes = self
+                    .channels
+                    .iter()
+                    .filter(|ch| ch.open)
+                    .filter_map(|ch| self.stack.tcp_info(ch.socket))
+                    .map(|i| i.notsent)
+                    .sum();
                 self.samples.push(RelaySample {
                     second: ctx.now() / NANOS_PER_SEC,
                     bytes_read: c.bytes_read,
@@ -319,6 +363,7 @@ impl Relay {
                     cells_out: c.cells_out,
                     queued_cells: self.queued_cells,
                     open_sockets: self.open_sockets,
+                    socket_queued_bytes,
                 });
                 ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::Sample));
             }
@@ -557,6 +602,7 @@ impl Relay {
             next: None,
             hop: cell.hop.max(1),
             exit: None,
+            stats: QueueStats::default(),
         });
         if !self.channels[ch as usize].bind_theirs(cell.circ_id, circ) {
             // The id is taken: a confused peer. Refuse.
@@ -649,9 +695,12 @@ impl Relay {
             return;
         }
         side.queue.push_back(cell);
+        let len = side.queue.len() as u32;
+        c.stats.max_queue = c.stats.max_queue.max(len);
         let ch = side.chan;
         self.queued_cells += 1;
         let chan = &mut self.channels[ch as usize];
+        chan.queued += 1;
         chan.mux.add_active(circ);
         self.mark_pending(ctx, ch);
     }
@@ -703,10 +752,12 @@ impl Relay {
                 ),
                 (SchedulerKind::KistLite, Some(_)) => {
                     kistlite_write_limit(params.outbuf_high_bytes, 0)
-                        .min(self.stack.send_space(chan.socket))
                 }
-                (SchedulerKind::Vanilla, Some(_)) => self.stack.send_space(chan.socket),
+                // The old scheduler writes until the kernel refuses more.
+                (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
             };
+            chan.run_limit = chan.limit;
+            chan.run_written = 0;
             if chan.limit >= cell_bytes {
                 let best = chan.mux.best_value(now).unwrap_or(0.0);
                 heap.push(Reverse((ewma_key(best), ch)));
@@ -748,7 +799,15 @@ impl Relay {
                 continue;
             }
             let emptied = side.queue.is_empty();
+            let own = side.queue.len() as u64 + 1;
+            c.stats.cells += 1;
+            c.stats.overtaken += chan.queued - own;
+            chan.queued -= 1;
             self.queued_cells -= 1;
+            chan.run_written += cell_bytes;
+            if chan.run_written > chan.run_limit {
+                self.write_limit_overruns += 1;
+            }
             chan.limit -= cell_bytes;
             allowance -= cell_bytes;
             self.buckets.note_written(cell_bytes, true);
@@ -766,6 +825,7 @@ impl Relay {
                     let best = chan.mux.best_value(now).unwrap_or(0.0);
                     heap.push(Reverse((ewma_key(best), ch)));
                 } else {
+                    self.write_limit_hits += 1;
                     deferred.push(ch);
                 }
             }
@@ -811,6 +871,7 @@ impl Relay {
         for (side, notify) in sides {
             self.queued_cells -= side.queue.len() as u64;
             let chan = &mut self.channels[side.chan as usize];
+            chan.queued -= side.queue.len() as u64;
             chan.mux.detach(circ);
             chan.release(side.circ_id);
             if notify && chan.open {
@@ -1060,6 +1121,7 @@ impl Relay {
                 let socket = s.socket;
                 let stream_id = s.stream_id;
                 s.sender.on_sent();
+                self.max_stream_in_flight = self.max_stream_in_flight.max(s.sender.in_flight());
                 let n = self.stack.read(ctx, socket, want);
                 self.buckets.note_read(n, false);
                 let mut data = Cell::relay(0, RelayCommand::Data, hop, stream_id);
@@ -1113,6 +1175,33 @@ impl Relay {
 
     pub fn open_sockets(&self) -> u32 {
         self.open_sockets
+    }
+
+    /// Queue statistics of the circuits open here.
+    pub fn circuit_queue_stats(&self) -> Vec<QueueStats> {
+        self.circuits.iter().flatten().map(|c| c.stats).collect()
+    }
+
+    /// Cells in flight (sent, not yet acknowledged by a SENDME) on the exit circuits here.
+    pub fn exit_in_flight(&self) -> Vec<u32> {
+        self.circuits
+            .iter()
+            .flatten()
+            .filter_map(|c| c.exit.as_ref())
+            .filter(|e| !e.streams.is_empty())
+            .map(|e| e.sender.in_flight())
+            .collect()
+    }
+
+    /// Congestion windows (Vegas) or package windows left (SENDME) of the exit circuits here.
+    pub fn exit_windows(&self) -> Vec<u32> {
+        self.circuits
+            .iter()
+            .flatten()
+            .filter_map(|c| c.exit.as_ref())
+            .filter(|e| !e.streams.is_empty())
+            .map(|e| e.sender.window())
+            .collect()
     }
 }
 

@@ -69,6 +69,17 @@ pub fn three_relays(
     clients: Vec<Workload>,
     threads: usize,
 ) -> Simulation<TorHost> {
+    three_relays_with(params, [(rate, link); 3], clients, threads)
+}
+
+/// Like `three_relays`, with each relay's (rate in bytes/s, link in bit/s) given. Host ids:
+/// 0 guard, 1 middle, 2 exit, 3 server, 4.. clients.
+pub fn three_relays_with(
+    params: TorParams,
+    relay_links: [(u64, u64); 3],
+    clients: Vec<Workload>,
+    threads: usize,
+) -> Simulation<TorHost> {
     let relays = vec![
         relay("guard", 1, RelayFlags::GUARD, 1000),
         relay("middle", 2, RelayFlags::default(), 1000),
@@ -79,10 +90,10 @@ pub fn three_relays(
         .enumerate()
         .map(|(i, r)| HostSpec {
             name: r.nickname.clone(),
-            placement: at(link, link),
+            placement: at(relay_links[i].1, relay_links[i].1),
             role: HostRole::Relay {
                 relay: i,
-                limits: limits(rate),
+                limits: limits(relay_links[i].0),
             },
         })
         .collect();
