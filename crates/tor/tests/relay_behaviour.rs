@@ -11,7 +11,6 @@ use onionlab_torcore::{FlowControl, SchedulerKind, TorParams};
 use onionlab_traffic::Workload;
 
 const MIB: u64 = 1 << 20;
-const GUARD: u32 = 0;
 const MIDDLE: u32 = 1;
 const EXIT: u32 = 2;
 
