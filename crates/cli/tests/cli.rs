@@ -1,0 +1,262 @@
+//! The `onionlab` command as users and scripts use it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn onionlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(args)
+        .output()
+        .expect("onionlab runs")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("onionlab-cli-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A scenario small enough to run in a second or two.
+const TINY: &str = r#"
+name: tiny
+run: { seed: 7, stop_time: 3m, bootstrap: 1m }
+network: { graph: builtin, builtin: { latency: 20ms, bandwidth: 1 Gbit } }
+authorities: 1
+relays:
+  generate: { guard: 3, exit: 2, guard_exit: 1, middle: 4, bandwidth: { fixed: 2 MiB/s } }
+servers: [ { name: web, count: 2, bandwidth: 1 Gbit } ]
+clients:
+  - { name: web, count: 6, workload: { web: { size: 320 KiB, pause: [1s, 10s] } }, bandwidth: 50 Mbit }
+  - { name: bulk, count: 2, workload: { bulk: { size: 5 MiB } }, bandwidth: 50 Mbit }
+"#;
+
+fn tiny_file(dir: &Path) -> PathBuf {
+    fs::create_dir_all(dir).unwrap();
+    let path = dir.join("tiny.yaml");
+    fs::write(&path, TINY).unwrap();
+    path
+}
+
+#[test]
+fn check_accepts_every_example() {
+    for entry in fs::read_dir(repo().join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let out = onionlab(&["check", path.to_str().unwrap()]);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn broken_scenarios_exit_2_with_a_clear_error_and_no_panic() {
+    let dir = repo().join("crates/scenario/tests/broken");
+    let mut n = 0;
+    for entry in fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = fs::read_to_string(&path).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect:"))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string();
+        for command in ["check", "run"] {
+            let out = onionlab(
+                &[command, path.to_str().unwrap(), "--quiet"]
+                    [..if command == "check" { 2 } else { 3 }],
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{command} {}: {stderr}",
+                path.display()
+            );
+            assert!(!stderr.contains("panicked"), "{}: {stderr}", path.display());
+            let name = path.file_name().unwrap().to_str().unwrap();
+            assert!(
+                stderr.contains(name),
+                "{}: error does not name the file: {stderr}",
+                path.display()
+            );
+            assert!(
+                stderr.contains(&expect),
+                "{}: expected `{expect}` in {stderr}",
+                path.display()
+            );
+        }
+        n += 1;
+    }
+    assert!(n >= 20, "only {n} broken scenarios");
+}
+
+#[test]
+fn bad_flags_and_missing_files_exit_2() {
+    for args in [
+        vec!["run", "no/such/file.yaml"],
+        vec!["check", "no/such/file.yaml"],
+        vec!["run", "toy", "--threads", "0"],
+        vec!["run", "toy", "--stop-time", "ten minutes"],
+        vec!["run", "toy", "--stop-time", "0s"],
+        vec!["run", "toy", "--seed", "-1"],
+        vec!["frobnicate"],
+    ] {
+        let out = onionlab(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_run_writes_the_documented_files() {
+    let dir = tmp("files");
+    let scenario = tiny_file(&dir);
+    let out_dir = dir.join("out");
+    let out = onionlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--threads",
+        "2",
+        "--stop-time",
+        "2m",
+        "--seed",
+        "3",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    for key in [
+        "sim_seconds",
+        "wall_seconds",
+        "events",
+        "peak_rss_bytes",
+        "threads",
+        "seed",
+        "complete",
+    ] {
+        assert!(run.get(key).is_some(), "run.json lacks {key}");
+    }
+    assert_eq!(run["complete"], true);
+    assert_eq!(run["seed"], 3);
+    assert_eq!(run["threads"], 2);
+    assert_eq!(run["sim_seconds"], 120.0);
+    let downloads = fs::read_to_string(out_dir.join("downloads.csv")).unwrap();
+    assert!(downloads
+        .starts_with("client,group,size_bytes,start_s,circuit_build_s,ttfb_s,ttlb_s,outcome"));
+    let ok = downloads.lines().filter(|l| l.contains(",ok,")).count();
+    assert!(ok >= 10, "only {ok} completed downloads:\n{downloads}");
+    // Completed downloads have both times; the sizes are the scenario's.
+    for line in downloads.lines().skip(1).filter(|l| l.contains(",ok,")) {
+        let cols: Vec<&str> = line.split(',').collect();
+        assert!(cols[2] == "327680" || cols[2] == "5242880", "{line}");
+        let (ttfb, ttlb): (f64, f64) = (cols[5].parse().unwrap(), cols[6].parse().unwrap());
+        assert!(ttfb > 0.0 && ttlb >= ttfb, "{line}");
+    }
+    assert!(
+        fs::read_to_string(out_dir.join("relays.csv"))
+            .unwrap()
+            .lines()
+            .count()
+            > 10 * 100
+    );
+    assert!(
+        fs::read_to_string(out_dir.join("circuits.csv"))
+            .unwrap()
+            .lines()
+            .count()
+            > 8
+    );
+    // The summary table is printed and saved.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("web") && stdout.contains("bulk") && stdout.contains("goodput"));
+    assert!(out_dir.join("summary.txt").exists());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_toy_scenario_gives_identical_results_on_one_and_two_threads() {
+    let dir = tmp("determinism");
+    let mut outputs = Vec::new();
+    for threads in ["1", "2"] {
+        let out_dir = dir.join(threads);
+        let out = onionlab(&[
+            "run",
+            "toy",
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--stop-time",
+            "10m",
+            "--seed",
+            "1",
+            "--quiet",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outputs.push(out_dir);
+    }
+    for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
+        let a = fs::read(outputs[0].join(file)).unwrap();
+        let b = fs::read(outputs[1].join(file)).unwrap();
+        assert!(a.len() > 100, "{file} is nearly empty");
+        assert!(a == b, "{file} differs between 1 and 2 threads");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ctrl_c_stops_the_run_and_keeps_partial_results() {
+    let dir = tmp("interrupt");
+    let out_dir = dir.join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["run", "toy", "-o", out_dir.to_str().unwrap(), "--quiet"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let run: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["complete"], false);
+    assert!(run["sim_seconds"].as_f64().unwrap() < 3600.0);
+    assert!(run["interrupted_reason"]
+        .as_str()
+        .unwrap()
+        .contains("interrupted"));
+    for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
+        assert!(out_dir.join(file).exists(), "{file} missing");
+    }
+    assert!(fs::read_to_string(out_dir.join("summary.txt"))
+        .unwrap()
+        .contains("PARTIAL"));
+    let _ = fs::remove_dir_all(&dir);
+}
