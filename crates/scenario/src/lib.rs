@@ -10,7 +10,7 @@
 //! 2. [`load_graph`]: the network graph the scenario names;
 //! 3. [`resolve`]: concrete hosts ([`Plan`]) placed on graph nodes, deterministic for a seed.
 //!
-//! The schema is documented in `SCENARIO.md` beside this crate.
+//! The schema is documented in the README's scenario reference.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
