@@ -96,6 +96,8 @@ struct ExitCircuit {
     streams: Vec<u32>,
     /// Round-robin position among streams when packaging.
     turn: usize,
+    /// Packaging stopped because the circuit's queue reached the high watermark.
+    edge_blocked: bool,
     max_in_flight: u32,
 }
 
@@ -766,6 +768,7 @@ impl Relay {
             }
         }
         let mut touched = Vec::new();
+        let mut unblocked = Vec::new();
         while let Some(Reverse((_, ch))) = heap.pop() {
             if allowance < cell_bytes {
                 deferred.push(ch);
@@ -799,6 +802,13 @@ impl Relay {
                 continue;
             }
             let emptied = side.queue.is_empty();
+            if let Some(exit) = c.exit.as_mut() {
+                if exit.edge_blocked && side.queue.len() <= params.circuit_queue_low_cells as usize
+                {
+                    exit.edge_blocked = false;
+                    unblocked.push(circ);
+                }
+            }
             let own = side.queue.len() as u64 + 1;
             c.stats.cells += 1;
             c.stats.overtaken += chan.queued - own;
@@ -833,6 +843,9 @@ impl Relay {
         for &ch in &touched {
             let socket = self.channels[ch as usize].socket;
             self.stack.flush(ctx, socket);
+        }
+        for circ in unblocked {
+            self.package(ctx, circ);
         }
         let out_of_tokens = allowance < cell_bytes;
         for ch in deferred {
@@ -941,6 +954,7 @@ impl Relay {
                 receiver: CircuitReceiver::new(params),
                 streams: Vec::new(),
                 turn: 0,
+                edge_blocked: false,
                 max_in_flight: 0,
             })
         })
@@ -1082,6 +1096,10 @@ impl Relay {
             if exit.streams.is_empty() || !exit.sender.can_send() {
                 return;
             }
+            if c.prev.queue.len() >= self.world.params.circuit_queue_high_cells as usize {
+                exit.edge_blocked = true;
+                return;
+            }
             let mut progressed = false;
             let n_streams = exit.streams.len();
             for k in 0..n_streams {
@@ -1182,25 +1200,16 @@ impl Relay {
         self.circuits.iter().flatten().map(|c| c.stats).collect()
     }
 
-    /// Cells in flight (sent, not yet acknowledged by a SENDME) on the exit circuits here.
-    pub fn exit_in_flight(&self) -> Vec<u32> {
+    /// For each exit circuit here that carries streams: its congestion window (Vegas) or
+    /// what is left of its package window (SENDME), and its cells in flight (sent, not yet
+    /// acknowledged by a SENDME).
+    pub fn exit_flow(&self) -> Vec<(u32, u32)> {
         self.circuits
             .iter()
             .flatten()
             .filter_map(|c| c.exit.as_ref())
             .filter(|e| !e.streams.is_empty())
-            .map(|e| e.sender.in_flight())
-            .collect()
-    }
-
-    /// Congestion windows (Vegas) or package windows left (SENDME) of the exit circuits here.
-    pub fn exit_windows(&self) -> Vec<u32> {
-        self.circuits
-            .iter()
-            .flatten()
-            .filter_map(|c| c.exit.as_ref())
-            .filter(|e| !e.streams.is_empty())
-            .map(|e| e.sender.window())
+            .map(|e| (e.sender.window(), e.sender.in_flight()))
             .collect()
     }
 }

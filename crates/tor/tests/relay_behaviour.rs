@@ -76,9 +76,13 @@ fn bottleneck_trace(flow: FlowControl) -> (Vec<u32>, Vec<u32>) {
     let mut in_flight = Vec::new();
     for t in 1..=60 {
         sim.run_until(secs(t));
-        let exit = relay_host(&sim, EXIT);
-        windows.push(exit.exit_windows().first().copied().unwrap_or(0));
-        in_flight.push(exit.exit_in_flight().first().copied().unwrap_or(0));
+        let (window, flight) = relay_host(&sim, EXIT)
+            .exit_flow()
+            .first()
+            .copied()
+            .unwrap_or_default();
+        windows.push(window);
+        in_flight.push(flight);
     }
     (windows, in_flight)
 }

@@ -253,19 +253,7 @@ mod tests {
     use super::*;
     use onionlab_engine::time::{millis, secs};
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        /// Uniform in [0, 1).
-        fn unit(&mut self) -> f64 {
-            (self.next() >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
+    use crate::test_rng::Rng;
 
     fn pareto_ms(rng: &mut Rng, xm: f64, alpha: f64) -> f64 {
         xm / (1.0 - rng.unit()).powf(1.0 / alpha)

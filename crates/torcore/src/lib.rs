@@ -10,6 +10,8 @@ pub mod ewma;
 pub mod kist;
 pub mod params;
 pub mod sendme;
+#[cfg(test)]
+mod test_rng;
 pub mod token_bucket;
 pub mod vegas;
 

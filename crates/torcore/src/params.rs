@@ -49,6 +49,10 @@ pub struct TorParams {
     pub outbuf_low_bytes: u64,
     /// A circuit whose queue exceeds this many cells is closed (live 1250, code 2500).
     pub max_circuit_queue_cells: u32,
+    /// An edge stops reading from its streams while its circuit has this many cells queued
+    /// (tor's CELL_QUEUE_HIGHWATER_SIZE) and resumes when the queue is down to the low mark.
+    pub circuit_queue_high_cells: u32,
+    pub circuit_queue_low_cells: u32,
 
     // --- flow and congestion control ---
     pub flow_control: FlowControl,
@@ -141,6 +145,8 @@ impl Default for TorParams {
             outbuf_high_bytes: 32 * 1024,
             outbuf_low_bytes: 16 * 1024,
             max_circuit_queue_cells: 1250,
+            circuit_queue_high_cells: 256,
+            circuit_queue_low_cells: 10,
             flow_control: FlowControl::Vegas,
             circuit_window: 1000,
             circuit_sendme_increment: 100,
@@ -249,6 +255,12 @@ impl TorParams {
             return Err((
                 "cc_cwnd_full_minpct",
                 "cc_cwnd_full_minpct and cc_rtt_reset_pct at most 100".into(),
+            ));
+        }
+        if self.circuit_queue_low_cells > self.circuit_queue_high_cells {
+            return Err((
+                "circuit_queue_low_cells",
+                "at most circuit_queue_high_cells".into(),
             ));
         }
         if self.outbuf_low_bytes > self.outbuf_high_bytes {

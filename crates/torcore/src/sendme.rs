@@ -150,18 +150,7 @@ mod tests {
     use super::*;
     use std::collections::VecDeque;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::test_rng::Rng;
 
     #[test]
     fn package_window_counts_down_and_rejects_excess_sendmes() {

@@ -213,19 +213,7 @@ mod tests {
     use super::*;
     use onionlab_engine::time::{millis, secs};
 
-    /// xorshift64*: enough randomness for property tests, fully deterministic.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::test_rng::Rng;
 
     #[test]
     fn starts_full_and_refills_only_at_ticks() {
