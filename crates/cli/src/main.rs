@@ -32,6 +32,22 @@ enum Command {
         /// Scenario file, or the name of a built-in scenario (toy, small, large, consensus-2023).
         scenario: String,
     },
+    /// Write plots and report.html for a run (or a directory of trials).
+    Report {
+        /// A run directory (or a directory of trials made by `run --trials`).
+        dir: PathBuf,
+    },
+    /// Overlay several runs (or sets of trials) in one report, with a table of changes.
+    Compare {
+        /// Run or trials directories; the first is the baseline.
+        dirs: Vec<PathBuf>,
+        /// Output directory (default: out/compare).
+        #[arg(short, long, default_value = "out/compare")]
+        output: PathBuf,
+        /// A label for each directory, in order (default: the scenario names).
+        #[arg(long)]
+        label: Vec<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -53,6 +69,13 @@ pub struct RunArgs {
     /// Do not draw the progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Run the scenario this many times with derived seeds (and freshly sampled networks),
+    /// in subdirectories trial-1, trial-2, ...
+    #[arg(long, default_value_t = 1)]
+    pub trials: u32,
+    /// Do not write plots and report.html at the end.
+    #[arg(long)]
+    pub no_report: bool,
 }
 
 /// An error with the exit code it deserves.
@@ -89,6 +112,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Check { scenario } => run::check(&scenario),
+        Command::Report { dir } => run::report(&dir),
+        Command::Compare {
+            dirs,
+            output,
+            label,
+        } => run::compare(&dirs, &label, &output),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

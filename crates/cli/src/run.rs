@@ -90,12 +90,106 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     if args.threads == Some(0) {
         return Err(Failure::input("--threads: expected at least 1"));
     }
+    if args.trials == 0 {
+        return Err(Failure::input("--trials: expected at least 1"));
+    }
     let threads = args
         .threads
         .or(scenario.run.threads.map(|t| t as usize))
         .unwrap_or_else(onionlab_engine::default_threads)
         .max(1);
-    let (graph, plan) = resolve(&scenario)?;
+    let out_dir = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("out").join(&scenario.name));
+    if args.trials == 1 {
+        run_one(&scenario, threads, &out_dir, args.quiet, !args.no_report)?;
+        return Ok(());
+    }
+    // Repeated trials: each with its own seed (and so its own sampled network, client
+    // placement and randomness), in its own subdirectory.
+    let base = scenario.run.seed;
+    let mut names = Vec::new();
+    let mut seeds = Vec::new();
+    for k in 1..=args.trials {
+        let mut trial = scenario.clone();
+        trial.run.seed = trial_seed(base, k);
+        let name = format!("trial-{k}");
+        println!("trial {k} of {} (seed {})", args.trials, trial.run.seed);
+        run_one(&trial, threads, &out_dir.join(&name), args.quiet, false)?;
+        names.push(name);
+        seeds.push(trial.run.seed);
+    }
+    let manifest = onionlab_report::TrialsManifest {
+        scenario: scenario.name.clone(),
+        trials: names,
+        seeds,
+    };
+    OutputDir::create(&out_dir)
+        .and_then(|out| out.write_trials(&manifest))
+        .map_err(|e| Failure::internal(e.to_string()))?;
+    if !args.no_report {
+        report(&out_dir)?;
+    }
+    Ok(())
+}
+
+/// The seed of trial `k` of a run seeded `base` (SplitMix64 of the pair), so trials differ
+/// from each other and from the base run in every random choice.
+fn trial_seed(base: u64, k: u32) -> u64 {
+    let mut x = base ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Writes the plots and report.html of a run or trials directory.
+pub fn report(dir: &Path) -> Result<(), Failure> {
+    let input = onionlab_report::load_input(dir).map_err(|e| Failure::input(e.to_string()))?;
+    let files =
+        onionlab_report::write_report(&input, dir).map_err(|e| Failure::internal(e.to_string()))?;
+    println!(
+        "report: {} ({} files)",
+        dir.join("report.html").display(),
+        files.len()
+    );
+    Ok(())
+}
+
+/// Overlays several runs or trial sets.
+pub fn compare(dirs: &[PathBuf], labels: &[String], out: &Path) -> Result<(), Failure> {
+    if dirs.len() < 2 {
+        return Err(Failure::input("compare: give at least two run directories"));
+    }
+    if !labels.is_empty() && labels.len() != dirs.len() {
+        return Err(Failure::input(format!(
+            "compare: {} labels for {} directories; give one --label per directory or none",
+            labels.len(),
+            dirs.len()
+        )));
+    }
+    let mut inputs = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let input = onionlab_report::load_input(dir).map_err(|e| Failure::input(e.to_string()))?;
+        let label = labels.get(i).cloned().unwrap_or_else(|| input.label());
+        inputs.push((label, input));
+    }
+    let table = onionlab_report::write_comparison(&inputs, out)
+        .map_err(|e| Failure::internal(e.to_string()))?;
+    println!("{table}");
+    println!("comparison: {}", out.join("compare.html").display());
+    Ok(())
+}
+
+/// Runs one simulation of `scenario` and writes its results (and report) to `out_dir`.
+fn run_one(
+    scenario: &Scenario,
+    threads: usize,
+    out_dir: &Path,
+    quiet: bool,
+    with_report: bool,
+) -> Result<(), Failure> {
+    let (graph, plan) = resolve(scenario)?;
     let groups: Vec<String> = plan
         .relays
         .iter()
@@ -105,15 +199,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .chain(plan.clients.iter().map(|c| c.host.group.clone()))
         .collect();
     let seed = scenario.run.seed;
-    let network = assemble::tor_network(&scenario, graph, &plan, seed, threads)
+    let network = assemble::tor_network(scenario, graph, &plan, seed, threads)
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
     let (mut sim, world) = build(network)
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
-    let out_dir = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("out").join(&scenario.name));
-    let out = OutputDir::create(&out_dir).map_err(|e| Failure::input(e.to_string()))?;
+    let out = OutputDir::create(out_dir).map_err(|e| Failure::input(e.to_string()))?;
 
     let stop = scenario.run.stop_time.0;
     let control = sim.control();
@@ -122,13 +212,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     // simply cannot be interrupted, which is not worth failing for.
     let _ = ctrlc::set_handler(move || handler.interrupt());
     let done = Arc::new(AtomicBool::new(false));
-    let progress = (!args.quiet).then(|| spawn_progress(control.clone(), stop, done.clone()));
+    let progress = spawn_progress(control.clone(), stop, done.clone(), !quiet);
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| sim.run_until(stop)));
     done.store(true, Ordering::Relaxed);
-    if let Some(p) = progress {
-        let _ = p.join();
-    }
+    let progress = progress.join().unwrap_or_default();
     let wall = started.elapsed().as_secs_f64();
     let (stats, failure) = match outcome {
         Ok(stats) => (Some(stats), None),
@@ -152,7 +240,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let events = stats.as_ref().map_or(0, |s| s.events);
     let info = RunInfo {
         scenario_name: scenario.name.clone(),
-        scenario: serde_json::to_value(&scenario).unwrap_or(serde_json::Value::Null),
+        scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
         version: env!("CARGO_PKG_VERSION").to_string(),
         threads,
@@ -180,6 +268,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             .unwrap_or_default(),
         complete,
         mode: "simulation".into(),
+        progress,
         interrupted_reason: if interrupted {
             Some(format!(
                 "interrupted by the user at {} simulated",
@@ -208,6 +297,12 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         threads,
         out_dir.display()
     );
+    if with_report {
+        // A report that cannot be made does not lose the results already written.
+        if let Err(e) = report(out_dir) {
+            eprintln!("warning: no report: {}", e.message);
+        }
+    }
     if let Some(f) = failure {
         return Err(Failure::internal(format!(
             "{f}; results up to {} are in {}, marked partial",
@@ -229,13 +324,20 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Samples (wall seconds, simulated seconds) once a second for the run's diagnostics, and draws
+/// the progress bar when `draw` is set.
 fn spawn_progress(
     control: RunControl,
     stop: u64,
     done: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
+    draw: bool,
+) -> std::thread::JoinHandle<Vec<(f64, f64)>> {
     std::thread::spawn(move || {
-        let bar = ProgressBar::new(stop / NANOS_PER_SEC);
+        let bar = if draw {
+            ProgressBar::new(stop / NANOS_PER_SEC)
+        } else {
+            ProgressBar::hidden()
+        };
         bar.set_style(
             ProgressStyle::with_template(
                 "{bar:40} {pos}/{len} simulated s  {msg}  elapsed {elapsed}  eta {eta}",
@@ -243,14 +345,25 @@ fn spawn_progress(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let started = Instant::now();
+        let mut samples = vec![(0.0, 0.0)];
+        let mut next_sample = 1.0;
         while !done.load(Ordering::Relaxed) {
             let t = control.sim_time();
+            let wall = started.elapsed().as_secs_f64();
+            if wall >= next_sample {
+                samples.push((wall, as_secs_f64(t)));
+                next_sample += 1.0;
+            }
             bar.set_position(t / NANOS_PER_SEC);
-            let speed = as_secs_f64(t) / started.elapsed().as_secs_f64().max(1e-9);
-            bar.set_message(format!("{speed:.1}x real time"));
-            std::thread::sleep(Duration::from_millis(200));
+            bar.set_message(format!("{:.1}x real time", as_secs_f64(t) / wall.max(1e-9)));
+            std::thread::sleep(Duration::from_millis(100));
         }
+        samples.push((
+            started.elapsed().as_secs_f64(),
+            as_secs_f64(control.sim_time()),
+        ));
         bar.finish_and_clear();
+        samples
     })
 }
 

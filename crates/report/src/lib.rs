@@ -1,19 +1,34 @@
-//! Measurements, output files and the run summary.
+//! Measurements, output files, the run summary, and reports comparing runs.
 //!
 //! This crate never prints: the CLI decides what reaches the terminal. Everything here either
 //! writes files into an [`OutputDir`] or returns strings, so the same code serves the CLI, tests
 //! and any later tooling.
+//!
+//! Reports read run directories back ([`RunData::load`], [`load_input`]), draw plots as SVG and
+//! PNG and write a self-contained HTML page ([`write_report`]) or overlay several runs or sets
+//! of trials ([`write_comparison`]). The statistics are described in [`stats`].
 
+mod analysis;
+mod figures;
+mod load;
 mod output;
+mod plot;
 mod records;
+mod report;
+pub mod stats;
 mod summary;
 
+pub use load::{load_input, Input, RunData, TrialsManifest};
 pub use output::{
     peak_rss_bytes, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, DOWNLOADS_CSV,
-    DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, SUMMARY_TXT,
+    DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, SUMMARY_TXT, TRIALS_JSON,
 };
+pub use plot::{find_font, FONT_PATHS};
 pub use records::{
     CircuitRecord, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo, WorkerRecord,
+};
+pub use report::{
+    relative_change, write_comparison, write_report, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
 };
 pub use summary::{
     percentiles, render_summary, summarize, total_goodput, GroupSummary, Percentiles,

@@ -11,6 +11,9 @@ pub const RELAYS_CSV: &str = "relays.csv";
 pub const CIRCUITS_CSV: &str = "circuits.csv";
 pub const RUN_JSON: &str = "run.json";
 pub const SUMMARY_TXT: &str = "summary.txt";
+/// Written by `onionlab run --trials K` into the directory holding the trials; see
+/// [`TrialsManifest`](crate::TrialsManifest).
+pub const TRIALS_JSON: &str = "trials.json";
 
 /// The first eight columns are a stable interface for analysis scripts; new columns only ever
 /// go after them.
@@ -69,9 +72,30 @@ pub enum ReportError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("{0}: no such directory")]
+    NoSuchDirectory(PathBuf),
+    #[error("{0}: not a run directory (no run.json) and not a set of trials (no trials.json)")]
+    NotARunDirectory(PathBuf),
+    #[error(
+        "{0}: missing; a run directory holds downloads.csv, relays.csv, circuits.csv and run.json"
+    )]
+    MissingFile(PathBuf),
+    /// `line` is the 1-based line of the file, counting the header as line 1.
+    #[error("{path}:{line}: {message}")]
+    Malformed {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
+    /// Input that is readable but does not make sense as a whole (a trials directory mixing
+    /// scenarios, a trials.json naming missing trials, ...).
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("drawing {file}: {message}")]
+    Plot { file: String, message: String },
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ReportError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ReportError + '_ {
     move |source| ReportError::Io {
         path: path.to_path_buf(),
         source,
@@ -80,7 +104,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ReportError + '_ {
 
 /// Fixed six decimals (microsecond resolution for times), so files are byte-identical across
 /// runs and platforms instead of depending on shortest-round-trip float printing.
-fn fixed(x: f64) -> String {
+pub(crate) fn fixed(x: f64) -> String {
     let s = format!("{x:.6}");
     // A value that rounds to zero from below would otherwise print as "-0.000000".
     if s == "-0.000000" {
@@ -338,6 +362,7 @@ mod tests {
             complete: true,
             mode: "simulation".into(),
             interrupted_reason: None,
+            progress: vec![(0.0, 0.0), (12.5, 3600.0)],
         }
     }
 

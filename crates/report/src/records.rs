@@ -156,4 +156,8 @@ pub struct RunInfo {
     /// `"simulation"`; a field rather than an assumption so other modes can share the format.
     pub mode: String,
     pub interrupted_reason: Option<String>,
+    /// `(wall seconds, simulated seconds)` samples taken by the CLI while the run progressed,
+    /// for the diagnostics plot. Defaulted so that run.json files from before it existed load.
+    #[serde(default)]
+    pub progress: Vec<(f64, f64)>,
 }

@@ -1,0 +1,459 @@
+//! Reading run directories and sets of trials back.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::output::{
+    io_err, OutputDir, ReportError, CIRCUITS_CSV, DOWNLOADS_CSV, RELAYS_CSV, RUN_JSON, TRIALS_JSON,
+};
+use crate::records::{CircuitRecord, DownloadRecord, Outcome, RelaySample, RunInfo};
+
+/// A finished (or partial) run directory read back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunData {
+    pub dir: PathBuf,
+    pub info: RunInfo,
+    pub downloads: Vec<DownloadRecord>,
+    pub relays: Vec<RelaySample>,
+    pub circuits: Vec<CircuitRecord>,
+}
+
+impl RunData {
+    /// Reads `run.json` and the three CSV files of `dir`.
+    ///
+    /// Columns are found by header name, so files with extra columns (tidy data may grow) still
+    /// load; a missing required column, a missing file or an unparsable cell is an error naming
+    /// the file and, for cells, the line and column.
+    pub fn load(dir: &Path) -> Result<RunData, ReportError> {
+        if !dir.is_dir() {
+            return Err(ReportError::NoSuchDirectory(dir.to_path_buf()));
+        }
+        let run_json = dir.join(RUN_JSON);
+        if !run_json.is_file() {
+            return Err(ReportError::NotARunDirectory(dir.to_path_buf()));
+        }
+        let text = fs::read_to_string(&run_json).map_err(io_err(&run_json))?;
+        let info: RunInfo = serde_json::from_str(&text).map_err(|source| ReportError::Json {
+            path: run_json.clone(),
+            source,
+        })?;
+        Ok(RunData {
+            dir: dir.to_path_buf(),
+            info,
+            downloads: read_csv(&dir.join(DOWNLOADS_CSV), DOWNLOAD_COLUMNS, download_row)?,
+            relays: read_csv(&dir.join(RELAYS_CSV), RELAY_COLUMNS, relay_row)?,
+            circuits: read_csv(&dir.join(CIRCUITS_CSV), CIRCUIT_COLUMNS, circuit_row)?,
+        })
+    }
+
+    /// Downloads that count for results: started after bootstrap.
+    pub fn measured_downloads(&self) -> impl Iterator<Item = &DownloadRecord> {
+        self.downloads.iter().filter(|d| !d.bootstrap)
+    }
+}
+
+/// `trials.json`, written by `onionlab run --trials K` beside the trial directories:
+/// `{"scenario": "toy", "trials": ["trial-1", "trial-2"], "seeds": [1, 2]}`.
+///
+/// `trials` are directory names relative to the file, in trial order; `seeds[i]` is the seed
+/// trial `i` ran with (checked against its run.json, so a stale manifest is caught).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialsManifest {
+    pub scenario: String,
+    pub trials: Vec<String>,
+    pub seeds: Vec<u64>,
+}
+
+impl OutputDir {
+    /// Writes [`TRIALS_JSON`] (pretty, with a trailing newline).
+    pub fn write_trials(&self, manifest: &TrialsManifest) -> Result<PathBuf, ReportError> {
+        let mut text =
+            serde_json::to_string_pretty(manifest).map_err(|source| ReportError::Json {
+                path: self.path().join(TRIALS_JSON),
+                source,
+            })?;
+        text.push('\n');
+        self.write_bytes(TRIALS_JSON, text.as_bytes())
+    }
+}
+
+/// A report's input: one run, or the trials of one scenario.
+// One value per input directory, so the unboxed run costs nothing that matters, and matching on
+// `Input::Run(run)` stays direct.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    Run(RunData),
+    Trials {
+        dir: PathBuf,
+        name: String,
+        runs: Vec<RunData>,
+    },
+}
+
+impl Input {
+    /// The scenario name.
+    pub fn label(&self) -> String {
+        match self {
+            Input::Run(run) => run.info.scenario_name.clone(),
+            Input::Trials { name, .. } => name.clone(),
+        }
+    }
+
+    /// The runs: one for a single run, every trial otherwise.
+    pub fn runs(&self) -> &[RunData] {
+        match self {
+            Input::Run(run) => std::slice::from_ref(run),
+            Input::Trials { runs, .. } => runs,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        match self {
+            Input::Run(run) => &run.dir,
+            Input::Trials { dir, .. } => dir,
+        }
+    }
+
+    pub fn is_trials(&self) -> bool {
+        matches!(self, Input::Trials { .. })
+    }
+}
+
+/// Loads a run directory, or a trials directory (one with `trials.json`, or failing that with
+/// `trial-N` subdirectories holding runs, taken in numeric order).
+pub fn load_input(dir: &Path) -> Result<Input, ReportError> {
+    if !dir.is_dir() {
+        return Err(ReportError::NoSuchDirectory(dir.to_path_buf()));
+    }
+    if dir.join(RUN_JSON).is_file() {
+        return RunData::load(dir).map(Input::Run);
+    }
+    let manifest_path = dir.join(TRIALS_JSON);
+    let (manifest, names) = if manifest_path.is_file() {
+        let text = fs::read_to_string(&manifest_path).map_err(io_err(&manifest_path))?;
+        let manifest: TrialsManifest =
+            serde_json::from_str(&text).map_err(|source| ReportError::Json {
+                path: manifest_path.clone(),
+                source,
+            })?;
+        let invalid = |message: String| ReportError::Invalid {
+            path: manifest_path.clone(),
+            message,
+        };
+        if manifest.trials.is_empty() {
+            return Err(invalid("lists no trials".into()));
+        }
+        if manifest.seeds.len() != manifest.trials.len() {
+            return Err(invalid(format!(
+                "lists {} trials but {} seeds",
+                manifest.trials.len(),
+                manifest.seeds.len()
+            )));
+        }
+        for name in &manifest.trials {
+            let bad = name.is_empty()
+                || Path::new(name).components().count() != 1
+                || name == ".."
+                || name == ".";
+            if bad {
+                return Err(invalid(format!(
+                    "trial {name:?} is not the name of a subdirectory"
+                )));
+            }
+        }
+        let names = manifest.trials.clone();
+        (Some(manifest), names)
+    } else {
+        let names = discover_trials(dir)?;
+        if names.is_empty() {
+            return Err(ReportError::NotARunDirectory(dir.to_path_buf()));
+        }
+        (None, names)
+    };
+
+    let mut runs = Vec::with_capacity(names.len());
+    for name in &names {
+        let trial_dir = dir.join(name);
+        if !trial_dir.is_dir() {
+            return Err(ReportError::Invalid {
+                path: manifest_path.clone(),
+                message: format!(
+                    "lists trial {name:?}, but {} does not exist",
+                    trial_dir.display()
+                ),
+            });
+        }
+        runs.push(RunData::load(&trial_dir)?);
+    }
+
+    let scenario = match &manifest {
+        Some(m) => m.scenario.clone(),
+        None => runs[0].info.scenario_name.clone(),
+    };
+    for (i, run) in runs.iter().enumerate() {
+        if run.info.scenario_name != scenario {
+            return Err(ReportError::Invalid {
+                path: dir.to_path_buf(),
+                message: format!(
+                    "trials of different scenarios cannot be mixed: {} ran scenario {:?}, \
+                     expected {:?}",
+                    names[i], run.info.scenario_name, scenario
+                ),
+            });
+        }
+        if let Some(m) = &manifest {
+            if run.info.seed != m.seeds[i] {
+                return Err(ReportError::Invalid {
+                    path: manifest_path.clone(),
+                    message: format!(
+                        "gives seed {} for {}, but its run.json says seed {}",
+                        m.seeds[i], names[i], run.info.seed
+                    ),
+                });
+            }
+        }
+    }
+    Ok(Input::Trials {
+        dir: dir.to_path_buf(),
+        name: scenario,
+        runs,
+    })
+}
+
+/// `trial-N` subdirectories that hold a run.json, by N.
+fn discover_trials(dir: &Path) -> Result<Vec<String>, ReportError> {
+    let mut found: BTreeMap<u64, String> = BTreeMap::new();
+    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let Some(n) = name
+            .strip_prefix("trial-")
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if entry.path().join(RUN_JSON).is_file() {
+            found.insert(n, name);
+        }
+    }
+    Ok(found.into_values().collect())
+}
+
+const DOWNLOAD_COLUMNS: &[&str] = &[
+    "client",
+    "group",
+    "size_bytes",
+    "start_s",
+    "circuit_build_s",
+    "ttfb_s",
+    "ttlb_s",
+    "outcome",
+    "server",
+    "guard",
+    "middle",
+    "exit",
+    "bootstrap",
+];
+
+const RELAY_COLUMNS: &[&str] = &[
+    "relay",
+    "second",
+    "bytes_read",
+    "bytes_written",
+    "cells_in",
+    "cells_out",
+    "queued_cells",
+    "open_sockets",
+    "socket_queued_bytes",
+];
+
+const CIRCUIT_COLUMNS: &[&str] = &[
+    "client", "circuit", "purpose", "guard", "middle", "exit", "start_s", "build_s", "outcome",
+    "streams", "closed_s",
+];
+
+/// One data row, with cells looked up by the position of the required columns.
+struct Row<'a> {
+    record: &'a csv::StringRecord,
+    /// Index in the record of each required column, in the order of the column list.
+    index: &'a [usize],
+    columns: &'a [&'a str],
+}
+
+impl Row<'_> {
+    fn cell(&self, k: usize) -> &str {
+        self.record.get(self.index[k]).unwrap_or("")
+    }
+
+    fn bad(&self, k: usize, expected: &str) -> String {
+        format!(
+            "column {}: {:?} is not {expected}",
+            self.columns[k],
+            self.cell(k)
+        )
+    }
+
+    fn text(&self, k: usize) -> String {
+        self.cell(k).to_string()
+    }
+
+    fn num<T: std::str::FromStr>(&self, k: usize, expected: &str) -> Result<T, String> {
+        self.cell(k).parse().map_err(|_| self.bad(k, expected))
+    }
+
+    fn f64(&self, k: usize) -> Result<f64, String> {
+        let x: f64 = self.num(k, "a number")?;
+        if x.is_finite() {
+            Ok(x)
+        } else {
+            Err(self.bad(k, "a finite number"))
+        }
+    }
+
+    fn opt_f64(&self, k: usize) -> Result<Option<f64>, String> {
+        if self.cell(k).is_empty() {
+            Ok(None)
+        } else {
+            self.f64(k).map(Some)
+        }
+    }
+
+    fn bool(&self, k: usize) -> Result<bool, String> {
+        match self.cell(k) {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(self.bad(k, "true or false")),
+        }
+    }
+}
+
+fn download_row(r: &Row) -> Result<DownloadRecord, String> {
+    Ok(DownloadRecord {
+        client: r.text(0),
+        group: r.text(1),
+        size_bytes: r.num(2, "a byte count")?,
+        start_s: r.f64(3)?,
+        circuit_build_s: r.opt_f64(4)?,
+        ttfb_s: r.opt_f64(5)?,
+        ttlb_s: r.opt_f64(6)?,
+        outcome: r
+            .cell(7)
+            .parse::<Outcome>()
+            .map_err(|e| format!("column outcome: {e}"))?,
+        server: r.text(8),
+        guard: r.text(9),
+        middle: r.text(10),
+        exit: r.text(11),
+        bootstrap: r.bool(12)?,
+    })
+}
+
+fn relay_row(r: &Row) -> Result<RelaySample, String> {
+    let count = "a non-negative integer";
+    Ok(RelaySample {
+        relay: r.text(0),
+        second: r.num(1, count)?,
+        bytes_read: r.num(2, count)?,
+        bytes_written: r.num(3, count)?,
+        cells_in: r.num(4, count)?,
+        cells_out: r.num(5, count)?,
+        queued_cells: r.num(6, count)?,
+        open_sockets: r.num(7, count)?,
+        socket_queued_bytes: r.num(8, count)?,
+    })
+}
+
+fn circuit_row(r: &Row) -> Result<CircuitRecord, String> {
+    let count = "a non-negative integer";
+    Ok(CircuitRecord {
+        client: r.text(0),
+        circuit: r.num(1, count)?,
+        purpose: r.text(2),
+        guard: r.text(3),
+        middle: r.text(4),
+        exit: r.text(5),
+        start_s: r.f64(6)?,
+        build_s: r.opt_f64(7)?,
+        outcome: r.text(8),
+        streams: r.num(9, count)?,
+        closed_s: r.opt_f64(10)?,
+    })
+}
+
+fn read_csv<T>(
+    path: &Path,
+    columns: &[&str],
+    parse: impl Fn(&Row) -> Result<T, String>,
+) -> Result<Vec<T>, ReportError> {
+    if !path.is_file() {
+        return Err(ReportError::MissingFile(path.to_path_buf()));
+    }
+    let malformed = |line: u64, message: String| ReportError::Malformed {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let csv_error = |e: csv::Error| {
+        let line = e.position().map_or(0, |p| p.line());
+        match e.kind() {
+            csv::ErrorKind::Io(_) => ReportError::Csv {
+                path: path.to_path_buf(),
+                source: e,
+            },
+            csv::ErrorKind::UnequalLengths {
+                expected_len, len, ..
+            } => malformed(
+                line,
+                format!("{len} fields where the header has {expected_len}"),
+            ),
+            csv::ErrorKind::Utf8 { .. } => malformed(line, "not valid UTF-8".into()),
+            _ => malformed(line, e.to_string()),
+        }
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_path(path)
+        .map_err(csv_error)?;
+    let headers = reader.headers().map_err(csv_error)?.clone();
+    if headers.is_empty() || (headers.len() == 1 && headers[0].is_empty()) {
+        return Err(malformed(1, "empty file: no header line".into()));
+    }
+    let mut index = Vec::with_capacity(columns.len());
+    let mut missing = Vec::new();
+    for column in columns {
+        match headers.iter().position(|h| h == *column) {
+            Some(i) => index.push(i),
+            None => missing.push(*column),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(malformed(
+            1,
+            format!("missing required column(s): {}", missing.join(", ")),
+        ));
+    }
+    let mut out = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => return Err(csv_error(e)),
+        }
+        let line = record.position().map_or(0, |p| p.line());
+        let row = Row {
+            record: &record,
+            index: &index,
+            columns,
+        };
+        out.push(parse(&row).map_err(|message| malformed(line, message))?);
+    }
+    Ok(out)
+}
