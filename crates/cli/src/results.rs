@@ -42,6 +42,8 @@ pub fn collect(
                     queued_cells: s.queued_cells,
                     open_sockets: s.open_sockets,
                     socket_queued_bytes: s.socket_queued_bytes,
+                    circuits_killed: s.circuits_killed,
+                    conn_limit_refusals: s.conn_limit_refusals,
                 }));
             }
             TorHost::Client(c) => {

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::output::{
-    io_err, OutputDir, ReportError, CIRCUITS_CSV, DOWNLOADS_CSV, RELAYS_CSV, RUN_JSON, TRIALS_JSON,
+    io_err, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, DOWNLOADS_CSV, DOWNLOADS_HEADER,
+    RELAYS_CSV, RELAYS_HEADER, RUN_JSON, TRIALS_JSON,
 };
 use crate::records::{CircuitRecord, DownloadRecord, Outcome, RelaySample, RunInfo};
 
@@ -246,38 +247,10 @@ fn discover_trials(dir: &Path) -> Result<Vec<String>, ReportError> {
     Ok(found.into_values().collect())
 }
 
-const DOWNLOAD_COLUMNS: &[&str] = &[
-    "client",
-    "group",
-    "size_bytes",
-    "start_s",
-    "circuit_build_s",
-    "ttfb_s",
-    "ttlb_s",
-    "outcome",
-    "server",
-    "guard",
-    "middle",
-    "exit",
-    "bootstrap",
-];
-
-const RELAY_COLUMNS: &[&str] = &[
-    "relay",
-    "second",
-    "bytes_read",
-    "bytes_written",
-    "cells_in",
-    "cells_out",
-    "queued_cells",
-    "open_sockets",
-    "socket_queued_bytes",
-];
-
-const CIRCUIT_COLUMNS: &[&str] = &[
-    "client", "circuit", "purpose", "guard", "middle", "exit", "start_s", "build_s", "outcome",
-    "streams", "closed_s",
-];
+// The loader requires exactly the columns the writer writes (extra columns are ignored).
+const DOWNLOAD_COLUMNS: &[&str] = &DOWNLOADS_HEADER;
+const RELAY_COLUMNS: &[&str] = &RELAYS_HEADER;
+const CIRCUIT_COLUMNS: &[&str] = &CIRCUITS_HEADER;
 
 /// One data row, with cells looked up by the position of the required columns.
 struct Row<'a> {
@@ -367,6 +340,8 @@ fn relay_row(r: &Row) -> Result<RelaySample, String> {
         queued_cells: r.num(6, count)?,
         open_sockets: r.num(7, count)?,
         socket_queued_bytes: r.num(8, count)?,
+        circuits_killed: r.num(9, count)?,
+        conn_limit_refusals: r.num(10, count)?,
     })
 }
 

@@ -33,7 +33,7 @@ pub const DOWNLOADS_HEADER: [&str; 13] = [
     "bootstrap",
 ];
 
-pub const RELAYS_HEADER: [&str; 9] = [
+pub const RELAYS_HEADER: [&str; 11] = [
     "relay",
     "second",
     "bytes_read",
@@ -43,6 +43,8 @@ pub const RELAYS_HEADER: [&str; 9] = [
     "queued_cells",
     "open_sockets",
     "socket_queued_bytes",
+    "circuits_killed",
+    "conn_limit_refusals",
 ];
 
 pub const CIRCUITS_HEADER: [&str; 11] = [
@@ -232,6 +234,8 @@ impl OutputDir {
                 s.queued_cells.to_string(),
                 s.open_sockets.to_string(),
                 s.socket_queued_bytes.to_string(),
+                s.circuits_killed.to_string(),
+                s.conn_limit_refusals.to_string(),
             ]
         });
         self.write_csv(RELAYS_CSV, &RELAYS_HEADER, rows)
@@ -422,6 +426,8 @@ mod tests {
             queued_cells: 5,
             open_sockets: 6,
             socket_queued_bytes: 7,
+            circuits_killed: 8,
+            conn_limit_refusals: 9,
         }])
         .unwrap();
         out.write_circuits(&[CircuitRecord {
@@ -441,8 +447,8 @@ mod tests {
         assert_eq!(
             fs::read_to_string(tmp.0.join(RELAYS_CSV)).unwrap(),
             "relay,second,bytes_read,bytes_written,cells_in,cells_out,queued_cells,open_sockets,\
-             socket_queued_bytes\n\
-             relay1,7,1,2,3,4,5,6,7\n"
+             socket_queued_bytes,circuits_killed,conn_limit_refusals\n\
+             relay1,7,1,2,3,4,5,6,7,8,9\n"
         );
         assert_eq!(
             fs::read_to_string(tmp.0.join(CIRCUITS_CSV)).unwrap(),

@@ -102,6 +102,12 @@ pub struct RelaySample {
     /// Bytes written into the relay's sockets that the kernel has not sent yet, summed over
     /// its channels at the end of the second: where KIST keeps queues small.
     pub socket_queued_bytes: u64,
+    /// Circuits the relay closed in this second because their cell queue exceeded the cap.
+    #[serde(default)]
+    pub circuits_killed: u64,
+    /// Connections the relay refused or could not open in this second because of ConnLimit.
+    #[serde(default)]
+    pub conn_limit_refusals: u64,
 }
 
 /// One circuit a client tried to build.

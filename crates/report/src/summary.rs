@@ -352,6 +352,8 @@ mod tests {
             queued_cells: 0,
             open_sockets: 0,
             socket_queued_bytes: 0,
+            circuits_killed: 0,
+            conn_limit_refusals: 0,
         };
         let relays = vec![
             sample("a", 0, 1_000_000),

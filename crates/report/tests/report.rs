@@ -138,6 +138,8 @@ fn write_run(dir: &Path, name: &str, seed: u64) -> RunData {
                 queued_cells: 0,
                 open_sockets: 4,
                 socket_queued_bytes: 0,
+                circuits_killed: 0,
+                conn_limit_refusals: 0,
             });
         }
     }

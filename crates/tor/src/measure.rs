@@ -18,6 +18,10 @@ pub struct RelaySample {
     pub open_sockets: u32,
     /// Bytes in the relay's channel sockets not yet sent by the kernel.
     pub socket_queued_bytes: u64,
+    /// Circuits closed in this second because their queue exceeded the cap.
+    pub circuits_killed: u64,
+    /// Connections refused or not opened in this second because of ConnLimit.
+    pub conn_limit_refusals: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -223,6 +223,10 @@ struct Counters {
     bytes_written: u64,
     cells_in: u64,
     cells_out: u64,
+    /// Circuits closed because their queue exceeded the cap.
+    circuits_killed: u64,
+    /// Connections refused or not opened because of ConnLimit.
+    conn_limit_refusals: u64,
 }
 
 pub struct Relay {
@@ -252,10 +256,6 @@ pub struct Relay {
     open_sockets: u32,
     now_counters: Counters,
     pub samples: Vec<RelaySample>,
-    /// Circuits closed because their queue exceeded the cap.
-    pub circuits_killed_queue: u64,
-    /// Connections refused or not opened because of ConnLimit.
-    pub conn_limit_refusals: u64,
     /// Largest number of cells in flight seen on any exit circuit.
     pub max_circuit_in_flight: u32,
     /// Largest number of cells in flight seen on any exit stream (windowed streams).
@@ -312,8 +312,6 @@ impl Relay {
             open_sockets: 0,
             now_counters: Counters::default(),
             samples: Vec::new(),
-            circuits_killed_queue: 0,
-            conn_limit_refusals: 0,
             max_circuit_in_flight: 0,
             max_stream_in_flight: 0,
             write_limit_overruns: 0,
@@ -366,6 +364,8 @@ impl Relay {
                     queued_cells: self.queued_cells,
                     open_sockets: self.open_sockets,
                     socket_queued_bytes,
+                    circuits_killed: c.circuits_killed,
+                    conn_limit_refusals: c.conn_limit_refusals,
                 });
                 ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::Sample));
             }
@@ -448,7 +448,7 @@ impl Relay {
                     return;
                 }
                 if self.open_sockets >= self.world.params.conn_limit {
-                    self.conn_limit_refusals += 1;
+                    self.now_counters.conn_limit_refusals += 1;
                     self.stack.abort(ctx, socket);
                     return;
                 }
@@ -653,7 +653,7 @@ impl Relay {
             Some(&ch) => ch,
             None => {
                 if self.open_sockets >= self.world.params.conn_limit {
-                    self.conn_limit_refusals += 1;
+                    self.now_counters.conn_limit_refusals += 1;
                     self.destroy_circuit(ctx, circ, None);
                     return;
                 }
@@ -692,7 +692,7 @@ impl Relay {
         };
         cell.circ_id = side.circ_id;
         if side.queue.len() >= cap {
-            self.circuits_killed_queue += 1;
+            self.now_counters.circuits_killed += 1;
             self.destroy_circuit(ctx, circ, None);
             return;
         }
@@ -979,7 +979,7 @@ impl Relay {
             return;
         }
         if self.open_sockets >= self.world.params.conn_limit {
-            self.conn_limit_refusals += 1;
+            self.now_counters.conn_limit_refusals += 1;
             let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
             end.arg = 1;
             self.queue_towards(ctx, circ, false, end);
