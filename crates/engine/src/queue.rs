@@ -25,44 +25,70 @@ pub(crate) fn order_key(src: HostId, seq: u64) -> u64 {
     ((src as u64) << SEQ_BITS) | seq
 }
 
-pub(crate) struct Entry<E> {
-    pub(crate) time: SimTime,
-    pub(crate) key: u64,
-    pub(crate) event: E,
+/// A heap entry: when, in which order, and where the event itself is kept.
+///
+/// Events (a packet with its TCP header is over a hundred bytes) stay put in a slab while the
+/// heap moves only these 24-byte entries around, which keeps sifting cheap.
+struct Entry {
+    time: SimTime,
+    key: u64,
+    slot: u32,
 }
 
-impl<E> PartialEq for Entry<E> {
+impl PartialEq for Entry {
     fn eq(&self, other: &Self) -> bool {
         self.time == other.time && self.key == other.key
     }
 }
-impl<E> Eq for Entry<E> {}
-impl<E> PartialOrd for Entry<E> {
+impl Eq for Entry {}
+impl PartialOrd for Entry {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl<E> Ord for Entry<E> {
+impl Ord for Entry {
     /// Reversed so that `BinaryHeap`, a max-heap, pops the earliest event first.
     fn cmp(&self, other: &Self) -> Ordering {
         (other.time, other.key).cmp(&(self.time, self.key))
     }
 }
 
+/// An event due at `time`, with its order key, as handed out by the queue.
+pub(crate) struct Due<E> {
+    pub(crate) time: SimTime,
+    pub(crate) key: u64,
+    pub(crate) event: E,
+}
+
 pub(crate) struct EventQueue<E> {
-    heap: BinaryHeap<Entry<E>>,
+    heap: BinaryHeap<Entry>,
+    /// Event storage; freed slots are reused, so steady state allocates nothing.
+    slots: Vec<Option<E>>,
+    free: Vec<u32>,
 }
 
 impl<E> EventQueue<E> {
     pub(crate) fn new() -> Self {
         Self {
             heap: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
         }
     }
 
     #[inline]
     pub(crate) fn push(&mut self, time: SimTime, key: u64, event: E) {
-        self.heap.push(Entry { time, key, event });
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(event);
+                slot
+            }
+            None => {
+                self.slots.push(Some(event));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.heap.push(Entry { time, key, slot });
     }
 
     #[inline]
@@ -72,12 +98,16 @@ impl<E> EventQueue<E> {
 
     /// Pops the earliest event if it is due strictly before `end`.
     #[inline]
-    pub(crate) fn pop_before(&mut self, end: SimTime) -> Option<Entry<E>> {
-        if self.heap.peek()?.time < end {
-            self.heap.pop()
-        } else {
-            None
+    pub(crate) fn pop_before(&mut self, end: SimTime) -> Option<Due<E>> {
+        if self.heap.peek()?.time >= end {
+            return None;
         }
+        let Entry { time, key, slot } = self.heap.pop()?;
+        let event = self.slots[slot as usize]
+            .take()
+            .expect("a queued slot holds its event");
+        self.free.push(slot);
+        Some(Due { time, key, event })
     }
 
     pub(crate) fn len(&self) -> usize {
