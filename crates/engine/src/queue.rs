@@ -25,33 +25,56 @@ pub(crate) fn order_key(src: HostId, seq: u64) -> u64 {
     ((src as u64) << SEQ_BITS) | seq
 }
 
-/// A heap entry: when, in which order, and where the event itself is kept.
+/// Events up to this size are kept in the heap itself; larger ones in a slab beside it.
+const INLINE_EVENT_BYTES: usize = 16;
+
+/// Whether events of type `E` are kept out of line (decided at compile time per type).
+const fn out_of_line<E>() -> bool {
+    std::mem::size_of::<E>() > INLINE_EVENT_BYTES
+}
+
+/// A heap entry for a large event: when, in which order, and where the event is kept.
 ///
-/// Events (a packet with its TCP header is over a hundred bytes) stay put in a slab while the
-/// heap moves only these 24-byte entries around, which keeps sifting cheap.
+/// Large events (a packet with its TCP header is over a hundred bytes) stay put in a slab while
+/// the heap moves only these 24-byte entries around, which keeps sifting cheap. Small events
+/// (PHOLD's jobs, timers) are cheaper to move than to look up, so they stay inline.
 struct Entry {
     time: SimTime,
     key: u64,
     slot: u32,
 }
 
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.time == other.time && self.key == other.key
-    }
+/// A heap entry for a small event, kept inline.
+struct InlineEntry<E> {
+    time: SimTime,
+    key: u64,
+    event: E,
 }
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
+
+/// Both entry kinds order the same way: by (time, key), reversed so that `BinaryHeap`, a
+/// max-heap, pops the earliest event first.
+macro_rules! order_by_time_and_key {
+    ($t:ty $(, $g:ident)?) => {
+        impl$(<$g>)? PartialEq for $t {
+            fn eq(&self, other: &Self) -> bool {
+                self.time == other.time && self.key == other.key
+            }
+        }
+        impl$(<$g>)? Eq for $t {}
+        impl$(<$g>)? PartialOrd for $t {
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl$(<$g>)? Ord for $t {
+            fn cmp(&self, other: &Self) -> Ordering {
+                (other.time, other.key).cmp(&(self.time, self.key))
+            }
+        }
+    };
 }
-impl Ord for Entry {
-    /// Reversed so that `BinaryHeap`, a max-heap, pops the earliest event first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.time, other.key).cmp(&(self.time, self.key))
-    }
-}
+order_by_time_and_key!(Entry);
+order_by_time_and_key!(InlineEntry<E>, E);
 
 /// An event due at `time`, with its order key, as handed out by the queue.
 pub(crate) struct Due<E> {
@@ -61,8 +84,11 @@ pub(crate) struct Due<E> {
 }
 
 pub(crate) struct EventQueue<E> {
+    /// Small events.
+    inline: BinaryHeap<InlineEntry<E>>,
+    /// Large events: the heap of entries and the slab they point into. Freed slots are
+    /// reused, so steady state allocates nothing.
     heap: BinaryHeap<Entry>,
-    /// Event storage; freed slots are reused, so steady state allocates nothing.
     slots: Vec<Option<E>>,
     free: Vec<u32>,
 }
@@ -70,6 +96,7 @@ pub(crate) struct EventQueue<E> {
 impl<E> EventQueue<E> {
     pub(crate) fn new() -> Self {
         Self {
+            inline: BinaryHeap::new(),
             heap: BinaryHeap::new(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -78,6 +105,10 @@ impl<E> EventQueue<E> {
 
     #[inline]
     pub(crate) fn push(&mut self, time: SimTime, key: u64, event: E) {
+        if !out_of_line::<E>() {
+            self.inline.push(InlineEntry { time, key, event });
+            return;
+        }
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = Some(event);
@@ -93,14 +124,22 @@ impl<E> EventQueue<E> {
 
     #[inline]
     pub(crate) fn next_time(&self) -> Option<SimTime> {
-        self.heap.peek().map(|e| e.time)
+        if out_of_line::<E>() {
+            self.heap.peek().map(|e| e.time)
+        } else {
+            self.inline.peek().map(|e| e.time)
+        }
     }
 
     /// Pops the earliest event if it is due strictly before `end`.
     #[inline]
     pub(crate) fn pop_before(&mut self, end: SimTime) -> Option<Due<E>> {
-        if self.heap.peek()?.time >= end {
+        if self.next_time()? >= end {
             return None;
+        }
+        if !out_of_line::<E>() {
+            let InlineEntry { time, key, event } = self.inline.pop()?;
+            return Some(Due { time, key, event });
         }
         let Entry { time, key, slot } = self.heap.pop()?;
         let event = self.slots[slot as usize]
@@ -111,6 +150,6 @@ impl<E> EventQueue<E> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.heap.len()
+        self.heap.len() + self.inline.len()
     }
 }
