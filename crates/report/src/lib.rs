@@ -31,5 +31,5 @@ pub use report::{
     relative_change, write_comparison, write_report, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
 };
 pub use summary::{
-    percentiles, render_summary, summarize, total_goodput, GroupSummary, Percentiles,
+    percentiles, render_summary, summarize, summary_table, total_goodput, GroupSummary, Percentiles,
 };

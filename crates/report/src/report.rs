@@ -12,7 +12,7 @@ use crate::load::{Input, RunData};
 use crate::output::{fixed, OutputDir, ReportError};
 use crate::plot::{render_svg, Rasterizer, FONT_PATHS, HEIGHT, WIDTH};
 use crate::stats::MeanCi;
-use crate::summary::{summarize, total_goodput, Percentiles};
+use crate::summary::{summarize, summary_table, total_goodput};
 
 pub const REPORT_HTML: &str = "report.html";
 pub const COMPARE_HTML: &str = "compare.html";
@@ -261,49 +261,10 @@ fn settings_rows(input: &Input) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn secs(p: &Percentiles, x: f64) -> String {
-    if p.n == 0 {
-        "-".into()
-    } else {
-        format!("{x:.3}")
-    }
-}
-
 /// The run summary (as in summary.txt) as table rows.
 fn summary_rows(run: &RunData) -> (Vec<String>, Vec<Vec<String>>, String) {
-    let header = [
-        "group",
-        "downloads",
-        "error rate",
-        "ttfb p50",
-        "ttfb p90",
-        "ttfb p99",
-        "ttlb p50",
-        "ttlb p90",
-        "ttlb p99",
-    ]
-    .map(String::from)
-    .to_vec();
-    let mut rows = Vec::new();
-    for g in summarize(&run.downloads) {
-        let mut row = vec![
-            g.group.clone(),
-            g.downloads.to_string(),
-            format!("{:.2}%", g.error_rate * 100.0),
-        ];
-        for p in [&g.ttfb, &g.ttlb] {
-            row.extend([secs(p, p.p50), secs(p, p.p90), secs(p, p.p99)]);
-        }
-        rows.push(row);
-        if g.ttlb_by_size.len() > 1 {
-            for (size, p) in &g.ttlb_by_size {
-                let mut row = vec![format!("{} / {}", g.group, size_label(*size))];
-                row.extend(vec![String::new(); 5]);
-                row.extend([secs(p, p.p50), secs(p, p.p90), secs(p, p.p99)]);
-                rows.push(row);
-            }
-        }
-    }
+    let mut rows = summary_table(&summarize(&run.downloads));
+    let header = rows.remove(0);
     let goodput = total_goodput(&run.relays, analysis::first_measured_second(run)) / MIB;
     (header, rows, format!("{goodput:.3} MiB/s"))
 }

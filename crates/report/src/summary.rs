@@ -169,12 +169,10 @@ fn row(
     r
 }
 
-/// Renders the human-readable summary: one row per group, plus one indented TTLB row per size
-/// for groups that mix sizes (perf groups usually do not, web and bulk never do).
-///
-/// The group name is left-aligned and every number right-aligned in columns as wide as their
-/// widest cell, so the table stays aligned for any group names and magnitudes.
-pub fn render_summary(groups: &[GroupSummary], goodput_bytes_per_s: f64, complete: bool) -> String {
+/// The summary as a table of cells, header first: per group the downloads, error rate and
+/// TTFB/TTLB percentiles in seconds, plus one indented TTLB row per size for groups that mix
+/// sizes. Shared by the text summary and the HTML report so both show the same figures.
+pub fn summary_table(groups: &[GroupSummary]) -> Vec<Vec<String>> {
     let header: Vec<String> = [
         "group",
         "downloads",
@@ -209,6 +207,16 @@ pub fn render_summary(groups: &[GroupSummary], goodput_bytes_per_s: f64, complet
             }
         }
     }
+    rows
+}
+
+/// Renders the human-readable summary: one row per group, plus one indented TTLB row per size
+/// for groups that mix sizes (perf groups usually do not, web and bulk never do).
+///
+/// The group name is left-aligned and every number right-aligned in columns as wide as their
+/// widest cell, so the table stays aligned for any group names and magnitudes.
+pub fn render_summary(groups: &[GroupSummary], goodput_bytes_per_s: f64, complete: bool) -> String {
+    let rows = summary_table(groups);
     let columns = rows[0].len();
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
