@@ -3,10 +3,9 @@
 use onionlab_net::topology::Graph;
 use onionlab_net::{HostPlacement, NetworkConfig};
 use onionlab_netdir::{Consensus, Relay, RelayFlags};
-use onionlab_scenario::{ClientWorkload, Plan, Scenario};
+use onionlab_scenario::{Plan, Scenario};
 use onionlab_tor::build::{HostRole, HostSpec, TorNetwork};
 use onionlab_tor::RelayLimits;
-use onionlab_traffic::Workload;
 
 fn place(node: usize, up: u64, down: u64) -> HostPlacement {
     HostPlacement {
@@ -79,49 +78,7 @@ pub fn tor_network(
         });
     }
     for c in &plan.clients {
-        let workload = match c.workload {
-            ClientWorkload::Web {
-                size,
-                pause_min,
-                pause_max,
-                timeout,
-            } => Workload::Web {
-                size_bytes: size,
-                pause_min,
-                pause_max,
-                timeout,
-            },
-            ClientWorkload::Bulk {
-                size,
-                pause_min: 0,
-                pause_max: 0,
-                timeout,
-            } => Workload::Bulk {
-                size_bytes: size,
-                timeout,
-            },
-            // A bulk client that pauses between downloads is a web client with bulk sizes.
-            ClientWorkload::Bulk {
-                size,
-                pause_min,
-                pause_max,
-                timeout,
-            } => Workload::Web {
-                size_bytes: size,
-                pause_min,
-                pause_max,
-                timeout,
-            },
-            ClientWorkload::Perf {
-                size,
-                interval,
-                timeout,
-            } => Workload::Perf {
-                size_bytes: size,
-                interval,
-                timeout,
-            },
-        };
+        let workload = c.workload.workload();
         hosts.push(HostSpec {
             name: c.host.name.clone(),
             placement: place(c.host.node, c.host.link_up_bps, c.host.link_down_bps),

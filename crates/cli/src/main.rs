@@ -4,6 +4,7 @@
 //! 1 for an internal failure (results gathered so far are still written, marked partial).
 
 mod assemble;
+mod emulate;
 mod results;
 mod run;
 
@@ -27,6 +28,9 @@ struct Cli {
 enum Command {
     /// Run a scenario (default: the built-in toy network) and write its results.
     Run(RunArgs),
+    /// Run a small scenario with real tor processes in network namespaces (needs root and
+    /// Debian's tor); writes the same files as `run`, marked `mode: emulation`.
+    Emulate(emulate::EmulateArgs),
     /// Validate a scenario without running it.
     Check {
         /// Scenario file, or the name of a built-in scenario (toy, small, large, consensus-2023).
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Emulate(args) => emulate::emulate(args),
         Command::Check { scenario } => run::check(&scenario),
         Command::Report { dir } => run::report(&dir),
         Command::Compare {

@@ -37,13 +37,13 @@ pub fn collect(
                     second: s.second,
                     bytes_read: s.bytes_read,
                     bytes_written: s.bytes_written,
-                    cells_in: s.cells_in,
-                    cells_out: s.cells_out,
-                    queued_cells: s.queued_cells,
-                    open_sockets: s.open_sockets,
-                    socket_queued_bytes: s.socket_queued_bytes,
-                    circuits_killed: s.circuits_killed,
-                    conn_limit_refusals: s.conn_limit_refusals,
+                    cells_in: Some(s.cells_in),
+                    cells_out: Some(s.cells_out),
+                    queued_cells: Some(s.queued_cells),
+                    open_sockets: Some(s.open_sockets),
+                    socket_queued_bytes: Some(s.socket_queued_bytes),
+                    circuits_killed: Some(s.circuits_killed),
+                    conn_limit_refusals: Some(s.conn_limit_refusals),
                 }));
             }
             TorHost::Client(c) => {

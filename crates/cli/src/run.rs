@@ -18,9 +18,9 @@ use onionlab_tor::build::build;
 use crate::{assemble, results, Failure, RunArgs};
 
 /// Exit code of a run stopped by Ctrl-C (its results are written, marked partial).
-const INTERRUPTED: u8 = 130;
+pub(crate) const INTERRUPTED: u8 = 130;
 
-fn load_scenario(arg: &str) -> Result<Scenario, Failure> {
+pub(crate) fn load_scenario(arg: &str) -> Result<Scenario, Failure> {
     let path = Path::new(arg);
     if path.exists() {
         return onionlab_scenario::load(path).map_err(|e| Failure::input(e.to_string()));
@@ -35,7 +35,9 @@ fn load_scenario(arg: &str) -> Result<Scenario, Failure> {
     }
 }
 
-fn resolve(scenario: &Scenario) -> Result<(onionlab_net::topology::Graph, Plan), Failure> {
+pub(crate) fn resolve(
+    scenario: &Scenario,
+) -> Result<(onionlab_net::topology::Graph, Plan), Failure> {
     let graph =
         onionlab_scenario::load_graph(scenario).map_err(|e| Failure::input(e.to_string()))?;
     let plan =
@@ -269,6 +271,7 @@ fn run_one(
         complete,
         mode: "simulation".into(),
         progress,
+        emulation: None,
         interrupted_reason: if interrupted {
             Some(format!(
                 "interrupted by the user at {} simulated",
@@ -367,7 +370,7 @@ fn spawn_progress(
     })
 }
 
-fn format_secs(s: f64) -> String {
+pub(crate) fn format_secs(s: f64) -> String {
     if s >= 3600.0 {
         format!("{:.2} h", s / 3600.0)
     } else if s >= 60.0 {

@@ -281,6 +281,15 @@ impl Row<'_> {
         self.cell(k).parse().map_err(|_| self.bad(k, expected))
     }
 
+    /// An empty cell is `None`: a value the run could not measure.
+    fn opt_num<T: std::str::FromStr>(&self, k: usize, expected: &str) -> Result<Option<T>, String> {
+        if self.cell(k).is_empty() {
+            Ok(None)
+        } else {
+            self.num(k, expected).map(Some)
+        }
+    }
+
     fn f64(&self, k: usize) -> Result<f64, String> {
         let x: f64 = self.num(k, "a number")?;
         if x.is_finite() {
@@ -335,13 +344,13 @@ fn relay_row(r: &Row) -> Result<RelaySample, String> {
         second: r.num(1, count)?,
         bytes_read: r.num(2, count)?,
         bytes_written: r.num(3, count)?,
-        cells_in: r.num(4, count)?,
-        cells_out: r.num(5, count)?,
-        queued_cells: r.num(6, count)?,
-        open_sockets: r.num(7, count)?,
-        socket_queued_bytes: r.num(8, count)?,
-        circuits_killed: r.num(9, count)?,
-        conn_limit_refusals: r.num(10, count)?,
+        cells_in: r.opt_num(4, count)?,
+        cells_out: r.opt_num(5, count)?,
+        queued_cells: r.opt_num(6, count)?,
+        open_sockets: r.opt_num(7, count)?,
+        socket_queued_bytes: r.opt_num(8, count)?,
+        circuits_killed: r.opt_num(9, count)?,
+        conn_limit_refusals: r.opt_num(10, count)?,
     })
 }
 

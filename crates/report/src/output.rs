@@ -118,6 +118,11 @@ pub(crate) fn fixed(x: f64) -> String {
 
 /// An empty cell rather than a sentinel number, so a missing measurement can never be averaged
 /// in by accident.
+/// A count the run may not have measured: empty when it did not.
+fn opt<T: ToString>(x: Option<T>) -> String {
+    x.map(|v| v.to_string()).unwrap_or_default()
+}
+
 fn fixed_opt(x: Option<f64>) -> String {
     x.map(fixed).unwrap_or_default()
 }
@@ -229,13 +234,13 @@ impl OutputDir {
                 s.second.to_string(),
                 s.bytes_read.to_string(),
                 s.bytes_written.to_string(),
-                s.cells_in.to_string(),
-                s.cells_out.to_string(),
-                s.queued_cells.to_string(),
-                s.open_sockets.to_string(),
-                s.socket_queued_bytes.to_string(),
-                s.circuits_killed.to_string(),
-                s.conn_limit_refusals.to_string(),
+                opt(s.cells_in),
+                opt(s.cells_out),
+                opt(s.queued_cells),
+                opt(s.open_sockets),
+                opt(s.socket_queued_bytes),
+                opt(s.circuits_killed),
+                opt(s.conn_limit_refusals),
             ]
         });
         self.write_csv(RELAYS_CSV, &RELAYS_HEADER, rows)
@@ -367,6 +372,7 @@ mod tests {
             mode: "simulation".into(),
             interrupted_reason: None,
             progress: vec![(0.0, 0.0), (12.5, 3600.0)],
+            emulation: None,
         }
     }
 
@@ -421,13 +427,13 @@ mod tests {
             second: 7,
             bytes_read: 1,
             bytes_written: 2,
-            cells_in: 3,
-            cells_out: 4,
-            queued_cells: 5,
-            open_sockets: 6,
-            socket_queued_bytes: 7,
-            circuits_killed: 8,
-            conn_limit_refusals: 9,
+            cells_in: Some(3),
+            cells_out: Some(4),
+            queued_cells: Some(5),
+            open_sockets: Some(6),
+            socket_queued_bytes: Some(7),
+            circuits_killed: Some(8),
+            conn_limit_refusals: Some(9),
         }])
         .unwrap();
         out.write_circuits(&[CircuitRecord {

@@ -88,26 +88,30 @@ pub struct DownloadRecord {
     pub bootstrap: bool,
 }
 
-/// One relay's activity during one simulated second.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One relay's activity during one second.
+///
+/// Only the byte counts are known for every mode. The rest is the model's inside view of a
+/// relay; an emulated relay's tor does not report it each second, so there it is empty
+/// (`None`) rather than a made-up zero.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelaySample {
     pub relay: String,
     pub second: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
-    pub cells_in: u64,
-    pub cells_out: u64,
-    pub queued_cells: u64,
-    pub open_sockets: u32,
+    pub cells_in: Option<u64>,
+    pub cells_out: Option<u64>,
+    pub queued_cells: Option<u64>,
+    pub open_sockets: Option<u32>,
     /// Bytes written into the relay's sockets that the kernel has not sent yet, summed over
     /// its channels at the end of the second: where KIST keeps queues small.
-    pub socket_queued_bytes: u64,
+    pub socket_queued_bytes: Option<u64>,
     /// Circuits the relay closed in this second because their cell queue exceeded the cap.
     #[serde(default)]
-    pub circuits_killed: u64,
+    pub circuits_killed: Option<u64>,
     /// Connections the relay refused or could not open in this second because of ConnLimit.
     #[serde(default)]
-    pub conn_limit_refusals: u64,
+    pub conn_limit_refusals: Option<u64>,
 }
 
 /// One circuit a client tried to build.
@@ -166,4 +170,7 @@ pub struct RunInfo {
     /// for the diagnostics plot. Defaulted so that run.json files from before it existed load.
     #[serde(default)]
     pub progress: Vec<(f64, f64)>,
+    /// For `mode: emulation`: the tor version, set-up time and the switch's packet counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulation: Option<serde_json::Value>,
 }

@@ -355,13 +355,7 @@ mod tests {
             second,
             bytes_read: 0,
             bytes_written,
-            cells_in: 0,
-            cells_out: 0,
-            queued_cells: 0,
-            open_sockets: 0,
-            socket_queued_bytes: 0,
-            circuits_killed: 0,
-            conn_limit_refusals: 0,
+            ..RelaySample::default()
         };
         let relays = vec![
             sample("a", 0, 1_000_000),

@@ -201,12 +201,19 @@ pub fn builtin_text(name: &str) -> Option<&'static str> {
         "small" => include_str!("../../../examples/small.yaml"),
         "large" => include_str!("../../../examples/large.yaml"),
         "consensus-2023" => include_str!("../../../examples/consensus-2023.yaml"),
+        "emulation-minimal" => include_str!("../../../examples/emulation-minimal.yaml"),
         _ => return None,
     })
 }
 
 /// Names accepted by [`builtin`].
-pub const BUILTIN_NAMES: [&str; 4] = ["toy", "small", "large", "consensus-2023"];
+pub const BUILTIN_NAMES: [&str; 5] = [
+    "toy",
+    "small",
+    "large",
+    "consensus-2023",
+    "emulation-minimal",
+];
 
 /// Loads a scenario, its graph and its plan: every check a run would do before starting.
 pub fn load_and_resolve(

@@ -85,6 +85,56 @@ pub enum ClientWorkload {
     },
 }
 
+impl ClientWorkload {
+    /// The traffic model that carries out this workload (in the simulator and the emulator).
+    pub fn workload(&self) -> onionlab_traffic::Workload {
+        use onionlab_traffic::Workload;
+        match *self {
+            ClientWorkload::Web {
+                size,
+                pause_min,
+                pause_max,
+                timeout,
+            } => Workload::Web {
+                size_bytes: size,
+                pause_min,
+                pause_max,
+                timeout,
+            },
+            ClientWorkload::Bulk {
+                size,
+                pause_min: 0,
+                pause_max: 0,
+                timeout,
+            } => Workload::Bulk {
+                size_bytes: size,
+                timeout,
+            },
+            // A bulk client that pauses between downloads is a web client with bulk sizes.
+            ClientWorkload::Bulk {
+                size,
+                pause_min,
+                pause_max,
+                timeout,
+            } => Workload::Web {
+                size_bytes: size,
+                pause_min,
+                pause_max,
+                timeout,
+            },
+            ClientWorkload::Perf {
+                size,
+                interval,
+                timeout,
+            } => Workload::Perf {
+                size_bytes: size,
+                interval,
+                timeout,
+            },
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedClient {
     pub host: PlannedHost,

@@ -1,0 +1,248 @@
+//! From a resolved scenario to the machines of an emulation: one network namespace per host,
+//! its address, its access link and the one-way path to every other host.
+
+use std::net::Ipv4Addr;
+
+use onionlab_netdir::RelayFlags;
+use onionlab_scenario::{ClientWorkload, Plan, PlannedHost};
+use onionlab_topology::Graph;
+
+use crate::delay::PathSpec;
+
+/// More tor processes than this would not fit the machines the emulator is meant for (a tor
+/// grows to 100-160 MB within minutes and every packet crosses one user-space switch).
+pub const MAX_TOR_PROCESSES: usize = 40;
+
+/// Each tor's port numbers; every host has its own address, so they can be the same everywhere.
+pub const OR_PORT: u16 = 9001;
+pub const DIR_PORT: u16 = 7000;
+pub const SOCKS_PORT: u16 = 9050;
+pub const CONTROL_PORT: u16 = 9051;
+/// The file servers' port, as in the simulator.
+pub const HTTP_PORT: u16 = 80;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Role {
+    Authority,
+    Relay {
+        flags: RelayFlags,
+        consensus_weight: u64,
+        bandwidth_rate: u64,
+        bandwidth_burst: u64,
+        relay_bandwidth_rate: Option<u64>,
+        relay_bandwidth_burst: Option<u64>,
+        exit: bool,
+        family: Option<u32>,
+    },
+    Server,
+    Client {
+        workload: ClientWorkload,
+        server_group: Option<String>,
+        start: u64,
+    },
+}
+
+/// One emulated host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The scenario's name for the host, used in every output file.
+    pub name: String,
+    pub group: String,
+    pub role: Role,
+    pub address: Ipv4Addr,
+    pub mac: [u8; 6],
+    pub link_up_bps: u64,
+    pub link_down_bps: u64,
+    /// Index into the scenario graph's nodes.
+    pub graph_node: usize,
+}
+
+impl Node {
+    pub fn runs_tor(&self) -> bool {
+        !matches!(self.role, Role::Server)
+    }
+
+    /// A tor nickname (1-19 letters and digits) that stays unique by carrying the host index.
+    pub fn nickname(&self, index: usize) -> String {
+        let clean: String = self
+            .name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let mut nick = format!("n{index}{clean}");
+        nick.truncate(19);
+        nick
+    }
+}
+
+/// Every host of the emulation and the paths between them.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// Authorities, relays, servers, clients: the order of the switch's ports.
+    pub nodes: Vec<Node>,
+    /// `paths[i][j]`: what a packet from node i to node j experiences on the way.
+    pub paths: Vec<Vec<PathSpec>>,
+}
+
+impl Layout {
+    pub fn tor_processes(&self) -> usize {
+        self.nodes.iter().filter(|n| n.runs_tor()).count()
+    }
+
+    pub fn indices(&self, pick: impl Fn(&Role) -> bool) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| pick(&self.nodes[i].role))
+            .collect()
+    }
+}
+
+/// Host `i`'s address: 10.0.0.0/16 counted from 10.0.0.10, clear of .0 and .255.
+fn address(i: usize) -> Ipv4Addr {
+    let n = 10 + i as u32;
+    Ipv4Addr::new(10, 0, (n / 250) as u8, (n % 250) as u8 + 1)
+}
+
+/// A locally administered unicast MAC that encodes the host index.
+fn mac(i: usize) -> [u8; 6] {
+    let i = i as u32;
+    [0x02, 0x6f, 0x6c, (i >> 16) as u8, (i >> 8) as u8, i as u8]
+}
+
+/// Lays the plan out for emulation, or says why it cannot be emulated here.
+pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
+    let tors = plan.authorities.len() + plan.relays.len() + plan.clients.len();
+    if tors > MAX_TOR_PROCESSES {
+        return Err(format!(
+            "the scenario needs {tors} tor processes ({} authorities, {} relays, {} clients); \
+             emulation runs at most {MAX_TOR_PROCESSES}: use a smaller scenario (or simulate it \
+             with `onionlab run`)",
+            plan.authorities.len(),
+            plan.relays.len(),
+            plan.clients.len()
+        ));
+    }
+    if plan.authorities.is_empty() {
+        return Err(
+            "authorities: emulation needs at least one directory authority (3 recommended)".into(),
+        );
+    }
+    if plan.clients.is_empty() {
+        return Err("clients: the scenario has no clients, so there is nothing to measure".into());
+    }
+    if plan.servers.is_empty() {
+        return Err("servers: the scenario has no servers for its clients to fetch from".into());
+    }
+    if !plan
+        .relays
+        .iter()
+        .any(|r| r.flags.contains(RelayFlags::EXIT))
+    {
+        return Err("relays: no relay has the Exit flag, so no circuit can leave Tor".into());
+    }
+    let mut nodes = Vec::new();
+    let mut push = |name: &str, group: &str, role: Role, up: u64, down: u64, graph_node| {
+        let i = nodes.len();
+        nodes.push(Node {
+            name: name.to_string(),
+            group: group.to_string(),
+            role,
+            address: address(i),
+            mac: mac(i),
+            link_up_bps: up,
+            link_down_bps: down,
+            graph_node,
+        });
+    };
+    let host = |h: &PlannedHost| (h.link_up_bps, h.link_down_bps, h.node);
+    for a in &plan.authorities {
+        let (up, down, g) = host(a);
+        push(&a.name, &a.group, Role::Authority, up, down, g);
+    }
+    for r in &plan.relays {
+        let role = Role::Relay {
+            flags: r.flags,
+            consensus_weight: r.consensus_weight,
+            bandwidth_rate: r.bandwidth_rate,
+            bandwidth_burst: r.bandwidth_burst,
+            relay_bandwidth_rate: r.relay_bandwidth_rate,
+            relay_bandwidth_burst: r.relay_bandwidth_burst,
+            exit: r.flags.contains(RelayFlags::EXIT) && r.exit_policy.allows_port(HTTP_PORT),
+            family: r.family,
+        };
+        push(
+            &r.name,
+            "relay",
+            role,
+            r.link_up_bps,
+            r.link_down_bps,
+            r.node,
+        );
+    }
+    for s in &plan.servers {
+        let (up, down, g) = host(s);
+        push(&s.name, &s.group, Role::Server, up, down, g);
+    }
+    for c in &plan.clients {
+        let (up, down, g) = host(&c.host);
+        let role = Role::Client {
+            workload: c.workload,
+            server_group: c.server_group.clone(),
+            start: c.start,
+        };
+        push(&c.host.name, &c.host.group, role, up, down, g);
+    }
+    let used: Vec<usize> = nodes.iter().map(|n| n.graph_node).collect();
+    let table = graph
+        .paths(&used)
+        .map_err(|e| format!("network.graph: {e}"))?;
+    let paths = nodes
+        .iter()
+        .map(|a| {
+            nodes
+                .iter()
+                .map(|b| {
+                    let p = table.path(a.graph_node, b.graph_node);
+                    PathSpec {
+                        latency_ns: p.latency,
+                        jitter_ns: p.jitter,
+                        loss: p.loss,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    Ok(Layout { nodes, paths })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_and_macs_are_distinct_and_private() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..1000 {
+            let a = address(i);
+            assert!(a.is_private() && a.octets()[3] != 0 && a.octets()[3] != 255);
+            assert!(seen.insert((a, mac(i))));
+            assert_eq!(mac(i)[0] & 0x03, 0x02, "locally administered unicast");
+        }
+    }
+
+    #[test]
+    fn nicknames_are_valid_for_tor() {
+        let node = Node {
+            name: "guard-exit-relay-number-17".into(),
+            group: "relay".into(),
+            role: Role::Server,
+            address: address(3),
+            mac: mac(3),
+            link_up_bps: 1,
+            link_down_bps: 1,
+            graph_node: 0,
+        };
+        let nick = node.nickname(42);
+        assert!(nick.len() <= 19 && nick.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert!(nick.starts_with("n42guard"));
+    }
+}
