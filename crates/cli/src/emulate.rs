@@ -142,6 +142,8 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
                 "frames_lost_on_paths": measured.switch.lost,
                 "frames_flooded": measured.switch.flooded,
                 "socket_drops": measured.switch.socket_drops,
+                "egress_queue_drops": measured.switch.egress_drops,
+                "frames_pending_at_end": measured.switch.pending,
                 "send_errors": measured.switch.send_errors,
                 "gso_frames": measured.switch.gso_frames,
             },

@@ -102,9 +102,7 @@ pub fn check_machine() -> Result<(), String> {
 
 fn on_path(tool: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .any(|d| d.join(tool).is_file())
+    std::env::split_paths(&path).any(|d| d.join(tool).is_file())
 }
 
 /// Whether the effective capabilities include CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21).
@@ -205,6 +203,10 @@ fn run_in_lab(
         .map_err(setup)?;
         lab.shape(&hub, &format!("p{i}"), node.link_down_bps, down_queue)
             .map_err(setup)?;
+    }
+    let hosts: Vec<_> = layout.nodes.iter().map(|n| (n.address, n.mac)).collect();
+    for i in 0..n {
+        lab.add_neighbours(i, &hosts).map_err(setup)?;
     }
     lab.check_isolated().map_err(setup)?;
     let switch = forwarder::start(

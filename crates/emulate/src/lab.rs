@@ -101,11 +101,7 @@ impl Lab {
         let hub = self.hub();
         let node = self.node_ns(i);
         let port = format!("p{i}");
-        let mac = mac
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":");
+        let mac = mac_text(mac);
         netns::ip(&[
             "-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns",
             &node,
@@ -124,6 +120,50 @@ impl Lab {
         netns::ip(&["-n", &hub, "link", "set", &port, "up"])?;
         crate::forwarder::disable_offloads(&node, "eth0")?;
         crate::forwarder::disable_offloads(&hub, &port)
+    }
+
+    /// Tells host `i` every other host's MAC address once and for all. Without it, a lost ARP
+    /// reply on a lossy path would stall a connection for a second, which the simulator (which
+    /// has no ARP) never does.
+    pub fn add_neighbours(
+        &self,
+        i: usize,
+        hosts: &[(std::net::Ipv4Addr, [u8; 6])],
+    ) -> Result<(), String> {
+        use std::io::Write;
+        let ns = self.node_ns(i);
+        let mut batch = String::new();
+        for (j, (address, mac)) in hosts.iter().enumerate() {
+            if j != i {
+                batch.push_str(&format!(
+                    "neigh replace {address} lladdr {} dev eth0 nud permanent\n",
+                    mac_text(*mac)
+                ));
+            }
+        }
+        let mut child = Command::new("ip")
+            .args(["-n", &ns, "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(batch.as_bytes())
+                .map_err(|e| format!("ip -batch: {e}"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("ip -batch: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cannot add neighbour entries in {ns}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
     }
 
     /// Limits what leaves interface `dev` of namespace `ns` to `bits_per_sec`, queueing at
@@ -174,8 +214,10 @@ impl Lab {
     }
 
     /// Starts `tor -f torrc` inside namespace `ns`. The child enters the namespace itself
-    /// before exec, so the PID we hold is tor's, and it asks to be killed if this process
-    /// dies without cleaning up.
+    /// before exec, so the PID we hold is tor's; it asks to be killed if the thread that
+    /// started it dies (call this from the thread that lives as long as the lab), and it gets a
+    /// process group of its own, so a Ctrl-C at the terminal reaches only `onionlab`, which
+    /// then stops the tors after it has stopped measuring.
     pub fn start_tor(
         &mut self,
         name: &str,
@@ -198,13 +240,16 @@ impl Lab {
             .stdout(out)
             .stderr(err);
         // SAFETY: between fork and exec the closure only makes async-signal-safe system calls
-        // (setns, prctl) on a descriptor that stays open until after spawn returns.
+        // (setns, prctl, setpgid) on a descriptor that stays open until after spawn returns.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setpgid(0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -293,6 +338,13 @@ impl Drop for Lab {
             eprintln!("warning: clean-up: {p}");
         }
     }
+}
+
+fn mac_text(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// Namespaces left by emulations whose process no longer exists (e.g. killed with SIGKILL,

@@ -134,13 +134,13 @@ fn write_run(dir: &Path, name: &str, seed: u64) -> RunData {
                 second,
                 bytes_read: bytes,
                 bytes_written: bytes,
-                cells_in: bytes / 514,
-                cells_out: bytes / 514,
-                queued_cells: 0,
-                open_sockets: 4,
-                socket_queued_bytes: 0,
-                circuits_killed: 0,
-                conn_limit_refusals: 0,
+                cells_in: Some(bytes / 514),
+                cells_out: Some(bytes / 514),
+                queued_cells: Some(0),
+                open_sockets: Some(4),
+                socket_queued_bytes: Some(0),
+                circuits_killed: Some(0),
+                conn_limit_refusals: Some(0),
             });
         }
     }
