@@ -313,3 +313,142 @@ pub fn bandwidth_file(layout: &Layout, ids: &[Identity], unix_now: u64) -> Strin
     }
     t
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan;
+
+    /// The built-in minimal scenario laid out, with made-up fingerprints: `F<i>` padded.
+    fn minimal() -> (Layout, Vec<Identity>) {
+        let text = onionlab_scenario::builtin_text("emulation-minimal").unwrap();
+        let s =
+            onionlab_scenario::parse(text, Path::new("builtin:emulation-minimal.yaml")).unwrap();
+        let graph = onionlab_scenario::load_graph(&s).unwrap();
+        let p = onionlab_scenario::resolve(&s, &graph).unwrap();
+        let layout = plan::layout(&p, &graph).unwrap();
+        let ids = (0..layout.nodes.len())
+            .map(|i| Identity {
+                fingerprint: format!("{i:040X}"),
+                v3ident: matches!(layout.nodes[i].role, Role::Authority)
+                    .then(|| format!("{:040X}", 0xA000 + i)),
+            })
+            .collect();
+        (layout, ids)
+    }
+
+    fn config(layout: &Layout, ids: &[Identity], name: &str) -> String {
+        let i = layout.nodes.iter().position(|n| n.name == name).unwrap();
+        torrc(layout, ids, &TorParams::default(), i, Path::new("/lab/x"))
+    }
+
+    fn lines<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
+        text.lines()
+            .filter(|l| l.split_whitespace().next() == Some(key))
+            .collect()
+    }
+
+    #[test]
+    fn every_tor_knows_the_three_authorities() {
+        let (layout, ids) = minimal();
+        for name in ["auth1", "guard1", "exit", "client-perf-1"] {
+            let t = config(&layout, &ids, name);
+            let auths = lines(&t, "DirAuthority");
+            assert_eq!(auths.len(), 3, "{name}");
+            assert!(
+                auths[0].contains(&format!("v3ident={:040X}", 0xA000)),
+                "{}",
+                auths[0]
+            );
+            assert!(auths[0].ends_with(&format!("10.0.0.11:{DIR_PORT} {:040X}", 0)));
+        }
+    }
+
+    #[test]
+    fn authorities_vote_the_scenario_flags_and_weights() {
+        let (layout, ids) = minimal();
+        let fp = |name: &str| {
+            let i = layout.nodes.iter().position(|n| n.name == name).unwrap();
+            format!("${}", ids[i].fingerprint)
+        };
+        let t = config(&layout, &ids, "auth2");
+        assert_eq!(
+            lines(&t, "TestingDirAuthVoteGuard"),
+            [format!(
+                "TestingDirAuthVoteGuard {},{}",
+                fp("guard1"),
+                fp("guard2")
+            )]
+        );
+        assert_eq!(
+            lines(&t, "TestingDirAuthVoteExit"),
+            [format!("TestingDirAuthVoteExit {}", fp("exit"))]
+        );
+        assert_eq!(
+            lines(&t, "TestingDirAuthVoteExitIsStrict"),
+            ["TestingDirAuthVoteExitIsStrict 1"]
+        );
+        assert_eq!(
+            lines(&t, "V3BandwidthsFile"),
+            ["V3BandwidthsFile /lab/x/bandwidth-file"]
+        );
+        let params = lines(&t, "ConsensusParams")[0];
+        for kv in [
+            "cc_alg=2",
+            "KISTSchedRunInterval=3",
+            "circwindow=1000",
+            "cc_vegas_alpha_exit=186",
+        ] {
+            assert!(
+                params.split_whitespace().any(|w| w == kv),
+                "{kv} in {params}"
+            );
+        }
+        // Relays at their consensus weight; authorities at the minimum.
+        let file = bandwidth_file(&layout, &ids, 1_700_000_000);
+        assert!(file.starts_with("1700000000\n"));
+        let weight = |name: &str| {
+            let Role::Relay {
+                consensus_weight, ..
+            } = layout.nodes.iter().find(|n| n.name == name).unwrap().role
+            else {
+                unreachable!()
+            };
+            consensus_weight
+        };
+        assert!(file.contains(&format!(
+            "node_id={} bw={}\n",
+            fp("middle"),
+            weight("middle")
+        )));
+        assert!(file.contains(&format!("node_id={} bw=1\n", fp("auth1"))));
+        assert_eq!(
+            file.lines().count(),
+            1 + 3 + 4,
+            "timestamp, authorities, relays"
+        );
+    }
+
+    #[test]
+    fn relays_and_clients_get_their_roles() {
+        let (layout, ids) = minimal();
+        let exit = config(&layout, &ids, "exit");
+        assert_eq!(lines(&exit, "ExitPolicy"), ["ExitPolicy accept *:*"]);
+        assert_eq!(
+            lines(&exit, "BandwidthRate"),
+            ["BandwidthRate 2097152 bytes"]
+        );
+        assert_eq!(lines(&exit, "SocksPort"), ["SocksPort 0"]);
+        let middle = config(&layout, &ids, "middle");
+        assert_eq!(lines(&middle, "ExitPolicy"), ["ExitPolicy reject *:*"]);
+        let client = config(&layout, &ids, "client-perf-1");
+        assert_eq!(
+            lines(&client, "SocksPort"),
+            [format!("SocksPort 127.0.0.1:{SOCKS_PORT}")]
+        );
+        assert_eq!(lines(&client, "ConfluxEnabled"), ["ConfluxEnabled 0"]);
+        let excluded = lines(&client, "ExcludeNodes")[0];
+        assert_eq!(excluded.matches('$').count(), 3, "{excluded}");
+        assert!(lines(&client, "ORPort").is_empty());
+    }
+}

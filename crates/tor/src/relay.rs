@@ -247,6 +247,9 @@ pub struct Relay {
     /// Channels with cells to send (scheduler's work list).
     pending: Vec<u32>,
     schedule_armed: bool,
+    /// When the KIST scheduler last ran: new work waits only for the rest of the run
+    /// interval since then, and an idle relay's scheduler runs at once, as in tor.
+    last_schedule_run: Option<SimTime>,
     /// Channels with data left unread for lack of read tokens.
     read_waiting: Vec<u32>,
     /// Exit circuits that could not package for lack of read tokens.
@@ -305,6 +308,7 @@ impl Relay {
             stream_by_socket: Vec::new(),
             pending: Vec::new(),
             schedule_armed: false,
+            last_schedule_run: None,
             read_waiting: Vec::new(),
             package_waiting: Vec::new(),
             refill_armed: false,
@@ -714,17 +718,33 @@ impl Relay {
         }
         chan.pending = true;
         self.pending.push(ch);
-        if self.world.params.scheduler != SchedulerKind::Vanilla && !self.schedule_armed {
-            self.schedule_armed = true;
-            let interval = millis(self.world.params.kist_run_interval_ms);
-            ctx.schedule_in(interval, Ev::Relay(RelayTimer::Schedule));
+        self.arm_scheduler(ctx);
+    }
+
+    /// Arms the KIST scheduler like tor's `kist_scheduler_schedule`: at the end of the run
+    /// interval counted from the last run, which is now if the last run is that long ago.
+    fn arm_scheduler(&mut self, ctx: &mut Context<'_, Ev>) {
+        if self.world.params.scheduler == SchedulerKind::Vanilla || self.schedule_armed {
+            return;
         }
+        self.schedule_armed = true;
+        let interval = millis(self.world.params.kist_run_interval_ms);
+        let since = self
+            .last_schedule_run
+            .map_or(interval, |t| ctx.now().saturating_sub(t));
+        ctx.schedule_in(
+            interval.saturating_sub(since),
+            Ev::Relay(RelayTimer::Schedule),
+        );
     }
 
     /// Moves queued cells into channel sockets: globally across channels, quietest circuit
     /// first, within each socket's write limit and the write bucket.
     fn run_scheduler(&mut self, ctx: &mut Context<'_, Ev>) {
         let now = ctx.now();
+        // Tor stamps the run when it ends; in simulated time that is this same instant, and
+        // stamping first keeps work queued during the run from re-arming it at once.
+        self.last_schedule_run = Some(now);
         let cell_bytes = cell_wire_bytes(&self.world);
         let world = self.world.clone();
         let params = &world.params;
@@ -859,11 +879,7 @@ impl Relay {
             if out_of_tokens {
                 self.arm_refill(ctx);
             }
-            if params.scheduler != SchedulerKind::Vanilla && !self.schedule_armed {
-                self.schedule_armed = true;
-                let interval = millis(params.kist_run_interval_ms);
-                ctx.schedule_in(interval, Ev::Relay(RelayTimer::Schedule));
-            }
+            self.arm_scheduler(ctx);
         }
     }
 
