@@ -90,12 +90,45 @@ pub fn check_machine() -> Result<(), String> {
             packages.join(" ")
         ));
     }
+    check_congestion_control()?;
     if !has_net_admin() {
         return Err(
             "emulation creates network namespaces, which needs root or CAP_NET_ADMIN and \
              CAP_SYS_ADMIN: run it as root (e.g. with sudo)"
                 .into(),
         );
+    }
+    Ok(())
+}
+
+/// The model's TCP is CUBIC; a namespace may only default to a congestion control the host
+/// allows for unprivileged use, and changing that list is the host's business, not ours.
+fn check_congestion_control() -> Result<(), String> {
+    let read = |key: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
+            .map(|s| s.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let want = crate::lab::MODEL_TCP[0].1;
+    if !read("tcp_available_congestion_control")
+        .iter()
+        .any(|c| c == want)
+    {
+        return Err(format!(
+            "the kernel has no {want} congestion control (net.ipv4.tcp_available_congestion_control), \
+             which the model's TCP implements: load it (modprobe tcp_{want}) or use a kernel that \
+             has it"
+        ));
+    }
+    let allowed = read("tcp_allowed_congestion_control");
+    if !allowed.iter().any(|c| c == want) {
+        return Err(format!(
+            "this kernel lets network namespaces use only the congestion controls in \
+             net.ipv4.tcp_allowed_congestion_control ({}), and the model's TCP is {want}; \
+             allow it with: sysctl -w net.ipv4.tcp_allowed_congestion_control=\"{} {want}\"",
+            allowed.join(" "),
+            allowed.join(" ")
+        ));
     }
     Ok(())
 }

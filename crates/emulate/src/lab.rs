@@ -19,6 +19,16 @@ use crate::netns;
 /// Every namespace of every emulation starts with this.
 pub const PREFIX: &str = "onionlab-";
 
+/// Kernel TCP settings that make Linux's TCP the one the model implements: CUBIC (some
+/// kernels default to BBR, which ignores loss and would make lossy paths look far better than
+/// the model), SACK, restarting the window after idle, and no ECN (the model has none).
+pub const MODEL_TCP: [(&str, &str); 4] = [
+    ("tcp_congestion_control", "cubic"),
+    ("tcp_sack", "1"),
+    ("tcp_slow_start_after_idle", "1"),
+    ("tcp_ecn", "0"),
+];
+
 /// A running tor.
 struct TorProcess {
     name: String,
@@ -77,8 +87,9 @@ impl Lab {
     }
 
     /// Creates a namespace (recorded before it exists, so a half-made one is still removed),
-    /// with loopback up and IPv6 off: the emulated Internet is IPv4 only, and router
-    /// solicitations would only add noise to the switch.
+    /// with loopback up, IPv6 off (the emulated Internet is IPv4 only, and router
+    /// solicitations would only add noise to the switch) and the kernel's TCP set as the
+    /// model's TCP behaves ([`MODEL_TCP`]), whatever this machine's defaults are.
     pub fn add_namespace(&mut self, name: &str) -> Result<(), String> {
         self.namespaces.push(name.to_string());
         netns::add(name)?;
@@ -86,9 +97,14 @@ impl Lab {
             for key in ["all", "default"] {
                 std::fs::write(format!("/proc/sys/net/ipv6/conf/{key}/disable_ipv6"), "1")?;
             }
+            for (key, value) in MODEL_TCP {
+                std::fs::write(format!("/proc/sys/net/ipv4/{key}"), value).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot set {key} to {value}: {e}"))
+                })?;
+            }
             Ok(())
         })
-        .map_err(|e| format!("namespace {name}: cannot turn IPv6 off: {e}"))
+        .map_err(|e| format!("namespace {name}: {e}"))
     }
 
     /// Connects host `i`'s namespace to the hub: `eth0` in the host, `p<i>` in the hub.

@@ -41,7 +41,8 @@ pub struct TcpConfig {
     /// Grow send and receive buffers with the path's bandwidth-delay product, as Linux does.
     pub autotune: bool,
     /// `TCP_NODELAY`: send sub-MSS segments at once instead of holding them while data is in
-    /// flight (Nagle). Tor sets it on every OR connection, hence the default.
+    /// flight (Nagle). Off, as in Linux: tor 0.4.9 never sets it, on OR connections or on
+    /// exit connections (no `TCP_NODELAY` setsockopt under strace in an emulated network).
     pub nodelay: bool,
     /// Linux's `tcp_slow_start_after_idle` (on by default): after sending nothing for an RTO,
     /// the congestion window decays towards the initial window. Matters for bursty Tor traffic.
@@ -68,7 +69,7 @@ impl Default for TcpConfig {
             recv_buffer_initial: 128 * 1024,
             recv_buffer_max: 6 * 1024 * 1024,
             autotune: true,
-            nodelay: true,
+            nodelay: false,
             slow_start_after_idle: true,
             time_wait: 60 * NANOS_PER_SEC,
         }

@@ -26,6 +26,8 @@
 //!   `send_buffer_max`, so a full window can wait behind the one in flight.
 //! * The congestion window only grows when it limited the sender (Linux's cwnd validation), so
 //!   application-limited flows such as most Tor circuits do not inflate it.
+//! * Nagle is on by default, as for tor's sockets, in Linux's form (Minshall's variant): a
+//!   short segment waits only while an earlier short segment is unacknowledged.
 
 mod config;
 mod congestion;

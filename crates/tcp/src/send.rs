@@ -40,6 +40,8 @@ pub(crate) struct Sender {
     pub wl2: u64,
     /// Largest window the peer ever offered, for sender-side SWS avoidance.
     pub max_wnd: u64,
+    /// End of the last sub-MSS segment sent (Linux's `snd_sml`), for Minshall's Nagle.
+    pub sml: u64,
     pub high_rxt: u64,
     pub recover: u64,
     pub recovery: Phase,
@@ -56,6 +58,7 @@ impl Sender {
             iss,
             una: iss,
             nxt: iss,
+            sml: iss,
             data_end: iss + 1,
             fin: false,
             buf_size,

@@ -369,3 +369,33 @@ fn window_restarts_after_idle() {
         }
     }
 }
+
+#[test]
+fn nagle_does_not_hold_a_tail_behind_full_segments() {
+    // Linux's Minshall variant: full segments in flight do not hold back a short tail; only an
+    // unacknowledged short segment does.
+    let mut s = sim(&TcpConfig::default(), 100_000_000, 10);
+    s.eps[0].record = true;
+    s.start();
+    s.run_until(SEC);
+    let base = s.eps[0].sent.len();
+    let mss = TcpConfig::default().mss;
+    s.conn_mut(0).send(3 * u64::from(mss) + 100);
+    s.pump(0);
+    let immediate: Vec<u32> = s.eps[0].sent[base..]
+        .iter()
+        .filter(|(_, g)| g.len > 0)
+        .map(|(_, g)| g.len)
+        .collect();
+    assert_eq!(immediate, vec![mss, mss, mss, 100]);
+    // A second short write now waits for the first short segment's ACK.
+    s.conn_mut(0).send(100);
+    s.pump(0);
+    let after = s.eps[0].sent[base..]
+        .iter()
+        .filter(|(_, g)| g.len > 0)
+        .count();
+    assert_eq!(after, 4, "the second tail is held");
+    s.run_until(2 * SEC);
+    assert_eq!(s.delivered(1), 3 * u64::from(mss) + 200);
+}
