@@ -11,7 +11,7 @@ use onionlab_report::{
     peak_rss_bytes, render_summary, summarize, total_goodput, OutputDir, RunInfo,
 };
 
-use crate::run::{format_secs, load_scenario, report, resolve, INTERRUPTED};
+use crate::run::{apply_overrides, format_secs, load_scenario, report, resolve, INTERRUPTED};
 use crate::Failure;
 
 #[derive(clap::Args)]
@@ -55,20 +55,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
     }
     let arg = args.scenario.as_deref().unwrap_or("emulation-minimal");
     let mut scenario = load_scenario(arg)?;
-    if let Some(seed) = args.seed {
-        scenario.run.seed = seed;
-    }
-    if let Some(text) = &args.stop_time {
-        let stop = onionlab_scenario::parse_duration(text)
-            .map_err(|e| Failure::input(format!("--stop-time {text}: {e}")))?;
-        if stop.0 == 0 {
-            return Err(Failure::input("--stop-time: expected a positive duration"));
-        }
-        scenario.run.stop_time = stop;
-        if scenario.run.bootstrap.0 >= stop.0 {
-            scenario.run.bootstrap.0 = 0;
-        }
-    }
+    apply_overrides(&mut scenario, args.seed, args.stop_time.as_deref())?;
     let bootstrap_timeout =
         onionlab_scenario::parse_duration(&args.bootstrap_timeout).map_err(|e| {
             Failure::input(format!(

@@ -63,32 +63,43 @@ pub fn check(arg: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Applies `--seed` and `--stop-time` to a loaded scenario (shared by `run` and `emulate`).
+pub(crate) fn apply_overrides(
+    scenario: &mut Scenario,
+    seed: Option<u64>,
+    stop_time: Option<&str>,
+) -> Result<(), Failure> {
+    if let Some(seed) = seed {
+        scenario.run.seed = seed;
+    }
+    let Some(text) = stop_time else {
+        return Ok(());
+    };
+    let stop = onionlab_scenario::parse_duration(text)
+        .map_err(|e| Failure::input(format!("--stop-time {text}: {e}")))?;
+    if stop.0 == 0 {
+        return Err(Failure::input("--stop-time: expected a positive duration"));
+    }
+    scenario.run.stop_time = stop;
+    if scenario.run.bootstrap.0 >= stop.0 {
+        // A short trial run of a long scenario: keep a warm-up, but inside the run.
+        let cut = stop.0 / 2;
+        eprintln!(
+            "warning: --stop-time {} ends within the bootstrap period ({}); the bootstrap \
+             period is cut to {} for this run (recorded in run.json)",
+            format_secs(as_secs_f64(stop.0)),
+            format_secs(as_secs_f64(scenario.run.bootstrap.0)),
+            format_secs(as_secs_f64(cut)),
+        );
+        scenario.run.bootstrap.0 = cut;
+    }
+    Ok(())
+}
+
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     let arg = args.scenario.as_deref().unwrap_or("toy");
     let mut scenario = load_scenario(arg)?;
-    if let Some(seed) = args.seed {
-        scenario.run.seed = seed;
-    }
-    if let Some(text) = &args.stop_time {
-        let stop = onionlab_scenario::parse_duration(text)
-            .map_err(|e| Failure::input(format!("--stop-time {text}: {e}")))?;
-        if stop.0 == 0 {
-            return Err(Failure::input("--stop-time: expected a positive duration"));
-        }
-        scenario.run.stop_time = stop;
-        if scenario.run.bootstrap.0 >= stop.0 {
-            // A short trial run of a long scenario: keep a warm-up, but inside the run.
-            let cut = stop.0 / 2;
-            eprintln!(
-                "warning: --stop-time {} ends within the bootstrap period ({}); the bootstrap \
-                 period is cut to {} for this run (recorded in run.json)",
-                format_secs(as_secs_f64(stop.0)),
-                format_secs(as_secs_f64(scenario.run.bootstrap.0)),
-                format_secs(as_secs_f64(cut)),
-            );
-            scenario.run.bootstrap.0 = cut;
-        }
-    }
+    apply_overrides(&mut scenario, args.seed, args.stop_time.as_deref())?;
     if args.threads == Some(0) {
         return Err(Failure::input("--threads: expected at least 1"));
     }

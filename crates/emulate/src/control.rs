@@ -660,7 +660,7 @@ fn parse_r_line(fields: &[&str]) -> Option<RouterStatus> {
         return None;
     }
     let n = fields.len();
-    let identity = base64_decode_unpadded(fields[1])?;
+    let identity = onionlab_netdir::decode_base64(fields[1])?;
     if identity.len() != 20 {
         return None;
     }
@@ -673,32 +673,6 @@ fn parse_r_line(fields: &[&str]) -> Option<RouterStatus> {
         bandwidth: None,
         measured: false,
     })
-}
-
-/// Standard-alphabet base64 as directory documents write it: padding usually left off.
-fn base64_decode_unpadded(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim_end_matches('=');
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for b in s.bytes() {
-        let v = match b {
-            b'A'..=b'Z' => b - b'A',
-            b'a'..=b'z' => b - b'a' + 26,
-            b'0'..=b'9' => b - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -1029,13 +1003,5 @@ r noweight ABG9JIWtRdmE7EFZyI/AZuXjMA4 AAAAAAAAAAAAAAAAAAAAAAAAAAA 2024-05-01 12
 
         assert!(parse_network_status("").is_empty());
         assert!(parse_network_status("r\ns\nw\n").is_empty());
-    }
-
-    #[test]
-    fn base64_identities() {
-        assert_eq!(base64_decode_unpadded("").unwrap(), b"");
-        assert_eq!(base64_decode_unpadded("Zm9vYg").unwrap(), b"foob");
-        assert_eq!(base64_decode_unpadded("Zm9vYg==").unwrap(), b"foob");
-        assert!(base64_decode_unpadded("Zm9v*").is_none());
     }
 }

@@ -617,7 +617,7 @@ fn parse_weights(rest: &str) -> Result<BandwidthWeights, String> {
 }
 
 /// Standard base64 (RFC 4648 alphabet), padding optional as in directory documents.
-fn decode_base64(s: &str) -> Option<Vec<u8>> {
+pub fn decode_base64(s: &str) -> Option<Vec<u8>> {
     let s = s.trim_end_matches('=');
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let mut acc: u32 = 0;

@@ -17,7 +17,7 @@ mod policy;
 mod select;
 mod weights;
 
-pub use consensus::{Consensus, Flavour, Relay, RelayClass};
+pub use consensus::{decode_base64, Consensus, Flavour, Relay, RelayClass};
 pub use error::DirError;
 pub use flags::RelayFlags;
 pub use policy::ExitPolicy;
