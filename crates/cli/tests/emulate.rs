@@ -95,6 +95,7 @@ fn minimal_network_downloads_through_real_tor() {
         return;
     }
     let out = tmp("minimal");
+    let started = Instant::now();
     let child = Command::new(bin())
         .args([
             "emulate",
@@ -111,6 +112,11 @@ fn minimal_network_downloads_through_real_tor() {
     let result = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(result.status.success(), "emulate failed: {stderr}");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(300),
+        "bootstrap and run took {took:?}, more than the 5 minutes CI allows"
+    );
 
     // One 1 MiB download, through a guard, a middle and an exit of the scenario.
     let downloads = csv_rows(&out.join("downloads.csv"));
