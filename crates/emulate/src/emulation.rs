@@ -201,7 +201,6 @@ fn run_in_lab(
     say: &dyn Fn(String),
     started: Instant,
 ) -> Result<Measured, Error> {
-    let setup = |e: String| Error::Setup(e);
     let n = layout.nodes.len();
     let dirs: Vec<PathBuf> = (0..n)
         .map(|i| {
@@ -214,16 +213,17 @@ fn run_in_lab(
         n,
         layout.tor_processes()
     ));
-    let ids = crate::keys::make_identities(layout, &dirs).map_err(setup)?;
-    write_configs(layout, &ids, &scenario.tor, &dirs).map_err(setup)?;
+    let ids = crate::keys::make_identities(layout, &dirs).map_err(Error::Setup)?;
+    write_configs(layout, &ids, &scenario.tor, &dirs).map_err(Error::Setup)?;
 
     say("building namespaces, links and the switch".into());
     let hub = lab.hub();
-    lab.add_namespace(&hub).map_err(setup)?;
+    lab.add_namespace(&hub).map_err(Error::Setup)?;
     for (i, node) in layout.nodes.iter().enumerate() {
         let ns = lab.node_ns(i);
-        lab.add_namespace(&ns).map_err(setup)?;
-        lab.add_link(i, node.address, node.mac).map_err(setup)?;
+        lab.add_namespace(&ns).map_err(Error::Setup)?;
+        lab.add_link(i, node.address, node.mac)
+            .map_err(Error::Setup)?;
         // The simulator never drops at the sender (TCP is held back instead); a long queue
         // on the upload side comes closest. Downloads queue as the scenario says.
         let down_queue = Duration::from_nanos(scenario.network.down_queue.0);
@@ -233,15 +233,15 @@ fn run_in_lab(
             node.link_up_bps,
             down_queue.max(Duration::from_millis(500)),
         )
-        .map_err(setup)?;
+        .map_err(Error::Setup)?;
         lab.shape(&hub, &format!("p{i}"), node.link_down_bps, down_queue)
-            .map_err(setup)?;
+            .map_err(Error::Setup)?;
     }
     let hosts: Vec<_> = layout.nodes.iter().map(|n| (n.address, n.mac)).collect();
     for i in 0..n {
-        lab.add_neighbours(i, &hosts).map_err(setup)?;
+        lab.add_neighbours(i, &hosts).map_err(Error::Setup)?;
     }
-    lab.check_isolated().map_err(setup)?;
+    lab.check_isolated().map_err(Error::Setup)?;
     let switch = forwarder::start(
         &hub,
         ForwarderConfig {
@@ -275,7 +275,7 @@ fn run_in_lab(
                 &dirs[i].join("torrc"),
                 &dirs[i].join("stdout.log"),
             )
-            .map_err(setup)?;
+            .map_err(Error::Setup)?;
         }
     }
 

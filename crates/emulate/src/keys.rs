@@ -1,10 +1,10 @@
 //! Keys and fingerprints of the emulated tors, made before any of them starts, because every
 //! torrc names the authorities by their keys and the authorities name the guards and exits.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
+use crate::netns;
 use crate::plan::{Layout, Role, DIR_PORT, OR_PORT};
 use crate::torrc::Identity;
 
@@ -59,32 +59,18 @@ pub fn make_identities(
 fn authority_certificate(dir: &Path, address: std::net::Ipv4Addr) -> Result<String, String> {
     let keys = dir.join("data").join("keys");
     std::fs::create_dir_all(&keys).map_err(|e| format!("{}: {e}", keys.display()))?;
-    let mut child = Command::new("tor-gencert")
-        .current_dir(&keys)
-        .args(["--create-identity-key", "-m", CERT_MONTHS])
-        .args(["-a", &format!("{address}:{DIR_PORT}")])
-        .args(["-i", "authority_identity_key"])
-        .args(["-s", "authority_signing_key"])
-        .args(["-c", "authority_certificate"])
-        .args(["--passphrase-fd", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run tor-gencert: {e}"))?;
-    // An empty passphrase: the keys live and die with the run.
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(b"\n");
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("tor-gencert: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "tor-gencert failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    // An empty passphrase on stdin: the keys live and die with the run.
+    netns::run(
+        Command::new("tor-gencert")
+            .current_dir(&keys)
+            .args(["--create-identity-key", "-m", CERT_MONTHS])
+            .args(["-a", &format!("{address}:{DIR_PORT}")])
+            .args(["-i", "authority_identity_key"])
+            .args(["-s", "authority_signing_key"])
+            .args(["-c", "authority_certificate"])
+            .args(["--passphrase-fd", "0"]),
+        Some(b"\n"),
+    )?;
     let cert = std::fs::read_to_string(keys.join("authority_certificate"))
         .map_err(|e| format!("tor-gencert wrote no certificate: {e}"))?;
     cert.lines()
@@ -97,21 +83,16 @@ fn authority_certificate(dir: &Path, address: std::net::Ipv4Addr) -> Result<Stri
 fn relay_fingerprint(dir: &Path, nickname: &str) -> Result<String, String> {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-    let out = Command::new("tor")
-        .arg("--list-fingerprint")
-        .args(["--DataDirectory", &data.display().to_string()])
-        .args(["--ORPort", &OR_PORT.to_string()])
-        .args(["--Nickname", nickname])
-        .args(["--SocksPort", "0"])
-        .args(["--Log", "err stderr"])
-        .output()
-        .map_err(|e| format!("cannot run tor: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "tor --list-fingerprint failed for {nickname}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    netns::run(
+        Command::new("tor")
+            .arg("--list-fingerprint")
+            .args(["--DataDirectory", &data.display().to_string()])
+            .args(["--ORPort", &OR_PORT.to_string()])
+            .args(["--Nickname", nickname])
+            .args(["--SocksPort", "0"])
+            .args(["--Log", "err stderr"]),
+        None,
+    )?;
     let text = std::fs::read_to_string(data.join("fingerprint"))
         .map_err(|e| format!("tor wrote no fingerprint for {nickname}: {e}"))?;
     text.split_whitespace()

@@ -146,7 +146,6 @@ impl Lab {
         i: usize,
         hosts: &[(std::net::Ipv4Addr, [u8; 6])],
     ) -> Result<(), String> {
-        use std::io::Write;
         let ns = self.node_ns(i);
         let mut batch = String::new();
         for (j, (address, mac)) in hosts.iter().enumerate() {
@@ -157,29 +156,12 @@ impl Lab {
                 ));
             }
         }
-        let mut child = Command::new("ip")
-            .args(["-n", &ns, "-batch", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run ip: {e}"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(batch.as_bytes())
-                .map_err(|e| format!("ip -batch: {e}"))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("ip -batch: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "cannot add neighbour entries in {ns}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        netns::run(
+            Command::new("ip").args(["-n", &ns, "-batch", "-"]),
+            Some(batch.as_bytes()),
+        )
+        .map(drop)
+        .map_err(|e| format!("cannot add neighbour entries in {ns}: {e}"))
     }
 
     /// Limits what leaves interface `dev` of namespace `ns` to `bits_per_sec`, queueing at
@@ -195,32 +177,26 @@ impl Lab {
         // its rate without letting long line-rate bursts through.
         let burst = (bits_per_sec / 8 / 1000).max(3028);
         let latency_ms = queue.as_millis().max(1);
-        let out = Command::new("tc")
-            .args(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf"])
-            .args(["rate", &format!("{bits_per_sec}bit")])
-            .args(["burst", &burst.to_string()])
-            .args(["latency", &format!("{latency_ms}ms")])
-            .output()
-            .map_err(|e| format!("cannot run tc: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "tc: cannot shape {dev} in {ns} to {bits_per_sec} bit/s: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        netns::run(
+            Command::new("tc")
+                .args(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf"])
+                .args(["rate", &format!("{bits_per_sec}bit")])
+                .args(["burst", &burst.to_string()])
+                .args(["latency", &format!("{latency_ms}ms")]),
+            None,
+        )
+        .map(drop)
     }
 
     /// Checks that no lab namespace has a default route: whatever tor does, its packets have
     /// nowhere to go but the switch.
     pub fn check_isolated(&self) -> Result<(), String> {
         for ns in &self.namespaces {
-            let out = Command::new("ip")
-                .args(["-n", ns, "route", "show", "default"])
-                .output()
-                .map_err(|e| format!("cannot run ip: {e}"))?;
-            if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            let routes = netns::run(
+                Command::new("ip").args(["-n", ns, "route", "show", "default"]),
+                None,
+            )?;
+            if !String::from_utf8_lossy(&routes).trim().is_empty() {
                 return Err(format!(
                     "namespace {ns} has a default route; refusing to run"
                 ));

@@ -39,21 +39,51 @@ pub fn list(prefix: &str) -> Vec<String> {
     names
 }
 
-/// Runs `ip` with `args`; the error carries the command and what `ip` printed.
-pub fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run `ip {}`: {e}", args.join(" ")))?;
+/// Runs a command to completion, feeding it `input` on stdin, and returns its stdout. A
+/// failure to start, or a non-zero exit, is an error naming the command and carrying what it
+/// printed on stderr.
+pub fn run(cmd: &mut Command, input: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let name = format!(
+        "`{} {}`",
+        cmd.get_program().to_string_lossy(),
+        cmd.get_args()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut child = cmd
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {name}: {e}"))?;
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(bytes)
+            .map_err(|e| format!("{name}: cannot write its input: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{name}: {e}"))?;
     if out.status.success() {
-        Ok(())
+        Ok(out.stdout)
     } else {
         Err(format!(
-            "`ip {}` failed: {}",
-            args.join(" "),
+            "{name} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
+}
+
+/// Runs `ip` with `args`.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    run(Command::new("ip").args(args), None).map(drop)
 }
 
 /// Creates a namespace and brings its loopback up.
