@@ -105,6 +105,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         scenario: serde_json::to_value(&scenario).unwrap_or(serde_json::Value::Null),
         seed: scenario.run.seed,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        commit: env!("ONIONLAB_COMMIT").to_string(),
         threads: 0,
         sim_seconds: measured.seconds,
         bootstrap_seconds: bootstrap as f64 / 1e9,

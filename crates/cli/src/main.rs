@@ -13,10 +13,19 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The version `--version` prints: the crate version and the commit built from (with
+/// `-modified` when tracked files differed from it), also recorded in `run.json`.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ONIONLAB_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "onionlab",
-    version,
+    version = VERSION,
     about = "Simulate a Tor network and measure what its users experience"
 )]
 struct Cli {

@@ -256,6 +256,7 @@ fn run_one(
         scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        commit: env!("ONIONLAB_COMMIT").to_string(),
         threads,
         sim_seconds: as_secs_f64(sim_time),
         bootstrap_seconds: as_secs_f64(bootstrap),

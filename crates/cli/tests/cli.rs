@@ -102,6 +102,93 @@ fn broken_scenarios_exit_2_with_a_clear_error_and_no_panic() {
     assert!(n >= 20, "only {n} broken scenarios");
 }
 
+/// What `cargo install` gives a user: the binary alone, run from an empty directory, with no
+/// checkout, home or onionlab variable to find anything through. Every built-in scenario must
+/// still check, and the toy network must run.
+#[test]
+fn the_binary_alone_runs_every_builtin_scenario_from_an_empty_directory() {
+    let dir = tmp("alone");
+    let bin_dir = dir.join("bin");
+    let work = dir.join("work");
+    fs::create_dir_all(&bin_dir).unwrap();
+    fs::create_dir_all(&work).unwrap();
+    let bin = bin_dir.join("onionlab");
+    fs::copy(env!("CARGO_BIN_EXE_onionlab"), &bin).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(&bin);
+        cmd.args(args).current_dir(&work);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("ONIONLAB_") {
+                cmd.env_remove(key);
+            }
+        }
+        let nowhere = dir.join("nowhere");
+        for key in ["HOME", "ONIONLAB_SHARED", "ONIONLAB_DATA", "ONIONLAB_FONT"] {
+            cmd.env(key, &nowhere);
+        }
+        cmd.output().expect("onionlab runs")
+    };
+    for name in onionlab_scenario::BUILTIN_NAMES {
+        let out = run(&["check", name]);
+        assert!(
+            out.status.success(),
+            "check {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = run(&["run", "--stop-time", "1m", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value =
+        serde_json::from_slice(&fs::read(work.join("out/toy/run.json")).unwrap()).unwrap();
+    assert_eq!(info["complete"], true);
+    assert!(info["sim_seconds"].as_f64().unwrap() >= 60.0);
+    let downloads = fs::read_to_string(work.join("out/toy/downloads.csv")).unwrap();
+    assert!(downloads.lines().count() > 10, "hardly any downloads");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// `--version` names the commit the binary was built from, and `run.json` records the same.
+#[test]
+fn the_version_names_the_commit() {
+    let out = onionlab(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let commit = text
+        .trim()
+        .strip_prefix(&format!("onionlab {} (commit ", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unexpected --version output: {text}"));
+    let hash = commit.strip_suffix("-modified").unwrap_or(commit);
+    assert!(
+        hash == "unknown" || (hash.len() == 12 && hash.bytes().all(|b| b.is_ascii_hexdigit())),
+        "not a commit: {commit}"
+    );
+    let dir = tmp("version");
+    let out = onionlab(&[
+        "run",
+        tiny_file(&dir).to_str().unwrap(),
+        "-o",
+        dir.join("out").to_str().unwrap(),
+        "--stop-time",
+        "70s",
+        "--no-report",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.join("out/run.json")).unwrap()).unwrap();
+    assert_eq!(info["commit"], commit);
+    let _ = fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_flags_and_missing_files_exit_2() {
     for args in [

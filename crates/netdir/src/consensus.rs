@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
 
+use onionlab_data::Input;
 use rand::{Rng, RngExt};
 
 use crate::error::DirError;
@@ -306,11 +307,16 @@ impl Consensus {
         })
     }
 
-    /// Read and parse a consensus file; errors name the path.
+    /// Read and parse a consensus file (xz-compressed when its name ends in `.xz`); errors
+    /// name the path.
     pub fn load(path: &Path) -> Result<Consensus, DirError> {
-        let source = path.display().to_string();
-        let bytes = std::fs::read(path)
-            .map_err(|e| DirError::whole(&source, format!("cannot read: {e}")))?;
+        Consensus::read(&Input::File(path.to_path_buf()))
+    }
+
+    /// Read and parse a consensus from a file on disk or one shipped with onionlab.
+    pub fn read(input: &Input) -> Result<Consensus, DirError> {
+        let source = input.to_string();
+        let bytes = input.read().map_err(|e| DirError::whole(&source, e))?;
         // Lossy because contact lines are free text that some operators write in Latin-1; the
         // fields this crate reads are ASCII, and a mangled byte there still fails validation.
         let text = String::from_utf8_lossy(&bytes);

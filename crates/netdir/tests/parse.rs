@@ -409,7 +409,7 @@ fn load_reports_missing_file() {
     assert_eq!(e.line, None);
     assert!(e
         .to_string()
-        .starts_with("/nonexistent/consensus: cannot read"));
+        .starts_with("/nonexistent/consensus: does not exist"));
 }
 
 /// The parser must turn any prefix of a real document into a result or an error, never a panic;

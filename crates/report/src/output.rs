@@ -353,6 +353,7 @@ mod tests {
             scenario: serde_json::json!({"name": "toy", "clients": {"web": 360}}),
             seed: 42,
             version: "0.1.0".into(),
+            commit: "0123456789ab".into(),
             threads: 4,
             sim_seconds: 3600.0,
             bootstrap_seconds: 1800.0,

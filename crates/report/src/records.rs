@@ -150,6 +150,10 @@ pub struct RunInfo {
     pub scenario: serde_json::Value,
     pub seed: u64,
     pub version: String,
+    /// The git commit the binary was built from (`-modified` when the tree differed from it,
+    /// `unknown` when built outside git). Defaulted so that older run.json files load.
+    #[serde(default)]
+    pub commit: String,
     pub threads: usize,
     pub sim_seconds: f64,
     pub bootstrap_seconds: f64,

@@ -54,6 +54,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
         }),
         seed,
         version: "0.1.0".into(),
+        commit: "0123456789ab".into(),
         threads: 2,
         sim_seconds: 120.0,
         bootstrap_seconds: 20.0,

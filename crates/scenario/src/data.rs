@@ -1,12 +1,15 @@
 //! Finding the files a scenario refers to, and reading the relays CSV.
 //!
-//! Scenarios name shared inputs by short aliases (`internet-2018`, `relays-2018`,
-//! `consensus-2023`) or `data:<path>` so that the same file works from any checkout; anything
-//! else is a path relative to the scenario file, as a reader of the file would expect.
+//! Scenarios name shipped inputs by short aliases (`internet-2018`, `relays-2018`,
+//! `consensus-2023`) or `data:<path>`; both resolve to files compiled into the binary (see the
+//! `onionlab-data` crate), so they work from any directory. Anything else is a path relative to
+//! the scenario file, as a reader of the file would expect.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// Short names for the shared data files, per kind of reference.
+use onionlab_data::Input;
+
+/// Short names for the shipped data files, per kind of reference: paths under `data/`.
 pub(crate) const GRAPH_ALIASES: &[(&str, &str)] = &[(
     "internet-2018",
     "topology/internet-2018-183-nodes.graphml.xml.xz",
@@ -14,67 +17,52 @@ pub(crate) const GRAPH_ALIASES: &[(&str, &str)] = &[(
 pub(crate) const RELAYS_ALIASES: &[(&str, &str)] =
     &[("relays-2018", "relays/relays-2018-1998.csv")];
 pub(crate) const CONSENSUS_ALIASES: &[(&str, &str)] = &[
-    ("consensus-2023", "consensus/2023-06-01-10-00-00-consensus"),
-    ("consensus-2022", "consensus/2022-11-19-10-00-00-consensus"),
+    (
+        "consensus-2023",
+        "consensus/2023-06-01-10-00-00-consensus.xz",
+    ),
+    (
+        "consensus-2022",
+        "consensus/2022-11-19-10-00-00-consensus.xz",
+    ),
     (
         "consensus-2019-microdesc",
-        "consensus/2019-12-15-13-00-00-microdesc-consensus",
+        "consensus/2019-12-15-13-00-00-microdesc-consensus.xz",
     ),
 ];
 
-/// The `shared/data` folder: searched from the scenario's folder, then the working directory,
-/// then this crate's source folder (so built-in scenarios work from a development checkout).
-pub(crate) fn shared_data(source: &Path) -> Option<PathBuf> {
-    let dir = source.parent().filter(|p| !p.as_os_str().is_empty());
-    if let Some(d) = dir.and_then(onionlab_topology::find_shared_data) {
-        return Some(d);
-    }
-    if let Some(d) = std::env::current_dir()
-        .ok()
-        .and_then(|c| onionlab_topology::find_shared_data(&c))
-    {
-        return Some(d);
-    }
-    onionlab_topology::find_shared_data(Path::new(env!("CARGO_MANIFEST_DIR")))
-}
-
-/// Turns a file reference into an existing path, or explains what was expected.
+/// Turns a file reference into a readable input, or explains what was expected.
 pub(crate) fn resolve_file(
     spec: &str,
     source: &Path,
     aliases: &[(&str, &str)],
-) -> Result<PathBuf, String> {
-    let alias_names = || {
-        aliases
-            .iter()
-            .map(|(a, _)| *a)
-            .collect::<Vec<_>>()
-            .join(", ")
+) -> Result<Input, String> {
+    let expected = || {
+        let names: Vec<&str> = aliases.iter().map(|(a, _)| *a).collect();
+        format!(
+            "expected a path relative to the scenario file, data:<path of a file shipped in \
+             data/>, or one of: {}",
+            names.join(", ")
+        )
     };
-    let in_data = aliases
+    let shipped = aliases
         .iter()
         .find(|(a, _)| *a == spec)
         .map(|(_, p)| *p)
         .or_else(|| spec.strip_prefix("data:"));
-    if let Some(rel) = in_data {
-        let data = shared_data(source).ok_or_else(|| {
-            format!(
-                "{spec:?} refers to the shared data folder, which was not found (set \
-                 ONIONLAB_SHARED to the folder holding data/)"
-            )
-        })?;
-        let p = data.join(rel);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("{spec:?}: file {} does not exist", p.display()))
-        };
+    if let Some(rel) = shipped {
+        return onionlab_data::embedded(rel)
+            .map(Input::Embedded)
+            .ok_or_else(|| {
+                let names: Vec<&str> = onionlab_data::FILES.iter().map(|f| f.path).collect();
+                format!(
+                    "{spec:?}: onionlab ships no such file (the shipped files are data:{})",
+                    names.join(", data:")
+                )
+            });
     }
     if spec.is_empty() {
-        return Err(format!(
-            "a file path (relative to the scenario file), data:<path in shared/data>, or one of: {}",
-            alias_names()
-        ));
+        return Err(expected());
     }
     let p = Path::new(spec);
     let p = if p.is_absolute() {
@@ -85,15 +73,9 @@ pub(crate) fn resolve_file(
             .map(|d| d.join(p))
             .unwrap_or_else(|| p.to_path_buf())
     };
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "file {} does not exist (expected a path relative to the scenario file, \
-             data:<path in shared/data>, or one of: {})",
-            p.display(),
-            alias_names()
-        ))
+    match onionlab_data::check_regular_file(&p) {
+        Ok(()) => Ok(Input::File(p)),
+        Err(why) => Err(format!("file {}: {why} ({})", p.display(), expected())),
     }
 }
 
@@ -110,18 +92,19 @@ pub(crate) struct CsvRelay {
 }
 
 /// Reads the tmodel-ccs2018 relays CSV by column name, so reordered or extra columns are fine.
-pub(crate) fn read_relays_csv(path: &Path) -> Result<Vec<CsvRelay>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub(crate) fn read_relays_csv(input: &Input) -> Result<Vec<CsvRelay>, String> {
+    let bytes = input
+        .read()
+        .map_err(|e| format!("cannot read {input}: {e}"))?;
+    let text =
+        String::from_utf8(bytes).map_err(|e| format!("{input} is not valid UTF-8 text: {e}"))?;
     let mut lines = text.lines().enumerate();
-    let (_, header) = lines
-        .next()
-        .ok_or_else(|| format!("{} is empty", path.display()))?;
+    let (_, header) = lines.next().ok_or_else(|| format!("{} is empty", input))?;
     let cols: Vec<&str> = header.split(',').map(str::trim).collect();
     let col = |name: &str| {
         cols.iter()
             .position(|c| *c == name)
-            .ok_or_else(|| format!("{}: no column {name:?} in the header", path.display()))
+            .ok_or_else(|| format!("{}: no column {name:?} in the header", input))
     };
     let (cc, is_exit, is_guard) = (col("CCode")?, col("IsExit")?, col("IsGuard")?);
     let (rate, burst) = (col("Rate(KiB/s)")?, col("Burst(KiB/s)")?);
@@ -135,7 +118,7 @@ pub(crate) fn read_relays_csv(path: &Path) -> Result<Vec<CsvRelay>, String> {
         let get = |c: usize| {
             f.get(c)
                 .copied()
-                .ok_or_else(|| format!("{}:{}: too few columns", path.display(), i + 1))
+                .ok_or_else(|| format!("{}:{}: too few columns", input, i + 1))
         };
         let num = |c: usize| -> Result<u64, String> {
             let v = get(c)?;
@@ -146,7 +129,7 @@ pub(crate) fn read_relays_csv(path: &Path) -> Result<Vec<CsvRelay>, String> {
                 .ok_or_else(|| {
                     format!(
                         "{}:{}: column {:?} is not a non-negative number: {v:?}",
-                        path.display(),
+                        input,
                         i + 1,
                         cols[c]
                     )
@@ -165,7 +148,7 @@ pub(crate) fn read_relays_csv(path: &Path) -> Result<Vec<CsvRelay>, String> {
         });
     }
     if out.is_empty() {
-        return Err(format!("{} has no relay rows", path.display()));
+        return Err(format!("{} has no relay rows", input));
     }
     Ok(out)
 }

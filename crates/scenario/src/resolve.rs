@@ -171,9 +171,9 @@ pub fn load_graph(s: &Scenario) -> Result<Graph, ScenarioError> {
             b.loss,
         ));
     }
-    let path = data::resolve_file(&s.network.graph, &s.source, data::GRAPH_ALIASES)
+    let input = data::resolve_file(&s.network.graph, &s.source, data::GRAPH_ALIASES)
         .map_err(|m| ScenarioError::new(&s.source, "network.graph", m))?;
-    Graph::load(&path).map_err(|e| {
+    Graph::read(&input).map_err(|e| {
         ScenarioError::new(
             &s.source,
             "network.graph",
@@ -410,9 +410,9 @@ impl Resolver<'_> {
         let rows = match &g.bandwidth {
             BandwidthModel::FromFile(f) => {
                 let field = "relays.generate.bandwidth.from_file";
-                let path = data::resolve_file(f, &self.s.source, data::RELAYS_ALIASES)
+                let input = data::resolve_file(f, &self.s.source, data::RELAYS_ALIASES)
                     .map_err(|m| self.err(field, m))?;
-                Some(data::read_relays_csv(&path).map_err(|m| self.err(field, m))?)
+                Some(data::read_relays_csv(&input).map_err(|m| self.err(field, m))?)
             }
             _ => None,
         };
@@ -628,9 +628,9 @@ impl Resolver<'_> {
 
     fn sample(&mut self, sm: &SampleRelays) -> Result<Vec<PlannedRelay>, ScenarioError> {
         let field = "relays.sample.consensus";
-        let path = data::resolve_file(&sm.consensus, &self.s.source, data::CONSENSUS_ALIASES)
+        let input = data::resolve_file(&sm.consensus, &self.s.source, data::CONSENSUS_ALIASES)
             .map_err(|m| self.err(field, m))?;
-        let mut consensus = Consensus::load(&path)
+        let mut consensus = Consensus::read(&input)
             .map_err(|e| self.err(field, format!("cannot read consensus: {e}")))?;
         // Microdescriptor consensuses carry no exit policies; the Exit flag promises at least
         // two of ports 80, 443 and 6667.

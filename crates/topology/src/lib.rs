@@ -6,9 +6,9 @@
 //! Path properties are computed once, only among the nodes that actually carry hosts, so a large
 //! Internet model costs nothing for the parts a simulation does not use.
 
-use std::io::Read;
-use std::path::{Path as FsPath, PathBuf};
+use std::path::Path as FsPath;
 
+use onionlab_data::Input;
 use onionlab_engine::time::SimDuration;
 
 mod gml;
@@ -131,12 +131,14 @@ impl Graph {
     /// Reads a graph file, choosing the parser by extension: `.gml`, `.graphml` or `.xml`,
     /// each optionally followed by `.xz` for xz-compressed files.
     pub fn load(path: &FsPath) -> Result<Graph, TopologyError> {
-        let name = path.display().to_string();
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let (format, xz) = format_of(&file_name).ok_or_else(|| {
+        Graph::read(&Input::File(path.to_path_buf()))
+    }
+
+    /// Reads a graph from a file on disk or one shipped with onionlab, choosing the parser by
+    /// the file name as [`Graph::load`] does.
+    pub fn read(input: &Input) -> Result<Graph, TopologyError> {
+        let name = input.to_string();
+        let (format, _) = format_of(&input.file_name()).ok_or_else(|| {
             TopologyError::whole(
                 &name,
                 "unknown graph file extension (expected .gml, .graphml or .xml, optionally \
@@ -144,20 +146,7 @@ impl Graph {
                     .to_string(),
             )
         })?;
-        let io_err = |e: std::io::Error| TopologyError::whole(&name, format!("cannot read: {e}"));
-        let file = std::fs::File::open(path).map_err(io_err)?;
-        let mut bytes = Vec::new();
-        if xz {
-            liblzma::read::XzDecoder::new(std::io::BufReader::new(file))
-                .read_to_end(&mut bytes)
-                .map_err(|e| {
-                    TopologyError::whole(&name, format!("cannot decompress xz data: {e}"))
-                })?;
-        } else {
-            std::io::BufReader::new(file)
-                .read_to_end(&mut bytes)
-                .map_err(io_err)?;
-        }
+        let bytes = input.read().map_err(|e| TopologyError::whole(&name, e))?;
         let text = String::from_utf8(bytes)
             .map_err(|e| TopologyError::whole(&name, format!("file is not valid UTF-8: {e}")))?;
         match format {
@@ -268,27 +257,6 @@ impl Graph {
             None => format!("node {}", node.id),
         }
     }
-}
-
-/// Finds the shared data directory (`shared/data`) that holds large inputs such as Internet
-/// models. `$ONIONLAB_SHARED` wins when set (pointing at `shared`, or directly at its `data`);
-/// otherwise every ancestor of `start` is tried for a `shared/data` child, which finds both a
-/// checkout inside a workspace and CI's clone with `shared/` beside the repository.
-pub fn find_shared_data(start: &FsPath) -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("ONIONLAB_SHARED") {
-        let dir = PathBuf::from(dir);
-        let data = dir.join("data");
-        if data.is_dir() {
-            return Some(data);
-        }
-        if dir.is_dir() {
-            return Some(dir);
-        }
-    }
-    start
-        .ancestors()
-        .map(|a| a.join("shared").join("data"))
-        .find(|p| p.is_dir())
 }
 
 #[cfg(test)]

@@ -243,7 +243,7 @@ fn load_reports_unreadable_files() {
     let dir = std::env::temp_dir().join(format!("onionlab-topology-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let missing = Graph::load(&dir.join("missing.gml")).unwrap_err();
-    assert!(missing.message.contains("cannot read"), "{missing}");
+    assert!(missing.message.contains("does not exist"), "{missing}");
     assert_eq!(missing.line, None);
 
     let wrong = Graph::load(&dir.join("graph.txt")).unwrap_err();

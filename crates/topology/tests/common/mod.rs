@@ -2,18 +2,13 @@
 
 use std::path::PathBuf;
 
-use onionlab_topology::{find_shared_data, TopologyError};
+use onionlab_topology::TopologyError;
 
-/// The 183-node Internet model from the shared data directory. Fails loudly when the data is
-/// missing, because silently skipping would hide a broken checkout.
+/// The 183-node Internet model in the repository's `data/` folder.
 #[allow(dead_code)] // not every test binary loads the model
 pub fn internet_model() -> PathBuf {
-    let data = find_shared_data(env!("CARGO_MANIFEST_DIR").as_ref()).expect(
-        "shared/data not found: clone the shared data beside the repository or set ONIONLAB_SHARED",
-    );
-    let path = data
-        .join("topology")
-        .join("internet-2018-183-nodes.graphml.xml.xz");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/topology/internet-2018-183-nodes.graphml.xml.xz");
     assert!(path.is_file(), "missing {}", path.display());
     path
 }
