@@ -58,16 +58,6 @@ pub fn tor_network(
             role: HostRole::Idle,
         });
     }
-    for g in &scenario.servers {
-        if g.port != onionlab_tor::HTTP_PORT {
-            return Err(format!(
-                "servers.{}.port: the model's file servers and exits use port {}; other \
-                 ports are not modelled yet",
-                g.name,
-                onionlab_tor::HTTP_PORT
-            ));
-        }
-    }
     for s in &plan.servers {
         hosts.push(HostSpec {
             name: s.name.clone(),

@@ -37,6 +37,9 @@ pub struct EmulateArgs {
     /// Do not write plots and report.html at the end.
     #[arg(long)]
     pub no_report: bool,
+    /// Replace the results of an earlier run in the output directory.
+    #[arg(long)]
+    pub force: bool,
     /// Instead of emulating, remove namespaces left by emulations that were killed (SIGKILL
     /// leaves no chance to clean up), and exit.
     #[arg(long, conflicts_with_all = ["scenario", "output", "stop_time"])]
@@ -74,7 +77,8 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("out").join(format!("{}-emulation", scenario.name)));
-    let out = OutputDir::create(&out_dir).map_err(|e| Failure::input(e.to_string()))?;
+    let out =
+        OutputDir::for_new_run(&out_dir, args.force).map_err(|e| Failure::input(e.to_string()))?;
 
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = interrupt.clone();

@@ -89,6 +89,14 @@ pub struct RunArgs {
     /// Do not write plots and report.html at the end.
     #[arg(long)]
     pub no_report: bool,
+    /// Replace the results of an earlier run in the output directory (without it, a directory
+    /// holding run.json or trials.json is refused).
+    #[arg(long)]
+    pub force: bool,
+    /// For testing the partial-results path: make host HOST's model panic at simulated time
+    /// TIME, written HOST@TIME (e.g. 12@30s).
+    #[arg(long, hide = true, value_name = "HOST@TIME")]
+    pub inject_fault: Option<String>,
 }
 
 /// An error with the exit code it deserves.

@@ -12,18 +12,17 @@ pub struct Collected {
     pub circuits: Vec<CircuitRecord>,
 }
 
-/// Gathers every host's records, in host order (so the files do not depend on threads).
-pub fn collect(
+/// Takes the records every host has made since the last call, in host order (so the files do
+/// not depend on threads). With `closing`, clients also log the circuits still open, which is
+/// only right once, at the end of the run.
+pub fn drain(
     sim: &mut Simulation<TorHost>,
     world: &TorWorld,
     groups: &[String],
     bootstrap: SimTime,
+    closing: bool,
 ) -> Collected {
-    let mut out = Collected {
-        downloads: Vec::new(),
-        relays: Vec::new(),
-        circuits: Vec::new(),
-    };
+    let mut out = Collected::new();
     let path_names = |path: Option<[usize; 3]>| match path {
         Some(p) => p.map(|r| world.relay_name(r).to_string()),
         None => [String::new(), String::new(), String::new()],
@@ -32,7 +31,7 @@ pub fn collect(
         let name = world.name(id as u32).to_string();
         match sim.host_mut(id as u32) {
             TorHost::Relay(r) => {
-                out.relays.extend(r.samples.iter().map(|s| RelaySample {
+                out.relays.extend(r.samples.drain(..).map(|s| RelaySample {
                     relay: name.clone(),
                     second: s.second,
                     bytes_read: s.bytes_read,
@@ -47,8 +46,10 @@ pub fn collect(
                 }));
             }
             TorHost::Client(c) => {
-                c.close_log();
-                for d in &c.finished {
+                if closing {
+                    c.close_log();
+                }
+                for d in c.finished.drain(..) {
                     let [guard, middle, exit] = path_names(d.path);
                     out.downloads.push(DownloadRecord {
                         client: name.clone(),
@@ -70,7 +71,7 @@ pub fn collect(
                         bootstrap: d.start < bootstrap,
                     });
                 }
-                for circ in &c.circuit_log {
+                for circ in c.circuit_log.drain(..) {
                     let [guard, middle, exit] = path_names(Some(circ.path));
                     out.circuits.push(CircuitRecord {
                         client: name.clone(),
@@ -96,7 +97,21 @@ pub fn collect(
             _ => {}
         }
     }
-    out.circuits
-        .sort_by(|a, b| (&a.client, a.circuit).cmp(&(&b.client, b.circuit)));
     out
+}
+
+impl Collected {
+    pub fn new() -> Self {
+        Collected {
+            downloads: Vec::new(),
+            relays: Vec::new(),
+            circuits: Vec::new(),
+        }
+    }
+
+    pub fn extend(&mut self, more: Collected) {
+        self.downloads.extend(more.downloads);
+        self.relays.extend(more.relays);
+        self.circuits.extend(more.circuits);
+    }
 }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use onionlab_engine::time::{as_secs_f64, NANOS_PER_SEC};
-use onionlab_engine::RunControl;
+use onionlab_engine::time::{as_secs_f64, SimTime, NANOS_PER_SEC};
+use onionlab_engine::{HostId, RunControl, RunStats};
 use onionlab_report::{
-    peak_rss_bytes, render_summary, summarize, total_goodput, OutputDir, RunInfo, WorkerRecord,
+    peak_rss_bytes, render_summary, summarize, total_goodput, OutputDir, ResultsWriter, RunInfo,
+    WorkerRecord,
 };
 use onionlab_scenario::{Plan, Scenario};
 use onionlab_tor::build::build;
@@ -20,19 +21,26 @@ use crate::{assemble, results, Failure, RunArgs};
 /// Exit code of a run stopped by Ctrl-C (its results are written, marked partial).
 pub(crate) const INTERRUPTED: u8 = 130;
 
+/// Loads a scenario file or a built-in one, printing the warnings validation found (values
+/// that are legal but probably not what the author meant).
 pub(crate) fn load_scenario(arg: &str) -> Result<Scenario, Failure> {
     let path = Path::new(arg);
-    if path.exists() {
-        return onionlab_scenario::load(path).map_err(|e| Failure::input(e.to_string()));
+    let scenario = if path.exists() {
+        onionlab_scenario::load(path).map_err(|e| Failure::input(e.to_string()))?
+    } else {
+        let text = onionlab_scenario::builtin_text(arg).ok_or_else(|| {
+            Failure::input(format!(
+                "{arg}: no such scenario file, and not a built-in scenario (built-in: {})",
+                onionlab_scenario::BUILTIN_NAMES.join(", ")
+            ))
+        })?;
+        onionlab_scenario::parse(text, &PathBuf::from(format!("builtin:{arg}.yaml")))
+            .map_err(|e| Failure::input(e.to_string()))?
+    };
+    for warning in onionlab_scenario::warnings(&scenario) {
+        eprintln!("warning: {warning}");
     }
-    match onionlab_scenario::builtin_text(arg) {
-        Some(text) => onionlab_scenario::parse(text, &PathBuf::from(format!("builtin:{arg}.yaml")))
-            .map_err(|e| Failure::input(e.to_string())),
-        None => Err(Failure::input(format!(
-            "{arg}: no such scenario file, and not a built-in scenario (built-in: {})",
-            onionlab_scenario::BUILTIN_NAMES.join(", ")
-        ))),
-    }
+    Ok(scenario)
 }
 
 pub(crate) fn resolve(
@@ -96,29 +104,58 @@ pub(crate) fn apply_overrides(
     Ok(())
 }
 
+/// How many worker threads a run may have per core: more only adds barrier waits, and the
+/// engine's mailboxes grow with the square of the thread count.
+const MAX_THREADS_PER_CORE: usize = 4;
+
+/// What `run` does beside simulating, shared by every trial.
+struct RunOptions {
+    quiet: bool,
+    report: bool,
+    force: bool,
+    inject_fault: Option<(HostId, SimTime)>,
+}
+
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     let arg = args.scenario.as_deref().unwrap_or("toy");
     let mut scenario = load_scenario(arg)?;
     apply_overrides(&mut scenario, args.seed, args.stop_time.as_deref())?;
-    if args.threads == Some(0) {
-        return Err(Failure::input("--threads: expected at least 1"));
-    }
     if args.trials == 0 {
         return Err(Failure::input("--trials: expected at least 1"));
     }
-    let threads = args
-        .threads
-        .or(scenario.run.threads.map(|t| t as usize))
-        .unwrap_or_else(onionlab_engine::default_threads)
-        .max(1);
+    if args.trials > MAX_TRIALS {
+        return Err(Failure::input(format!(
+            "--trials: expected at most {MAX_TRIALS}, got {}",
+            args.trials
+        )));
+    }
+    let threads = match (args.threads, scenario.run.threads) {
+        (Some(t), _) => thread_count(t, "--threads")?,
+        (None, Some(t)) => thread_count(
+            t as usize,
+            &format!("{}: run.threads", scenario.source.display()),
+        )?,
+        (None, None) => onionlab_engine::default_threads(),
+    };
+    let inject_fault = args.inject_fault.as_deref().map(parse_fault).transpose()?;
     let out_dir = args
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("out").join(&scenario.name));
+    let mut options = RunOptions {
+        quiet: args.quiet,
+        report: !args.no_report,
+        force: args.force,
+        inject_fault,
+    };
     if args.trials == 1 {
-        run_one(&scenario, threads, &out_dir, args.quiet, !args.no_report)?;
+        run_one(&scenario, threads, &out_dir, &options)?;
         return Ok(());
     }
+    // Refuse (or clear) the directory of trials as a whole before running any of them.
+    let out =
+        OutputDir::for_new_run(&out_dir, args.force).map_err(|e| Failure::input(e.to_string()))?;
+    options.report = false;
     // Repeated trials: each with its own seed (and so its own sampled network, client
     // placement and randomness), in its own subdirectory.
     let base = scenario.run.seed;
@@ -129,7 +166,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         trial.run.seed = trial_seed(base, k);
         let name = format!("trial-{k}");
         println!("trial {k} of {} (seed {})", args.trials, trial.run.seed);
-        run_one(&trial, threads, &out_dir.join(&name), args.quiet, false)?;
+        run_one(&trial, threads, &out_dir.join(&name), &options)?;
         names.push(name);
         seeds.push(trial.run.seed);
     }
@@ -138,13 +175,48 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         trials: names,
         seeds,
     };
-    OutputDir::create(&out_dir)
-        .and_then(|out| out.write_trials(&manifest))
+    out.write_trials(&manifest)
         .map_err(|e| Failure::internal(e.to_string()))?;
     if !args.no_report {
         report(&out_dir)?;
     }
     Ok(())
+}
+
+/// The most trials one command runs; more is a batch job's business.
+const MAX_TRIALS: u32 = 1000;
+
+/// Checks a requested thread count: at least one, at most [`MAX_THREADS_PER_CORE`] per core,
+/// with a warning above the core count (the run is then slower than with fewer threads).
+fn thread_count(requested: usize, what: &str) -> Result<usize, Failure> {
+    let cores = onionlab_engine::default_threads();
+    let max = cores * MAX_THREADS_PER_CORE;
+    if requested == 0 || requested > max {
+        return Err(Failure::input(format!(
+            "{what}: expected 1 to {max} threads ({MAX_THREADS_PER_CORE} per core on this \
+             machine's {cores} cores), got {requested}"
+        )));
+    }
+    if requested > cores {
+        eprintln!(
+            "warning: {what} {requested} is more than this machine's {cores} cores; the run \
+             will be slower than with {cores} (results are the same)"
+        );
+    }
+    Ok(requested)
+}
+
+/// Parses `HOST@TIME` for `--inject-fault`.
+fn parse_fault(text: &str) -> Result<(HostId, SimTime), Failure> {
+    let bad = |why: &str| Failure::input(format!("--inject-fault {text}: {why}"));
+    let (host, time) = text
+        .split_once('@')
+        .ok_or_else(|| bad("expected HOST@TIME, e.g. 12@30s"))?;
+    let host = host
+        .parse::<HostId>()
+        .map_err(|_| bad("HOST must be a host number"))?;
+    let time = onionlab_scenario::parse_duration(time).map_err(|e| bad(&e.to_string()))?;
+    Ok((host, time.0))
 }
 
 /// The seed of trial `k` of a run seeded `base` (SplitMix64 of the pair), so trials differ
@@ -185,6 +257,14 @@ pub fn compare(dirs: &[PathBuf], labels: &[String], out: &Path) -> Result<(), Fa
     for (i, dir) in dirs.iter().enumerate() {
         let input = onionlab_report::load_input(dir).map_err(|e| Failure::input(e.to_string()))?;
         let label = labels.get(i).cloned().unwrap_or_else(|| input.label());
+        if let Some(j) = inputs.iter().position(|(l, _)| *l == label) {
+            return Err(Failure::input(format!(
+                "compare: {} and {} are both labelled {label:?}; every run needs its own \
+                 label (give one --label per directory)",
+                dirs[j].display(),
+                dir.display()
+            )));
+        }
         inputs.push((label, input));
     }
     let table = onionlab_report::write_comparison(&inputs, out)
@@ -194,13 +274,17 @@ pub fn compare(dirs: &[PathBuf], labels: &[String], out: &Path) -> Result<(), Fa
     Ok(())
 }
 
+/// Simulated time between two hand-overs of records to the output files: what a run that dies
+/// without warning can lose. Fixed in simulated time, so the files' row order, like everything
+/// else, does not depend on threads or machine speed.
+const RECORD_EVERY: SimTime = 10 * NANOS_PER_SEC;
+
 /// Runs one simulation of `scenario` and writes its results (and report) to `out_dir`.
 fn run_one(
     scenario: &Scenario,
     threads: usize,
     out_dir: &Path,
-    quiet: bool,
-    with_report: bool,
+    options: &RunOptions,
 ) -> Result<(), Failure> {
     let (graph, plan) = resolve(scenario)?;
     let groups: Vec<String> = plan
@@ -216,87 +300,138 @@ fn run_one(
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
     let (mut sim, world) = build(network)
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
-    let out = OutputDir::create(out_dir).map_err(|e| Failure::input(e.to_string()))?;
+    let out = OutputDir::for_new_run(out_dir, options.force)
+        .map_err(|e| Failure::input(e.to_string()))?;
+    if let Some((host, at)) = options.inject_fault {
+        if host as usize >= sim.host_count() {
+            return Err(Failure::input(format!(
+                "--inject-fault: host {host} does not exist (the run has {} hosts)",
+                sim.host_count()
+            )));
+        }
+        onionlab_tor::inject_fault(&mut sim, host, at);
+    }
 
     let stop = scenario.run.stop_time.0;
-    let control = sim.control();
-    let handler = control.clone();
-    // A second handler cannot be installed (e.g. in tests that call run twice); the run then
-    // simply cannot be interrupted, which is not worth failing for.
-    let _ = ctrlc::set_handler(move || handler.interrupt());
-    let done = Arc::new(AtomicBool::new(false));
-    let progress = spawn_progress(control.clone(), stop, done.clone(), !quiet);
-    let started = Instant::now();
-    let outcome = catch_unwind(AssertUnwindSafe(|| sim.run_until(stop)));
-    done.store(true, Ordering::Relaxed);
-    let progress = progress.join().unwrap_or_default();
-    let wall = started.elapsed().as_secs_f64();
-    let (stats, failure) = match outcome {
-        Ok(stats) => (Some(stats), None),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            (None, Some(format!("internal error in the model: {what}")))
-        }
-    };
-    let interrupted = stats.as_ref().is_some_and(|s| s.interrupted);
-    let sim_time = stats
-        .as_ref()
-        .map(|s| s.sim_time)
-        .unwrap_or_else(|| control.sim_time());
-    let complete = failure.is_none() && !interrupted;
     let bootstrap = scenario.run.bootstrap.0;
-    let collected = results::collect(&mut sim, &world, &groups, bootstrap);
-    let events = stats.as_ref().map_or(0, |s| s.events);
-    let info = RunInfo {
+    let write = |e: onionlab_report::ReportError| Failure::internal(e.to_string());
+    let mut info = RunInfo {
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
         version: env!("CARGO_PKG_VERSION").to_string(),
         commit: env!("ONIONLAB_COMMIT").to_string(),
         threads,
-        sim_seconds: as_secs_f64(sim_time),
+        sim_seconds: 0.0,
         bootstrap_seconds: as_secs_f64(bootstrap),
-        wall_seconds: wall,
-        speed: as_secs_f64(sim_time) / wall.max(1e-9),
-        events,
-        rounds: stats.as_ref().map_or(0, |s| s.rounds),
-        events_per_sec: events as f64 / wall.max(1e-9),
-        peak_rss_bytes: peak_rss_bytes(),
-        workers: stats
-            .as_ref()
-            .map(|s| {
-                s.workers
-                    .iter()
-                    .map(|w| WorkerRecord {
-                        hosts: w.hosts,
-                        events: w.events,
-                        busy_s: w.busy.as_secs_f64(),
-                        blocked_s: w.blocked.as_secs_f64(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        complete,
+        wall_seconds: 0.0,
+        speed: 0.0,
+        events: 0,
+        rounds: 0,
+        events_per_sec: 0.0,
+        peak_rss_bytes: 0,
+        workers: Vec::new(),
+        complete: false,
         mode: "simulation".into(),
-        progress,
+        progress: Vec::new(),
         emulation: None,
-        interrupted_reason: if interrupted {
-            Some(format!(
-                "interrupted by the user at {} simulated",
-                format_secs(as_secs_f64(sim_time))
-            ))
-        } else {
-            failure.clone()
-        },
+        // Stays on disk only if the process dies before it can say anything better.
+        interrupted_reason: Some(
+            "the run did not finish: the process ended before writing its final results \
+             (the CSV files hold what was measured until then)"
+                .into(),
+        ),
     };
-    let write = |e: onionlab_report::ReportError| Failure::internal(e.to_string());
-    out.write_downloads(&collected.downloads).map_err(write)?;
-    out.write_relays(&collected.relays).map_err(write)?;
-    out.write_circuits(&collected.circuits).map_err(write)?;
+    out.write_run(&info).map_err(write)?;
+    let mut sink = ResultsWriter::create(&out).map_err(write)?;
+
+    let control = sim.control();
+    let handler = control.clone();
+    // Ctrl-C, SIGTERM and SIGHUP (what `timeout`, `kill` and batch schedulers send) all stop
+    // the run at the next round boundary. A second handler cannot be installed (e.g. in tests
+    // that call run twice); the run then simply cannot be interrupted, which is not worth
+    // failing for.
+    let _ = ctrlc::set_handler(move || handler.interrupt());
+    let done = Arc::new(AtomicBool::new(false));
+    let progress = spawn_progress(control.clone(), stop, done.clone(), !options.quiet);
+    let started = Instant::now();
+    let mut collected = results::Collected::new();
+    let mut totals = RunStats::default();
+    let mut failure = None;
+    let mut reached: SimTime = 0;
+    loop {
+        // The last leg runs through `stop` itself, so that what happens at exactly the stop
+        // time (the relays' sample of the final second) is part of the run.
+        let leg_end = reached
+            .saturating_add(RECORD_EVERY)
+            .min(stop.saturating_add(1));
+        let outcome = catch_unwind(AssertUnwindSafe(|| sim.run_until(leg_end)));
+        let stats = match outcome {
+            Ok(stats) => stats,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "unknown panic".into());
+                failure = Some(format!("internal error in the model: {what}"));
+                reached = control.sim_time().max(reached);
+                break;
+            }
+        };
+        add_stats(&mut totals, &stats);
+        reached = stats.sim_time;
+        let last = stats.interrupted || reached >= leg_end && leg_end > stop;
+        let batch = results::drain(&mut sim, &world, &groups, bootstrap, last);
+        sink.append(&batch.downloads, &batch.relays, &batch.circuits)
+            .map_err(write)?;
+        collected.extend(batch);
+        if last {
+            break;
+        }
+    }
+    if failure.is_some() {
+        // What the hosts recorded before the failure is still worth having; their state may
+        // be inconsistent, so only finished records are taken, not the circuits still open.
+        let batch = results::drain(&mut sim, &world, &groups, bootstrap, false);
+        sink.append(&batch.downloads, &batch.relays, &batch.circuits)
+            .map_err(write)?;
+        collected.extend(batch);
+    }
+    drop(sink);
+    done.store(true, Ordering::Relaxed);
+    let progress = progress.join().unwrap_or_default();
+    let wall = started.elapsed().as_secs_f64();
+    let sim_time = reached.min(stop);
+    let interrupted = totals.interrupted;
+    let complete = failure.is_none() && !interrupted;
+    info.sim_seconds = as_secs_f64(sim_time);
+    info.wall_seconds = wall;
+    info.speed = as_secs_f64(sim_time) / wall.max(1e-9);
+    info.events = totals.events;
+    info.rounds = totals.rounds;
+    info.events_per_sec = totals.events as f64 / wall.max(1e-9);
+    info.peak_rss_bytes = peak_rss_bytes();
+    info.workers = totals
+        .workers
+        .iter()
+        .map(|w| WorkerRecord {
+            hosts: w.hosts,
+            events: w.events,
+            busy_s: w.busy.as_secs_f64(),
+            blocked_s: w.blocked.as_secs_f64(),
+        })
+        .collect();
+    info.complete = complete;
+    info.progress = progress;
+    info.interrupted_reason = if interrupted {
+        Some(format!(
+            "interrupted (Ctrl-C, SIGTERM or SIGHUP) at {} simulated",
+            format_secs(as_secs_f64(sim_time))
+        ))
+    } else {
+        failure.clone()
+    };
     out.write_run(&info).map_err(write)?;
     let groups = summarize(&collected.downloads);
     let goodput = total_goodput(&collected.relays, bootstrap / NANOS_PER_SEC + 1);
@@ -308,11 +443,11 @@ fn run_one(
         format_secs(info.sim_seconds),
         wall,
         info.speed,
-        events,
+        info.events,
         threads,
         out_dir.display()
     );
-    if with_report {
+    if options.report {
         // A report that cannot be made does not lose the results already written.
         if let Err(e) = report(out_dir) {
             eprintln!("warning: no report: {}", e.message);
@@ -337,6 +472,28 @@ fn run_one(
         });
     }
     Ok(())
+}
+
+/// Adds one leg of a run to the totals so far.
+fn add_stats(totals: &mut RunStats, leg: &RunStats) {
+    totals.events += leg.events;
+    totals.rounds += leg.rounds;
+    totals.messages += leg.messages;
+    totals.late_messages += leg.late_messages;
+    totals.wall += leg.wall;
+    totals.sim_time = leg.sim_time;
+    totals.interrupted |= leg.interrupted;
+    if totals.workers.len() < leg.workers.len() {
+        totals
+            .workers
+            .resize_with(leg.workers.len(), Default::default);
+    }
+    for (t, w) in totals.workers.iter_mut().zip(&leg.workers) {
+        t.hosts = w.hosts;
+        t.events += w.events;
+        t.busy += w.busy;
+        t.blocked += w.blocked;
+    }
 }
 
 /// Samples (wall seconds, simulated seconds) once a second for the run's diagnostics, and draws

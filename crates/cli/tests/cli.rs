@@ -198,6 +198,9 @@ fn bad_flags_and_missing_files_exit_2() {
         vec!["run", "toy", "--stop-time", "ten minutes"],
         vec!["run", "toy", "--stop-time", "0s"],
         vec!["run", "toy", "--seed", "-1"],
+        vec!["run", "toy", "--threads", "1000000"],
+        vec!["run", "toy", "--trials", "100000"],
+        vec!["run", "toy", "--inject-fault", "3"],
         vec!["frobnicate"],
     ] {
         let out = onionlab(&args);
@@ -315,35 +318,246 @@ fn the_toy_scenario_gives_identical_results_on_one_and_two_threads() {
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// Ctrl-C, and the SIGTERM and SIGHUP that `timeout`, `kill` and batch schedulers send, stop
+/// the run at the next round boundary with everything measured so far written, marked partial.
 #[test]
-fn ctrl_c_stops_the_run_and_keeps_partial_results() {
-    let dir = tmp("interrupt");
+fn signals_stop_the_run_and_keep_partial_results() {
+    for (signal, name) in [
+        (libc::SIGINT, "int"),
+        (libc::SIGTERM, "term"),
+        (libc::SIGHUP, "hup"),
+    ] {
+        let dir = tmp(&format!("signal-{name}"));
+        let out_dir = dir.join("out");
+        let child = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+            .args(["run", "toy", "-o", out_dir.to_str().unwrap(), "--quiet"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        // SAFETY: kill has no memory-safety preconditions; the child is ours and alive.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+        assert_eq!(run["complete"], false, "{name}");
+        assert!(run["sim_seconds"].as_f64().unwrap() < 3600.0);
+        assert!(
+            run["interrupted_reason"]
+                .as_str()
+                .unwrap()
+                .contains("interrupted"),
+            "{name}: {}",
+            run["interrupted_reason"]
+        );
+        let rows = fs::read_to_string(out_dir.join("downloads.csv"))
+            .unwrap()
+            .lines()
+            .count();
+        assert!(rows > 10, "{name}: only {rows} lines in downloads.csv");
+        assert!(fs::read_to_string(out_dir.join("summary.txt"))
+            .unwrap()
+            .contains("PARTIAL"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// A process that dies without warning (SIGKILL here; an abort or the out-of-memory killer
+/// alike) still leaves what it measured: the CSV files grow as the run goes, and run.json,
+/// written at the start, says the run did not finish. The report reads such a directory.
+#[test]
+fn a_killed_run_leaves_what_it_measured() {
+    let dir = tmp("sigkill");
     let out_dir = dir.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onionlab"))
         .args(["run", "toy", "-o", out_dir.to_str().unwrap(), "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(4));
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130));
+    let downloads = out_dir.join("downloads.csv");
+    let started = std::time::Instant::now();
+    while fs::read_to_string(&downloads).map_or(0, |t| t.lines().count()) < 100 {
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "no downloads written within 2 minutes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
     let run: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(run["complete"], false);
-    assert!(run["sim_seconds"].as_f64().unwrap() < 3600.0);
     assert!(run["interrupted_reason"]
         .as_str()
         .unwrap()
-        .contains("interrupted"));
-    for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
-        assert!(out_dir.join(file).exists(), "{file} missing");
+        .contains("did not finish"));
+    for file in ["downloads.csv", "relays.csv", "circuits.csv"] {
+        let text = fs::read_to_string(out_dir.join(file)).unwrap();
+        let columns = text.lines().next().unwrap().split(',').count();
+        for line in text.lines() {
+            assert_eq!(
+                line.split(',').count(),
+                columns,
+                "{file}: torn row {line:?}"
+            );
+        }
+        assert!(text.ends_with('\n'), "{file} ends mid-row");
     }
+    let out = onionlab(&["report", out_dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A panic in one host's model (injected on host 19, which round robin gives the second worker)
+/// ends the run with exit 1 and the results up to then on disk, marked partial.
+#[test]
+fn a_model_panic_leaves_partial_results() {
+    let dir = tmp("fault");
+    let out_dir = dir.join("out");
+    let out = onionlab(&[
+        "run",
+        tiny_file(&dir).to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--threads",
+        "2",
+        "--inject-fault",
+        "19@100s",
+        "--no-report",
+        "--quiet",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("injected fault"), "{stderr}");
+    assert!(stderr.contains("marked partial"), "{stderr}");
+    let run: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["complete"], false);
+    assert!(run["interrupted_reason"]
+        .as_str()
+        .unwrap()
+        .contains("injected fault"));
+    let sim = run["sim_seconds"].as_f64().unwrap();
+    assert!((90.0..=100.0).contains(&sim), "stopped at {sim} s");
+    let ok = fs::read_to_string(out_dir.join("downloads.csv"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(",ok,"))
+        .count();
+    assert!(ok >= 5, "only {ok} downloads kept");
+    let relays = fs::read_to_string(out_dir.join("relays.csv")).unwrap();
+    assert!(relays.lines().any(|l| l.split(',').nth(1) == Some("90")));
     assert!(fs::read_to_string(out_dir.join("summary.txt"))
         .unwrap()
         .contains("PARTIAL"));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A directory holding another run's results is refused, so old and new files never mix;
+/// `--force` replaces onionlab's files and keeps the user's.
+#[test]
+fn an_output_directory_with_results_needs_force() {
+    let dir = tmp("force");
+    let scenario = tiny_file(&dir);
+    let out_dir = dir.join("out");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--stop-time",
+            "70s",
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        onionlab(&args)
+    };
+    assert!(run(&["--no-report"]).status.success());
+    fs::write(out_dir.join("notes.txt"), "mine").unwrap();
+    fs::write(out_dir.join("old_plot.svg"), "<svg/>").unwrap();
+    let again = run(&["--no-report"]);
+    assert_eq!(again.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains("holds the results of another run") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    let before = fs::metadata(out_dir.join("run.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert!(run(&["--no-report", "--force", "--seed", "9"])
+        .status
+        .success());
+    let info: serde_json::Value =
+        serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["seed"], 9);
+    assert!(
+        fs::metadata(out_dir.join("run.json"))
+            .unwrap()
+            .modified()
+            .unwrap()
+            >= before
+    );
+    assert_eq!(
+        fs::read_to_string(out_dir.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    assert!(!out_dir.join("old_plot.svg").exists());
+    // The output path must be a directory; the error says which path it means.
+    let file = dir.join("afile");
+    fs::write(&file, "x").unwrap();
+    let sub = file.join("sub");
+    let out = onionlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "-o",
+        sub.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("output directory"), "{stderr}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// relays.csv covers every second of the run, the last one included.
+#[test]
+fn relay_seconds_include_the_last_one() {
+    let dir = tmp("last-second");
+    let out_dir = dir.join("out");
+    let out = onionlab(&[
+        "run",
+        tiny_file(&dir).to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--stop-time",
+        "70s",
+        "--no-report",
+        "--quiet",
+    ]);
+    assert!(out.status.success());
+    let relays = fs::read_to_string(out_dir.join("relays.csv")).unwrap();
+    let seconds: std::collections::BTreeSet<u64> = relays
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seconds.first(), Some(&1));
+    assert_eq!(seconds.last(), Some(&70));
+    assert_eq!(seconds.len(), 70);
     let _ = fs::remove_dir_all(&dir);
 }

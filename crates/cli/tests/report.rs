@@ -225,6 +225,15 @@ fn comparing_a_run_with_itself_shows_no_change() {
         }
     }
     check_references(&out_dir.join("compare.html"));
+    // Runs must be told apart: two equal labels, given or derived, are bad input.
+    for labels in [&["--label", "a", "--label", "a"][..], &[]] {
+        let mut args = vec!["compare", r, r, "-o", out_dir.to_str().unwrap()];
+        args.extend_from_slice(labels);
+        let out = onionlab(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{labels:?}: {stderr}");
+        assert!(stderr.contains("both labelled"), "{stderr}");
+    }
     let _ = fs::remove_dir_all(&dir);
 }
 

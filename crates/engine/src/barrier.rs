@@ -3,17 +3,26 @@
 //! Rounds are short (often tens of microseconds of work), so parking threads on a condition
 //! variable at every barrier would cost more than the work itself. Workers spin briefly and then
 //! yield, which keeps latency low when cores are free and stays polite on a shared machine.
+//!
+//! A worker that dies (a panic outside the part of the round where the engine catches model
+//! panics) poisons the barrier; every worker waiting at it, now or later, then returns at once
+//! instead of waiting forever for a party that will never arrive.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub(crate) struct SpinBarrier {
     parties: usize,
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    poisoned: AtomicBool,
 }
 
 const SPINS_BEFORE_YIELD: u32 = 2_000;
+
+/// The barrier was poisoned: a worker will never arrive.
+#[derive(Debug)]
+pub(crate) struct Poisoned;
 
 impl SpinBarrier {
     pub(crate) fn new(parties: usize) -> Self {
@@ -21,13 +30,20 @@ impl SpinBarrier {
             parties,
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            poisoned: AtomicBool::new(false),
         }
     }
 
-    /// Blocks until all parties have arrived; returns the time spent waiting.
-    pub(crate) fn wait(&self) -> Duration {
+    /// Makes every current and future `wait` return `Err(Poisoned)`.
+    pub(crate) fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// Blocks until all parties have arrived; returns the time spent waiting, or `Poisoned`
+    /// if a party will never arrive.
+    pub(crate) fn wait(&self) -> Result<Duration, Poisoned> {
         if self.parties == 1 {
-            return Duration::ZERO;
+            return Ok(Duration::ZERO);
         }
         let start = Instant::now();
         let generation = self.generation.load(Ordering::Acquire);
@@ -37,6 +53,9 @@ impl SpinBarrier {
         } else {
             let mut spins = 0u32;
             while self.generation.load(Ordering::Acquire) == generation {
+                if self.poisoned.load(Ordering::Acquire) {
+                    return Err(Poisoned);
+                }
                 if spins < SPINS_BEFORE_YIELD {
                     spins += 1;
                     std::hint::spin_loop();
@@ -45,6 +64,6 @@ impl SpinBarrier {
                 }
             }
         }
-        start.elapsed()
+        Ok(start.elapsed())
     }
 }

@@ -15,9 +15,10 @@ pub struct Partition {
 
 impl Partition {
     /// Deals hosts out to workers like cards, so neighbouring ids (often hosts of one kind,
-    /// e.g. all relays) are spread evenly over workers.
+    /// e.g. all relays) are spread evenly over workers. Never more workers than hosts (and at
+    /// least one): a worker without hosts would only wait at the barrier.
     pub fn round_robin(hosts: usize, workers: usize) -> Self {
-        let workers = workers.max(1);
+        let workers = workers.min(hosts).max(1);
         let worker_of: Vec<u32> = (0..hosts).map(|h| (h % workers) as u32).collect();
         Self::from_assignment(worker_of, workers)
     }
@@ -39,6 +40,28 @@ impl Partition {
             worker_of,
             hosts_of,
         }
+    }
+
+    /// The same assignment without the workers that own no host (workers renumbered in
+    /// order; at least one worker remains).
+    pub fn without_idle_workers(self) -> Self {
+        if self.hosts_of.iter().all(|h| !h.is_empty()) {
+            return self;
+        }
+        let mut renumber = vec![u32::MAX; self.hosts_of.len()];
+        let mut kept = 0u32;
+        for (w, hosts) in self.hosts_of.iter().enumerate() {
+            if !hosts.is_empty() {
+                renumber[w] = kept;
+                kept += 1;
+            }
+        }
+        let worker_of = self
+            .worker_of
+            .iter()
+            .map(|&w| renumber[w as usize])
+            .collect();
+        Self::from_assignment(worker_of, kept.max(1) as usize)
     }
 
     pub fn workers(&self) -> usize {

@@ -51,7 +51,7 @@ impl Host for PholdHost {
         let u: f64 = rng.random();
         let delay = self.lookahead + (-self.mean_delay * (1.0 - u).ln()) as SimDuration;
         let next = Job { hops: job.hops + 1 };
-        let at: SimTime = now + delay;
+        let at: SimTime = now.saturating_add(delay);
         if self.hosts > 1 && rng.random::<f64>() < self.remote {
             // Uniform over the other hosts.
             let mut dst = rng.random_range(0..self.hosts - 1);

@@ -7,9 +7,11 @@
 //! into their queues. The queue orders events by (time, source host, source sequence), so the
 //! result is the same whatever the thread count or the timing of threads.
 
+use std::any::Any;
 use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::barrier::SpinBarrier;
@@ -80,10 +82,11 @@ impl<E> Context<'_, E> {
         self.queue.push(time.max(self.now), key, event);
     }
 
-    /// Schedules an event for this host `delay` from now.
+    /// Schedules an event for this host `delay` from now. The sum saturates: a delay beyond
+    /// the end of time schedules the event at `SimTime::MAX`, which no run reaches.
     #[inline]
     pub fn schedule_in(&mut self, delay: SimDuration, event: E) {
-        self.schedule_at(self.now + delay, event);
+        self.schedule_at(self.now.saturating_add(delay), event);
     }
 
     /// Sends an event to another host (or to this one through the barrier), due at `time`.
@@ -195,6 +198,12 @@ pub struct RunStats {
 
 /// Handles for observing and stopping a run from another thread (e.g. a progress bar or a
 /// Ctrl-C handler).
+///
+/// An interrupt stops the run at the next round boundary. Workers also look at it every
+/// `INTERRUPT_CHECK_EVENTS` events within a round, so that a round that does not end (a model
+/// that keeps scheduling events at one instant) can still be stopped; such a round is cut
+/// short and the run reports the round's start as the time reached. Once set, the interrupt
+/// stays set: later `run_until` calls return at once (after at most one round).
 #[derive(Clone, Debug, Default)]
 pub struct RunControl {
     interrupt: Arc<AtomicBool>,
@@ -224,12 +233,16 @@ pub struct Simulation<H: Host> {
 }
 
 impl<H: Host> Simulation<H> {
-    /// Creates a simulation of `models` (host id = index) with hosts dealt round-robin to workers.
+    /// Creates a simulation of `models` (host id = index) with hosts dealt round-robin to workers
+    /// (never more workers than hosts).
     pub fn new(config: EngineConfig, models: Vec<H>) -> Self {
         let partition = Partition::round_robin(models.len(), config.threads);
         Self::with_partition(config, models, partition)
     }
 
+    /// Creates a simulation with an explicit partition. Workers the partition gives no host
+    /// are dropped, so a run never has more workers than hosts; `config().threads` is the
+    /// number of workers actually used.
     pub fn with_partition(mut config: EngineConfig, models: Vec<H>, partition: Partition) -> Self {
         assert!(models.len() < MAX_HOSTS, "at most {MAX_HOSTS} hosts");
         assert_eq!(
@@ -238,6 +251,7 @@ impl<H: Host> Simulation<H> {
             "partition does not cover every host"
         );
         assert!(config.lookahead > 0, "lookahead must be positive");
+        let partition = partition.without_idle_workers();
         config.threads = partition.workers();
         let seed = config.seed;
         let slots = models
@@ -331,9 +345,42 @@ impl<H: Host> Simulation<H> {
 
     /// Runs every event due before `stop` (or until interrupted). May be called again with a
     /// later stop time to continue.
+    ///
+    /// Events at or after `stop` stay queued; a run whose next event lies beyond `stop` returns
+    /// at once with the stop time reached. If a host's model panics, every worker stops at the
+    /// end of that round (the other hosts complete the round, the failed host stops at the
+    /// event that panicked) and the panic is resumed here, on the calling thread, with its
+    /// original payload; if several hosts panic in the round, the one with the lowest host id
+    /// is resumed. `now()` is then the start of that round.
     pub fn run_until(&mut self, stop: SimTime) -> RunStats {
         let started = Instant::now();
         let workers = self.partition.workers();
+        // The first round starts at the earliest pending event.
+        let first = (0..self.host_count())
+            .filter_map(|h| self.hosts.slots[h].get_mut().queue.next_time())
+            .min()
+            .unwrap_or(u64::MAX);
+        if first >= stop {
+            // No round to run: there is nothing to do before `stop`. An interrupt still counts,
+            // so that a caller running leg after leg of empty time stops when asked.
+            let interrupted = self.control.interrupt.load(Ordering::Relaxed);
+            if !interrupted {
+                self.clock = self.clock.max(stop);
+            }
+            self.control.progress.store(self.clock, Ordering::Relaxed);
+            return RunStats {
+                wall: started.elapsed(),
+                sim_time: self.clock,
+                interrupted,
+                workers: (0..workers)
+                    .map(|w| WorkerStats {
+                        hosts: self.partition.hosts_of(w).len(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+        }
         let shared = Shared {
             barrier: SpinBarrier::new(workers),
             mail: (0..workers * workers)
@@ -341,15 +388,13 @@ impl<H: Host> Simulation<H> {
                 .collect(),
             next_time: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
             halt: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            cut_short: AtomicBool::new(false),
+            panic: Mutex::new(None),
             worker_of: (0..self.host_count())
                 .map(|h| self.partition.worker_of(h as HostId) as u32)
                 .collect(),
         };
-        // The first round starts at the earliest pending event.
-        let first = (0..self.host_count())
-            .filter_map(|h| self.hosts.slots[h].get_mut().queue.next_time())
-            .min()
-            .unwrap_or(u64::MAX);
         let run = RoundParams {
             stop,
             lookahead: self.config.lookahead,
@@ -360,22 +405,35 @@ impl<H: Host> Simulation<H> {
         let partition = &self.partition;
         let control = &self.control;
         let shared = &shared;
-        let results: Vec<WorkerResult> = std::thread::scope(|scope| {
+        // Every worker, the calling thread's included, runs under `catch_unwind`: a panic that
+        // escapes the per-round catch (none should: model panics are caught there) poisons the
+        // barrier, so the others return instead of waiting for it forever, and `scope` can
+        // join them.
+        let guarded = move |w: usize| {
+            catch_unwind(AssertUnwindSafe(|| {
+                worker_loop(w, hosts, partition, shared, control, run)
+            }))
+            .inspect_err(|_| shared.barrier.poison())
+        };
+        let results: Vec<Result<WorkerResult, Box<dyn Any + Send>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = (1..workers)
-                .map(|w| {
-                    scope.spawn(move || worker_loop(w, hosts, partition, shared, control, run))
-                })
+                .map(|w| scope.spawn(move || guarded(w)))
                 .collect();
-            let mut results = vec![worker_loop(0, hosts, partition, shared, control, run)];
-            results.extend(
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("worker panicked")),
-            );
+            let mut results = vec![guarded(0)];
+            results.extend(handles.into_iter().map(|h| h.join().and_then(|r| r)));
             results
         });
+        let mut results = match results.into_iter().collect::<Result<Vec<_>, _>>() {
+            Ok(results) => results,
+            // An engine failure outside the models: nothing sensible is left to report.
+            Err(payload) => resume_unwind(payload),
+        };
         let lead = &results[0];
         self.clock = self.clock.max(lead.reached);
+        self.control.progress.store(self.clock, Ordering::Relaxed);
+        if let Some((_, payload)) = lock(&shared.panic).take() {
+            resume_unwind(payload);
+        }
         RunStats {
             events: results.iter().map(|r| r.stats.events).sum(),
             rounds: lead.rounds,
@@ -384,10 +442,20 @@ impl<H: Host> Simulation<H> {
             wall: started.elapsed(),
             sim_time: self.clock,
             interrupted: lead.interrupted,
-            workers: results.into_iter().map(|r| r.stats).collect(),
+            workers: results.drain(..).map(|r| r.stats).collect(),
         }
     }
 }
+
+/// Locks a mutex whose data stays valid whatever a panicking holder did (mailboxes are
+/// swapped whole, the panic slot is written whole).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Workers look at the interrupt flag within a round after every this many events (a power of
+/// two).
+const INTERRUPT_CHECK_EVENTS: u64 = 1 << 12;
 
 struct Shared<E> {
     barrier: SpinBarrier,
@@ -396,7 +464,23 @@ struct Shared<E> {
     /// Each worker's earliest pending event after the exchange.
     next_time: Vec<AtomicU64>,
     halt: AtomicBool,
+    /// A host's model panicked this round.
+    failed: AtomicBool,
+    /// A worker cut this round short because of an interrupt.
+    cut_short: AtomicBool,
+    /// The panic to resume: the lowest failed host and its payload.
+    panic: Mutex<Option<(HostId, Box<dyn Any + Send>)>>,
     worker_of: Arc<[u32]>,
+}
+
+impl<E> Shared<E> {
+    fn record_panic(&self, host: HostId, payload: Box<dyn Any + Send>) {
+        let mut slot = lock(&self.panic);
+        if slot.as_ref().is_none_or(|(h, _)| host < *h) {
+            *slot = Some((host, payload));
+        }
+        self.failed.store(true, Ordering::Relaxed);
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -446,49 +530,73 @@ fn worker_loop<H: Host>(
         if w == 0 {
             control.progress.store(start, Ordering::Relaxed);
         }
-        // Phase 1: run every owned host up to the round end.
+        // Phase 1: run every owned host up to the round end. A panic in a model is caught
+        // here; the failed host stops, the others complete the round, and the run stops at
+        // its end (the same state on any number of threads).
         let mut local_next = u64::MAX;
-        for &id in mine {
-            // SAFETY: this worker owns `id` (partition) and holds no other reference to it.
-            let slot = unsafe { hosts.slot(id) };
-            let HostSlot {
-                model,
-                queue,
-                rng,
-                seq,
-                trace,
-            } = slot;
-            while let Some(entry) = queue.pop_before(end) {
-                if run.trace {
-                    *trace = mix(*trace ^ entry.time ^ mix(entry.key));
+        let mut next_host = 0usize;
+        let mut cut = false;
+        loop {
+            let ran = catch_unwind(AssertUnwindSafe(|| {
+                while next_host < mine.len() {
+                    let id = mine[next_host];
+                    next_host += 1;
+                    // SAFETY: this worker owns `id` (partition) and holds no other reference
+                    // to it.
+                    let slot = unsafe { hosts.slot(id) };
+                    let HostSlot {
+                        model,
+                        queue,
+                        rng,
+                        seq,
+                        trace,
+                    } = slot;
+                    while let Some(entry) = queue.pop_before(end) {
+                        if run.trace {
+                            *trace = mix(*trace ^ entry.time ^ mix(entry.key));
+                        }
+                        stats.events += 1;
+                        let mut ctx = Context {
+                            now: entry.time,
+                            host: id,
+                            round_end: end,
+                            lookahead: run.lookahead,
+                            seq,
+                            queue,
+                            rng,
+                            out: &mut out,
+                        };
+                        model.handle(&mut ctx, entry.event);
+                        if stats.events & (INTERRUPT_CHECK_EVENTS - 1) == 0
+                            && control.interrupt.load(Ordering::Relaxed)
+                        {
+                            cut = true;
+                            return;
+                        }
+                    }
+                    if let Some(t) = queue.next_time() {
+                        local_next = local_next.min(t);
+                    }
                 }
-                stats.events += 1;
-                let mut ctx = Context {
-                    now: entry.time,
-                    host: id,
-                    round_end: end,
-                    lookahead: run.lookahead,
-                    seq,
-                    queue,
-                    rng,
-                    out: &mut out,
-                };
-                model.handle(&mut ctx, entry.event);
+            }));
+            match ran {
+                Ok(()) => break,
+                Err(payload) => shared.record_panic(mine[next_host - 1], payload),
             }
-            if let Some(t) = queue.next_time() {
-                local_next = local_next.min(t);
-            }
+        }
+        if cut {
+            shared.cut_short.store(true, Ordering::Relaxed);
         }
         for (dst, bucket) in out.by_worker.iter_mut().enumerate() {
-            std::mem::swap(bucket, &mut *shared.mail[w * workers + dst].lock().unwrap());
+            std::mem::swap(bucket, &mut *lock(&shared.mail[w * workers + dst]));
         }
-        stats.blocked += shared.barrier.wait();
+        let Ok(waited) = shared.barrier.wait() else {
+            break;
+        };
+        stats.blocked += waited;
         // Phase 2: take in the messages addressed to owned hosts.
         for src in 0..workers {
-            std::mem::swap(
-                &mut inbox,
-                &mut *shared.mail[src * workers + w].lock().unwrap(),
-            );
+            std::mem::swap(&mut inbox, &mut *lock(&shared.mail[src * workers + w]));
             for m in inbox.drain(..) {
                 local_next = local_next.min(m.time);
                 // SAFETY: messages in this bucket are addressed to hosts this worker owns.
@@ -499,15 +607,27 @@ fn worker_loop<H: Host>(
         }
         shared.next_time[w].store(local_next, Ordering::Relaxed);
         if w == 0 {
-            shared
-                .halt
-                .store(control.interrupt.load(Ordering::Relaxed), Ordering::Relaxed);
+            // Failures and cut rounds were flagged before the first barrier, so every worker
+            // is covered by this one decision. The interrupt flag only ever goes from false to
+            // true, so a worker that cut its round short saw what this load sees.
+            let halt =
+                control.interrupt.load(Ordering::Relaxed) || shared.failed.load(Ordering::Relaxed);
+            shared.halt.store(halt, Ordering::Relaxed);
         }
-        stats.blocked += shared.barrier.wait();
+        let Ok(waited) = shared.barrier.wait() else {
+            break;
+        };
+        stats.blocked += waited;
         rounds += 1;
         if shared.halt.load(Ordering::Relaxed) {
             interrupted = true;
-            start = end;
+            // A round cut short or ended by a failure was not completed by every host: the
+            // time every host has reached is its start.
+            let incomplete =
+                shared.cut_short.load(Ordering::Relaxed) || shared.failed.load(Ordering::Relaxed);
+            if !incomplete {
+                start = end;
+            }
             break;
         }
         // Every worker computes the same minimum from the same published values.
@@ -529,11 +649,7 @@ fn worker_loop<H: Host>(
         rounds,
         messages: out.sent,
         late: out.late,
-        reached: if interrupted {
-            start
-        } else {
-            run.stop.max(start.min(run.stop))
-        },
+        reached: if interrupted { start } else { run.stop },
         interrupted,
     }
 }

@@ -20,8 +20,8 @@ mod summary;
 
 pub use load::{load_input, Input, RunData, TrialsManifest};
 pub use output::{
-    peak_rss_bytes, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, DOWNLOADS_CSV,
-    DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, SUMMARY_TXT, TRIALS_JSON,
+    peak_rss_bytes, OutputDir, ReportError, ResultsWriter, CIRCUITS_CSV, CIRCUITS_HEADER,
+    DOWNLOADS_CSV, DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, SUMMARY_TXT, TRIALS_JSON,
 };
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -385,7 +386,7 @@ fn read_csv<T>(
         message,
     };
     let csv_error = |e: csv::Error| {
-        let line = e.position().map_or(0, |p| p.line());
+        let line = e.position().map_or(0, |p| line_at(path, p.byte()));
         match e.kind() {
             csv::ErrorKind::Io(_) => ReportError::Csv {
                 path: path.to_path_buf(),
@@ -431,13 +432,84 @@ fn read_csv<T>(
             Ok(true) => {}
             Err(e) => return Err(csv_error(e)),
         }
-        let line = record.position().map_or(0, |p| p.line());
         let row = Row {
             record: &record,
             index: &index,
             columns,
         };
-        out.push(parse(&row).map_err(|message| malformed(line, message))?);
+        out.push(parse(&row).map_err(|message| {
+            malformed(
+                record.position().map_or(0, |p| line_at(path, p.byte())),
+                message,
+            )
+        })?);
     }
     Ok(out)
+}
+
+/// The 1-based line of `path` on which the record at byte `offset` starts. The csv crate's
+/// own line count, and with CRLF endings its record offset too (it points at the `\n` ending
+/// the line before), are off by one per line; errors are rare, so counting newlines again
+/// when one is reported is cheaper than keeping line numbers for every record.
+fn line_at(path: &Path, offset: u64) -> u64 {
+    let Ok(file) = fs::File::open(path) else {
+        return 0;
+    };
+    let mut newlines = 0;
+    let mut reader = std::io::BufReader::new(file);
+    let mut before = offset;
+    // Every newline before the offset counts, and so do those between it and the record's
+    // first byte (the line ending it may point into, and blank lines, which csv skips).
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => buf,
+        };
+        let take = (before.min(buf.len() as u64)) as usize;
+        newlines += buf[..take].iter().filter(|&&b| b == b'\n').count() as u64;
+        if take < buf.len() {
+            let ending = buf[take..]
+                .iter()
+                .take_while(|&&b| b == b'\r' || b == b'\n')
+                .filter(|&&b| b == b'\n')
+                .count();
+            newlines += ending as u64;
+            break;
+        }
+        before -= take as u64;
+        reader.consume(take);
+    }
+    newlines + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Errors name the line a reader sees in an editor, whether the file ends its lines with
+    /// LF or CRLF.
+    #[test]
+    fn malformed_rows_are_reported_at_their_line_with_any_line_ending() {
+        let dir = std::env::temp_dir().join(format!("onionlab-load-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let columns = ["a", "b"];
+        for ending in ["\n", "\r\n"] {
+            let path = dir.join("t.csv");
+            let text = ["a,b", "1,2", "3,4", "5,x", "7,8"].join(ending) + ending;
+            fs::write(&path, text).unwrap();
+            let err = read_csv(&path, &columns, |r| r.f64(1)).unwrap_err();
+            match err {
+                ReportError::Malformed { line, .. } => assert_eq!(line, 4, "{ending:?}"),
+                other => panic!("{other}"),
+            }
+            let text = ["a,b", "1,2", "3", "5,6"].join(ending);
+            fs::write(&path, text).unwrap();
+            let err = read_csv(&path, &columns, |r| r.f64(1)).unwrap_err();
+            match err {
+                ReportError::Malformed { line, .. } => assert_eq!(line, 3, "{ending:?}"),
+                other => panic!("{other}"),
+            }
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

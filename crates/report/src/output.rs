@@ -15,6 +15,24 @@ pub const SUMMARY_TXT: &str = "summary.txt";
 /// [`TrialsManifest`](crate::TrialsManifest).
 pub const TRIALS_JSON: &str = "trials.json";
 
+/// The fixed-name files a run, a set of trials or a report writes.
+const RESULT_FILES: [&str; 9] = [
+    DOWNLOADS_CSV,
+    RELAYS_CSV,
+    CIRCUITS_CSV,
+    RUN_JSON,
+    SUMMARY_TXT,
+    TRIALS_JSON,
+    crate::report::REPORT_HTML,
+    crate::report::COMPARE_HTML,
+    crate::report::COMPARISON_CSV,
+];
+
+/// Whether `dir` holds a run's or a set of trials' results.
+fn holds_results(dir: &Path) -> bool {
+    dir.join(RUN_JSON).exists() || dir.join(TRIALS_JSON).exists()
+}
+
 /// The first eight columns are a stable interface for analysis scripts; new columns only ever
 /// go after them.
 pub const DOWNLOADS_HEADER: [&str; 13] = [
@@ -54,8 +72,19 @@ pub const CIRCUITS_HEADER: [&str; 11] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("output path {0} exists and is not a directory")]
+    #[error("output directory {0}: exists and is not a directory")]
     NotADirectory(PathBuf),
+    #[error("output directory {path}: cannot create it: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "output directory {0}: holds the results of another run ({RUN_JSON} or {TRIALS_JSON}); \
+         choose another directory with -o, or give --force to replace them"
+    )]
+    HoldsResults(PathBuf),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -140,10 +169,57 @@ impl OutputDir {
         if path.exists() && !path.is_dir() {
             return Err(ReportError::NotADirectory(path.to_path_buf()));
         }
-        fs::create_dir_all(path).map_err(io_err(path))?;
+        fs::create_dir_all(path).map_err(|source| ReportError::CreateDir {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(OutputDir {
             path: path.to_path_buf(),
         })
+    }
+
+    /// The directory for a new run's results. One already holding a run or a set of trials is
+    /// refused, because new files beside old ones (an old `run.json` saying `complete: true`
+    /// next to a new partial run) would misrepresent both; with `replace` the old results are
+    /// removed first: the files onionlab writes (CSV, JSON, summary, report, plots, leftover
+    /// temporary files) and `trial-*` folders holding a run. Other files are left alone.
+    pub fn for_new_run(path: impl AsRef<Path>, replace: bool) -> Result<Self, ReportError> {
+        let dir = OutputDir::create(path)?;
+        if !holds_results(&dir.path) {
+            return Ok(dir);
+        }
+        if !replace {
+            return Err(ReportError::HoldsResults(dir.path));
+        }
+        dir.clear_results()?;
+        Ok(dir)
+    }
+
+    fn clear_results(&self) -> Result<(), ReportError> {
+        let entries = fs::read_dir(&self.path).map_err(io_err(&self.path))?;
+        for entry in entries {
+            let entry = entry.map_err(io_err(&self.path))?;
+            let p = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_dir = entry.file_type().map_err(io_err(&p))?.is_dir();
+            let ours = if is_dir {
+                name.starts_with("trial-") && holds_results(&p)
+            } else {
+                RESULT_FILES.contains(&name.as_str())
+                    || name.ends_with(".svg")
+                    || name.ends_with(".png")
+                    || (name.starts_with('.') && name.contains(".tmp-"))
+            };
+            if !ours {
+                continue;
+            }
+            if is_dir {
+                fs::remove_dir_all(&p).map_err(io_err(&p))?;
+            } else {
+                fs::remove_file(&p).map_err(io_err(&p))?;
+            }
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -207,62 +283,23 @@ impl OutputDir {
     }
 
     pub fn write_downloads(&self, records: &[DownloadRecord]) -> Result<PathBuf, ReportError> {
-        let rows = records.iter().map(|r| {
-            vec![
-                r.client.clone(),
-                r.group.clone(),
-                r.size_bytes.to_string(),
-                fixed(r.start_s),
-                fixed_opt(r.circuit_build_s),
-                fixed_opt(r.ttfb_s),
-                fixed_opt(r.ttlb_s),
-                r.outcome.to_string(),
-                r.server.clone(),
-                r.guard.clone(),
-                r.middle.clone(),
-                r.exit.clone(),
-                r.bootstrap.to_string(),
-            ]
-        });
-        self.write_csv(DOWNLOADS_CSV, &DOWNLOADS_HEADER, rows)
+        self.write_csv(
+            DOWNLOADS_CSV,
+            &DOWNLOADS_HEADER,
+            records.iter().map(download_row),
+        )
     }
 
     pub fn write_relays(&self, samples: &[RelaySample]) -> Result<PathBuf, ReportError> {
-        let rows = samples.iter().map(|s| {
-            vec![
-                s.relay.clone(),
-                s.second.to_string(),
-                s.bytes_read.to_string(),
-                s.bytes_written.to_string(),
-                opt(s.cells_in),
-                opt(s.cells_out),
-                opt(s.queued_cells),
-                opt(s.open_sockets),
-                opt(s.socket_queued_bytes),
-                opt(s.circuits_killed),
-                opt(s.conn_limit_refusals),
-            ]
-        });
-        self.write_csv(RELAYS_CSV, &RELAYS_HEADER, rows)
+        self.write_csv(RELAYS_CSV, &RELAYS_HEADER, samples.iter().map(relay_row))
     }
 
     pub fn write_circuits(&self, records: &[CircuitRecord]) -> Result<PathBuf, ReportError> {
-        let rows = records.iter().map(|c| {
-            vec![
-                c.client.clone(),
-                c.circuit.to_string(),
-                c.purpose.clone(),
-                c.guard.clone(),
-                c.middle.clone(),
-                c.exit.clone(),
-                fixed(c.start_s),
-                fixed_opt(c.build_s),
-                c.outcome.clone(),
-                c.streams.to_string(),
-                fixed_opt(c.closed_s),
-            ]
-        });
-        self.write_csv(CIRCUITS_CSV, &CIRCUITS_HEADER, rows)
+        self.write_csv(
+            CIRCUITS_CSV,
+            &CIRCUITS_HEADER,
+            records.iter().map(circuit_row),
+        )
     }
 
     /// Pretty JSON with a trailing newline. Floats use serde_json's shortest round-trip form,
@@ -279,6 +316,128 @@ impl OutputDir {
 
     pub fn write_summary(&self, text: &str) -> Result<PathBuf, ReportError> {
         self.write_bytes(SUMMARY_TXT, text.as_bytes())
+    }
+}
+
+fn download_row(r: &DownloadRecord) -> Vec<String> {
+    vec![
+        r.client.clone(),
+        r.group.clone(),
+        r.size_bytes.to_string(),
+        fixed(r.start_s),
+        fixed_opt(r.circuit_build_s),
+        fixed_opt(r.ttfb_s),
+        fixed_opt(r.ttlb_s),
+        r.outcome.to_string(),
+        r.server.clone(),
+        r.guard.clone(),
+        r.middle.clone(),
+        r.exit.clone(),
+        r.bootstrap.to_string(),
+    ]
+}
+
+fn relay_row(s: &RelaySample) -> Vec<String> {
+    vec![
+        s.relay.clone(),
+        s.second.to_string(),
+        s.bytes_read.to_string(),
+        s.bytes_written.to_string(),
+        opt(s.cells_in),
+        opt(s.cells_out),
+        opt(s.queued_cells),
+        opt(s.open_sockets),
+        opt(s.socket_queued_bytes),
+        opt(s.circuits_killed),
+        opt(s.conn_limit_refusals),
+    ]
+}
+
+fn circuit_row(c: &CircuitRecord) -> Vec<String> {
+    vec![
+        c.client.clone(),
+        c.circuit.to_string(),
+        c.purpose.clone(),
+        c.guard.clone(),
+        c.middle.clone(),
+        c.exit.clone(),
+        fixed(c.start_s),
+        fixed_opt(c.build_s),
+        c.outcome.clone(),
+        c.streams.to_string(),
+        fixed_opt(c.closed_s),
+    ]
+}
+
+/// One results CSV written as the run goes.
+struct AppendedCsv {
+    path: PathBuf,
+    file: File,
+    /// The batch being written, formatted before it goes to the file in one write, so that a
+    /// process killed between batches leaves whole rows only.
+    batch: Vec<u8>,
+}
+
+impl AppendedCsv {
+    fn create(dir: &Path, name: &str, header: &[&str]) -> Result<Self, ReportError> {
+        let path = dir.join(name);
+        let file = File::create(&path).map_err(io_err(&path))?;
+        let mut csv = AppendedCsv {
+            file,
+            batch: Vec::new(),
+            path,
+        };
+        csv.append([header.iter().map(|h| h.to_string()).collect()])?;
+        Ok(csv)
+    }
+
+    fn append<I: IntoIterator<Item = Vec<String>>>(&mut self, rows: I) -> Result<(), ReportError> {
+        self.batch.clear();
+        let mut w = csv::WriterBuilder::new()
+            .terminator(csv::Terminator::Any(b'\n'))
+            .from_writer(&mut self.batch);
+        for row in rows {
+            w.write_record(&row).map_err(|source| ReportError::Csv {
+                path: self.path.clone(),
+                source,
+            })?;
+        }
+        w.flush().map_err(io_err(&self.path))?;
+        drop(w);
+        // Handed to the kernel at once: a process that dies later (an abort, SIGKILL, the
+        // out-of-memory killer) still leaves every row written so far.
+        self.file.write_all(&self.batch).map_err(io_err(&self.path))
+    }
+}
+
+/// The run's downloads, relay seconds and circuits, appended to their CSV files as the
+/// simulation produces them rather than written at the end, so that no way of ending a run
+/// loses what it measured. The files have the same format as the whole-file writers'.
+pub struct ResultsWriter {
+    downloads: AppendedCsv,
+    relays: AppendedCsv,
+    circuits: AppendedCsv,
+}
+
+impl ResultsWriter {
+    /// Starts the three files (header only), replacing any there.
+    pub fn create(dir: &OutputDir) -> Result<Self, ReportError> {
+        Ok(ResultsWriter {
+            downloads: AppendedCsv::create(&dir.path, DOWNLOADS_CSV, &DOWNLOADS_HEADER)?,
+            relays: AppendedCsv::create(&dir.path, RELAYS_CSV, &RELAYS_HEADER)?,
+            circuits: AppendedCsv::create(&dir.path, CIRCUITS_CSV, &CIRCUITS_HEADER)?,
+        })
+    }
+
+    pub fn append(
+        &mut self,
+        downloads: &[DownloadRecord],
+        relays: &[RelaySample],
+        circuits: &[CircuitRecord],
+    ) -> Result<(), ReportError> {
+        self.downloads.append(downloads.iter().map(download_row))?;
+        self.relays.append(relays.iter().map(relay_row))?;
+        self.circuits.append(circuits.iter().map(circuit_row))
     }
 }
 

@@ -56,7 +56,8 @@ pub(crate) fn resolve_file(
             .ok_or_else(|| {
                 let names: Vec<&str> = onionlab_data::FILES.iter().map(|f| f.path).collect();
                 format!(
-                    "{spec:?}: onionlab ships no such file (the shipped files are data:{})",
+                    "{}: onionlab ships no such file (the shipped files are data:{})",
+                    crate::validate::shown(spec),
                     names.join(", data:")
                 )
             });
@@ -75,6 +76,12 @@ pub(crate) fn resolve_file(
     };
     match onionlab_data::check_regular_file(&p) {
         Ok(()) => Ok(Input::File(p)),
+        // A path of megabytes is a hostile one; the usual path is shown whole.
+        Err(why) if spec.len() > 4096 => Err(format!(
+            "file {}: {why} ({})",
+            crate::validate::shown(spec),
+            expected()
+        )),
         Err(why) => Err(format!("file {}: {why} ({})", p.display(), expected())),
     }
 }

@@ -10,16 +10,22 @@
 //! 2. [`load_graph`]: the network graph the scenario names;
 //! 3. [`resolve`]: concrete hosts ([`Plan`]) placed on graph nodes, deterministic for a seed.
 //!
+//! Every value has a range ([`limits`]) so that a scenario that passes these steps runs to its
+//! end in bounded time and memory. Values that are legal but probably mistaken are reported by
+//! [`warnings`], for the caller to show; the library prints nothing.
+//!
 //! The schema is documented in the README's scenario reference.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 mod data;
+pub mod limits;
 mod model;
 mod resolve;
 mod units;
 mod validate;
+mod yaml;
 
 pub use model::*;
 pub use resolve::{
@@ -53,6 +59,29 @@ impl fmt::Display for ScenarioError {
     }
 }
 
+/// A legal but suspicious setting, located like a [`ScenarioError`]; see [`warnings`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioWarning {
+    pub file: String,
+    /// Path of the key the warning is about, e.g. `network.builtin.loss`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ScenarioWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.field, self.message)
+    }
+}
+
+/// Settings of a valid scenario that are probably mistakes (a loss above 0.5, exits that
+/// reject the model's port, relays without the Fast flag, a lookahead floor above the latency,
+/// client starts past the end of the run), in file order. The scenario still runs as written;
+/// `onionlab` shows these before it starts.
+pub fn warnings(s: &Scenario) -> Vec<ScenarioWarning> {
+    validate::warnings(s)
+}
+
 impl ScenarioError {
     pub(crate) fn new(file: &Path, field: impl Into<String>, message: impl Into<String>) -> Self {
         ScenarioError {
@@ -66,8 +95,28 @@ impl ScenarioError {
 
 /// Reads and validates a scenario file.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| ScenarioError::new(path, "", format!("cannot read scenario file: {e}")))?;
+    use std::io::Read;
+    let cannot =
+        |e: std::io::Error| ScenarioError::new(path, "", format!("cannot read scenario file: {e}"));
+    // Read one byte past the limit rather than trusting the file's reported size, which a
+    // device or a growing file does not give.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(limits::MAX_SCENARIO_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > limits::MAX_SCENARIO_BYTES {
+        return Err(ScenarioError::new(
+            path,
+            "",
+            format!(
+                "the file is larger than {} MiB; a scenario is a few dozen lines (even a list \
+                 of every relay of the Tor network is a few MiB)",
+                limits::MAX_SCENARIO_BYTES >> 20
+            ),
+        ));
+    }
     let text = String::from_utf8(bytes)
         .map_err(|e| ScenarioError::new(path, "", format!("file is not valid UTF-8: {e}")))?;
     parse(&text, path)
@@ -95,96 +144,19 @@ pub fn parse(text: &str, source: &Path) -> Result<Scenario, ScenarioError> {
     });
     let mut scenario = match result {
         Ok(s) => s,
-        Err(e) => return Err(yaml_error(source, path_at_error, &e)),
+        Err(e) => return Err(yaml::error(source, &path_at_error, &e)),
     };
     scenario.source = source.to_path_buf();
     if scenario.name.is_empty() {
-        scenario.name = source
-            .file_stem()
-            .map(|s| {
-                // The name labels results; keep it to the characters validation allows.
-                s.to_string_lossy()
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect()
-            })
-            .filter(|n: &String| !n.is_empty())
-            .unwrap_or_else(|| "scenario".into());
+        scenario.name = validate::default_name(
+            &source
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
     }
     validate::check(&scenario)?;
     Ok(scenario)
-}
-
-/// Turns a YAML/serde error into ours: the path from `serde_path_to_error`, the line from the
-/// parser, and a message stripped of the parser's own location text (we print it ourselves).
-fn yaml_error(source: &Path, path: String, e: &serde_saphyr::Error) -> ScenarioError {
-    let inner = e.without_snippet();
-    let line = inner
-        .location()
-        .map(|l| l.line() as usize)
-        .filter(|&l| l > 0);
-    let mut message = inner.to_string();
-    // The parser appends its own "at line X column Y"; the line is reported separately.
-    if let Some(i) = message.rfind(" at line ") {
-        message.truncate(i);
-    }
-    let mut field = if path == "." { String::new() } else { path };
-    // The parser's terse messages for out-of-range integers and for enums given two keys say
-    // what went wrong but not what to write instead.
-    if let Some(ty) = message.strip_prefix("invalid ") {
-        let range = match ty {
-            "u16" => Some("0 to 65535"),
-            "u32" => Some("0 to 4294967295"),
-            "u64" => Some("0 to 18446744073709551615"),
-            _ => None,
-        };
-        if let Some(range) = range {
-            message = format!("expected a whole number from {range}");
-        }
-    }
-    if message.contains("end of mapping after enum variant") {
-        let choices = if field.starts_with("relays.generate.bandwidth") {
-            "from_file, lognormal, fixed"
-        } else if field.starts_with("relays") {
-            "generate, list, sample"
-        } else if field.contains("workload") {
-            "web, bulk, perf"
-        } else {
-            "the allowed keys"
-        };
-        message = format!("expected exactly one of {choices}, found more than one");
-        if let Some(i) = field.rfind('.') {
-            field.truncate(i);
-        }
-    }
-    // serde reports an unknown key at its parent; name the key itself so the path points at
-    // the text to fix.
-    let key = message
-        .strip_prefix("unknown field `")
-        .or_else(|| message.strip_prefix("missing field `"))
-        .and_then(|rest| rest.split('`').next())
-        .map(str::to_string);
-    if let Some(key) = key {
-        if field != key && !field.ends_with(&format!(".{key}")) {
-            field = if field.is_empty() {
-                key.to_string()
-            } else {
-                format!("{field}.{key}")
-            };
-        }
-    }
-    ScenarioError {
-        file: source.display().to_string(),
-        field,
-        line,
-        message,
-    }
 }
 
 /// The scenarios shipped with onionlab, by name: `toy` (the default), `small`, `large`,

@@ -192,8 +192,12 @@ impl<'de> Deserialize<'de> for Authorities {
                 f.write_str("a number of authorities, or a map with `count` and link keys")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Authorities, E> {
-                let count = u32::try_from(v)
-                    .map_err(|_| E::custom(format!("at most {} authorities", u32::MAX)))?;
+                let count = u32::try_from(v).map_err(|_| {
+                    E::custom(format!(
+                        "expected a number of authorities from 1 to {}, got {v}",
+                        crate::limits::MAX_HOSTS
+                    ))
+                })?;
                 Ok(Authorities(AuthoritiesSpec {
                     count,
                     ..Authorities::default().0
@@ -202,7 +206,8 @@ impl<'de> Deserialize<'de> for Authorities {
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Authorities, E> {
                 if v < 0 {
                     return Err(E::custom(format!(
-                        "a positive number of authorities, got {v}"
+                        "expected a number of authorities from 1 to {}, got {v}",
+                        crate::limits::MAX_HOSTS
                     )));
                 }
                 self.visit_u64(v as u64)

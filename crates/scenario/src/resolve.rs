@@ -10,14 +10,16 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use onionlab_engine::host_rng;
-use onionlab_netdir::{Consensus, ExitPolicy, RelayFlags};
+use onionlab_netdir::{Consensus, ExitPolicy, PathSelector, Position, Relay, RelayFlags};
 use onionlab_topology::Graph;
 use rand::RngExt;
 
 use crate::data::{self, CsvRelay};
+use crate::limits::{
+    MAX_LINK_RATE, MAX_RELAY_RATE_BYTES, MIN_LINK_RATE, MIN_RELAY_RATE_BYTES, MODEL_PORT,
+};
 use crate::model::*;
 use crate::units::Rate;
-use crate::validate::MIN_RELAY_RATE_BYTES;
 use crate::ScenarioError;
 
 /// Everything a run instantiates, in host order: authorities, relays, servers, clients.
@@ -210,6 +212,9 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
     };
     let authorities = r.authorities()?;
     let relays = r.relays()?;
+    if !s.clients.is_empty() {
+        check_paths(s, &relays)?;
+    }
     let servers = r.servers()?;
     let clients = r.clients()?;
     Ok(Plan {
@@ -308,9 +313,31 @@ impl Resolver<'_> {
                 )
             })
         };
+        // The group's own rates were checked with the scenario; a graph's were not.
+        let in_range = |bps: u64, key: &str| {
+            if (MIN_LINK_RATE.0..=MAX_LINK_RATE.0).contains(&bps) {
+                Ok(bps)
+            } else {
+                Err(self.err(
+                    format!("{prefix}.{key}"),
+                    format!(
+                        "graph node {} gives its hosts {}, outside {MIN_LINK_RATE} to \
+                         {MAX_LINK_RATE}; set `bandwidth` (or `{key}`)",
+                        n.id,
+                        Rate(bps)
+                    ),
+                ))
+            }
+        };
         Ok((
-            pick(l.bandwidth_up, n.bandwidth_up, "bandwidth_up")?,
-            pick(l.bandwidth_down, n.bandwidth_down, "bandwidth_down")?,
+            in_range(
+                pick(l.bandwidth_up, n.bandwidth_up, "bandwidth_up")?,
+                "bandwidth_up",
+            )?,
+            in_range(
+                pick(l.bandwidth_down, n.bandwidth_down, "bandwidth_down")?,
+                "bandwidth_down",
+            )?,
         ))
     }
 
@@ -467,15 +494,20 @@ impl Resolver<'_> {
                                 "the relays file has no rows",
                             ));
                         };
+                        // A relays file is data, not a scenario: its rows are brought into
+                        // Tor's range instead of being refused one by one.
                         let rate = if row.rate_kib == 0 {
                             TOR_DEFAULT_RATE
                         } else {
-                            row.rate_kib.saturating_mul(1024).max(MIN_RELAY_RATE_BYTES)
+                            relay_rate_in_range(row.rate_kib.saturating_mul(1024))
                         };
                         let burst = match g.burst_factor {
-                            Some(f) => scale(rate, f),
+                            Some(f) => burst_of(rate, f),
                             None if row.rate_kib == 0 => TOR_DEFAULT_RATE,
-                            None => row.burst_kib.saturating_mul(1024).max(rate),
+                            None => row
+                                .burst_kib
+                                .saturating_mul(1024)
+                                .clamp(rate, MAX_RELAY_RATE_BYTES),
                         };
                         if country.is_none() {
                             country = row
@@ -483,7 +515,10 @@ impl Resolver<'_> {
                                 .clone()
                                 .filter(|c| self.countries.contains_key(c));
                         }
-                        let link = |kib: u64| kib.saturating_mul(8 * 1024).max(MIN_FILE_LINK_BPS);
+                        let link = |kib: u64| {
+                            kib.saturating_mul(8 * 1024)
+                                .clamp(MIN_FILE_LINK_BPS, MAX_LINK_RATE.0)
+                        };
                         (rate, burst, link(row.link_up_kib), link(row.link_down_kib))
                     }
                     BandwidthModel::Lognormal(l) => {
@@ -492,12 +527,12 @@ impl Resolver<'_> {
                             .clamp(MIN_RELAY_RATE_BYTES as f64, TOR_DEFAULT_RATE as f64)
                             as u64;
                         let link = derived_link(rate);
-                        (rate, scale(rate, factor), link, link)
+                        (rate, burst_of(rate, factor), link, link)
                     }
                     BandwidthModel::Fixed(r) => {
                         let rate = r.bytes_per_sec();
                         let link = derived_link(rate);
-                        (rate, scale(rate, factor), link, link)
+                        (rate, burst_of(rate, factor), link, link)
                     }
                 };
                 if let Some(l) = g.link {
@@ -578,7 +613,7 @@ impl Resolver<'_> {
             let burst = r
                 .bandwidth_burst
                 .map(|b| b.bytes_per_sec())
-                .unwrap_or_else(|| scale(rate, DEFAULT_BURST_FACTOR));
+                .unwrap_or_else(|| burst_of(rate, DEFAULT_BURST_FACTOR));
             let relay_rate = r.relay_bandwidth_rate.map(|x| x.bytes_per_sec());
             let relay_burst = r
                 .relay_bandwidth_burst
@@ -649,18 +684,6 @@ impl Resolver<'_> {
         }
         let mut rng = host_rng(self.seed, u32::MAX, PURPOSE_SAMPLE);
         let sampled = consensus.sample(sm.count as usize, &mut rng);
-        if !self.s.clients.is_empty()
-            && !sampled
-                .relays
-                .iter()
-                .any(|r| r.flags.contains(RelayFlags::EXIT) && r.exit_policy.allows_any())
-        {
-            return Err(self.err(
-                "relays.sample.count",
-                "the sample contains no Exit relay with an accepting policy; clients exist, so \
-                 increase count",
-            ));
-        }
         if let Some(c) = &sm.country {
             self.candidates(Some(c), "relays.sample.country")?;
         }
@@ -676,7 +699,7 @@ impl Resolver<'_> {
             let rate = sm
                 .bandwidth_rate
                 .map(|x| x.bytes_per_sec())
-                .unwrap_or_else(|| r.bandwidth.saturating_mul(1000).max(MIN_RELAY_RATE_BYTES));
+                .unwrap_or_else(|| relay_rate_in_range(r.bandwidth.saturating_mul(1000)));
             let link = sm.link.map_or_else(|| derived_link(rate), |l| l.0);
             let name = if seen.get(&r.nickname).copied().unwrap_or(0) > 1 {
                 let k = used.entry(r.nickname.clone()).or_default();
@@ -696,7 +719,7 @@ impl Resolver<'_> {
                 flags: r.flags,
                 consensus_weight: r.bandwidth,
                 bandwidth_rate: rate,
-                bandwidth_burst: scale(rate, sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR)),
+                bandwidth_burst: burst_of(rate, sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR)),
                 relay_bandwidth_rate: None,
                 relay_bandwidth_burst: None,
                 exit_policy: r.exit_policy,
@@ -706,6 +729,16 @@ impl Resolver<'_> {
         }
         Ok(out)
     }
+}
+
+/// A relay rate from data (a relays file, a consensus weight) brought into Tor's range.
+fn relay_rate_in_range(bytes: u64) -> u64 {
+    bytes.clamp(MIN_RELAY_RATE_BYTES, MAX_RELAY_RATE_BYTES)
+}
+
+/// `BandwidthBurst` for a rate and factor: at least the rate, at most Tor's largest burst.
+fn burst_of(rate: u64, factor: f64) -> u64 {
+    scale(rate, factor).clamp(rate, MAX_RELAY_RATE_BYTES.max(rate))
 }
 
 fn scale(bytes: u64, factor: f64) -> u64 {
@@ -767,5 +800,178 @@ impl Addresses {
             }
             return Some(Ipv4Addr::new(a, b, 0, 1));
         }
+    }
+}
+
+/// The relay source's field, for errors about the relays as a whole.
+fn relays_field(s: &Scenario) -> &'static str {
+    match s.relays {
+        RelaysSection::Generate(_) => "relays.generate",
+        RelaysSection::List(_) => "relays.list",
+        RelaysSection::Sample(_) => "relays.sample",
+    }
+}
+
+/// Whether clients can build any circuit at all over `relays`, judged as the run will judge
+/// them: the consensus the run builds from the plan, and its position weights.
+///
+/// A relay may serve as guard, middle or exit only with a positive weight for that position
+/// (which needs the Fast flag, the position's own flag and a positive consensus weight), and as
+/// an exit only when its policy accepts the model's port. Circuits need three distinct relays,
+/// one per position; by Hall's theorem such a choice exists exactly when every position, every
+/// two positions and all three have at least 1, 2 and 3 candidates between them. Conflicts by
+/// /16 and family are not considered: they make some paths impossible, which the run survives,
+/// but rarely all of them. A sampled consensus can fail here where the scenario could not tell
+/// (a sample without guards, or with every weight zero), so this runs after the relays exist.
+fn check_paths(s: &Scenario, relays: &[PlannedRelay]) -> Result<(), ScenarioError> {
+    let consensus = Consensus::from_relays(
+        relays
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Relay {
+                nickname: r.name.clone(),
+                fingerprint: format!("{:040X}", i + 1),
+                address: r.address,
+                or_port: 9001,
+                flags: r.flags.union(RelayFlags::RUNNING).union(RelayFlags::VALID),
+                bandwidth: r.consensus_weight,
+                unmeasured: false,
+                exit_policy: r.exit_policy.clone(),
+                family: r.family,
+            })
+            .collect(),
+    );
+    let selector = PathSelector::new(&consensus);
+    let roles: Vec<u8> = relays
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let can = |pos, role| {
+                if selector.weight(i, pos) > 0.0 {
+                    role
+                } else {
+                    0
+                }
+            };
+            let exit = if r.exit_policy.allows_port(MODEL_PORT) {
+                can(Position::Exit, EXIT)
+            } else {
+                0
+            };
+            can(Position::Guard, GUARD) | can(Position::Middle, MIDDLE) | exit
+        })
+        .collect();
+    let count = |mask: u8| roles.iter().filter(|&&r| r & mask != 0).count();
+    let (guards, middles, exits) = (count(GUARD), count(MIDDLE), count(EXIT));
+    let Some(problem) = path_problem(&roles) else {
+        return Ok(());
+    };
+    let what = match &s.relays {
+        RelaysSection::Sample(sm) => format!("the {} relays sampled", sm.count),
+        _ => format!("the {} relays", relays.len()),
+    };
+    let hint = match s.relays {
+        RelaysSection::Sample(_) => "; sample more relays or use another consensus",
+        _ => "",
+    };
+    let missing = match problem {
+        PathProblem::No(GUARD) => {
+            "a guard (Guard and Fast flags and a positive weight)".to_string()
+        }
+        PathProblem::No(EXIT) => format!(
+            "an exit (Exit and Fast flags, a policy accepting port {MODEL_PORT}, the only port \
+             the model's clients use, and a positive weight)"
+        ),
+        PathProblem::No(_) => "a middle (Fast flag and a positive weight)".to_string(),
+        PathProblem::TooFewDistinct => {
+            return Err(ScenarioError::new(
+                &s.source,
+                relays_field(s),
+                format!(
+                    "clients exist but {what} cannot fill a circuit's three positions with three \
+                     different relays (usable as guard: {guards}, as middle: {middles}, as exit: \
+                     {exits}){hint}"
+                ),
+            ))
+        }
+    };
+    Err(ScenarioError::new(
+        &s.source,
+        relays_field(s),
+        format!(
+            "clients exist but none of {what} can be {missing}, so no circuit could be built{hint}"
+        ),
+    ))
+}
+
+/// Relay roles as bits, for [`path_problem`].
+const GUARD: u8 = 1;
+const MIDDLE: u8 = 2;
+const EXIT: u8 = 4;
+
+#[derive(Debug, PartialEq, Eq)]
+enum PathProblem {
+    /// No relay can take this position (one of [`GUARD`], [`MIDDLE`], [`EXIT`]).
+    No(u8),
+    /// Each position has candidates, but not three different relays for the three.
+    TooFewDistinct,
+}
+
+/// Whether three distinct relays can take the three positions, given each relay's roles.
+///
+/// By Hall's theorem a choice of distinct relays exists exactly when every position, every two
+/// positions and all three have at least 1, 2 and 3 candidates between them.
+fn path_problem(roles: &[u8]) -> Option<PathProblem> {
+    let count = |mask: u8| roles.iter().filter(|&&r| r & mask != 0).count();
+    for position in [GUARD, EXIT, MIDDLE] {
+        if count(position) == 0 {
+            return Some(PathProblem::No(position));
+        }
+    }
+    let distinct = [
+        GUARD | MIDDLE,
+        GUARD | EXIT,
+        MIDDLE | EXIT,
+        GUARD | MIDDLE | EXIT,
+    ]
+    .iter()
+    .all(|&mask| count(mask) >= mask.count_ones() as usize);
+    (!distinct).then_some(PathProblem::TooFewDistinct)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_need_three_distinct_relays() {
+        const ALL: u8 = GUARD | MIDDLE | EXIT;
+        assert_eq!(path_problem(&[GUARD, MIDDLE, EXIT]), None);
+        assert_eq!(path_problem(&[ALL, ALL, ALL]), None);
+        assert_eq!(path_problem(&[GUARD | MIDDLE, MIDDLE, EXIT | MIDDLE]), None);
+        assert_eq!(path_problem(&[]), Some(PathProblem::No(GUARD)));
+        assert_eq!(path_problem(&[MIDDLE, EXIT]), Some(PathProblem::No(GUARD)));
+        assert_eq!(path_problem(&[GUARD, MIDDLE]), Some(PathProblem::No(EXIT)));
+        assert_eq!(path_problem(&[GUARD, EXIT]), Some(PathProblem::No(MIDDLE)));
+        // Every position has a candidate, but fewer than three relays in all.
+        assert_eq!(path_problem(&[ALL, ALL]), Some(PathProblem::TooFewDistinct));
+        // The only guard is also the only exit.
+        assert_eq!(
+            path_problem(&[GUARD | EXIT, MIDDLE, MIDDLE]),
+            Some(PathProblem::TooFewDistinct)
+        );
+        // The only guard is the only middle: the exit cannot be in the middle too.
+        assert_eq!(
+            path_problem(&[GUARD | MIDDLE, EXIT, 0]),
+            Some(PathProblem::TooFewDistinct)
+        );
+    }
+
+    #[test]
+    fn data_rates_are_brought_into_tors_range() {
+        assert_eq!(relay_rate_in_range(0), MIN_RELAY_RATE_BYTES);
+        assert_eq!(relay_rate_in_range(u64::MAX), MAX_RELAY_RATE_BYTES);
+        assert_eq!(burst_of(1 << 30, 1e9), MAX_RELAY_RATE_BYTES);
+        assert_eq!(burst_of(1000, 1.5), 1500);
     }
 }

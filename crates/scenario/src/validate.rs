@@ -1,23 +1,25 @@
-//! Checks that need more than one key, or knowledge of Tor, to judge.
+//! Checks that need more than one key, or knowledge of Tor, to judge, and the ranges that keep
+//! a run finite.
 //!
 //! Serde already refused unknown keys and wrong types; what is left are values that are
-//! well-formed but impossible (a pause whose minimum exceeds its maximum), inconsistent with
-//! each other (bootstrap after the end of the run) or referring to something that does not
-//! exist (a server group or a file). Checks run in file order so the first error reported is
-//! the first one a reader would reach.
+//! well-formed but impossible (a pause whose minimum exceeds its maximum), out of the range a
+//! run can carry out in bounded time and memory ([`crate::limits`]), inconsistent with each
+//! other (bootstrap after the end of the run) or referring to something that does not exist (a
+//! server group or a file). Checks run in file order so the first error reported is the first
+//! one a reader would reach, except that the total number of hosts is checked before anything
+//! that works per host.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use onionlab_netdir::ExitPolicy;
+use onionlab_torcore::format_real;
 
 use crate::data;
+use crate::limits::*;
 use crate::model::*;
-use crate::units::{Duration, Rate};
-use crate::ScenarioError;
-
-/// Tor refuses to run a relay whose `BandwidthRate` is below 75 KiB/s.
-pub(crate) const MIN_RELAY_RATE_BYTES: u64 = 75 * 1024;
+use crate::units::{Duration, Rate, Size};
+use crate::{ScenarioError, ScenarioWarning};
 
 /// A relay must be able to carry one circuit hop; three distinct relays make a path.
 const MIN_RELAYS_FOR_PATHS: u64 = 3;
@@ -42,6 +44,7 @@ pub(crate) fn check(s: &Scenario) -> Check {
     s.tor.validate().map_err(|(field, expected)| {
         cx.err(format!("tor.{field}"), format!("expected {expected}"))
     })?;
+    hosts(&cx, s)?;
     authorities(&cx, s)?;
     relays(&cx, s)?;
     servers(&cx, s)?;
@@ -49,22 +52,78 @@ pub(crate) fn check(s: &Scenario) -> Check {
     Ok(())
 }
 
-/// Names end up in host names, file names and result tables, so they stay plain.
+/// A name as it may appear in a message: long ones are cut, so that a hostile name of a
+/// megabyte does not become a megabyte of error.
+pub(crate) fn shown(n: &str) -> String {
+    const KEEP: usize = 40;
+    if n.chars().count() <= KEEP {
+        format!("{n:?}")
+    } else {
+        let head: String = n.chars().take(KEEP).collect();
+        format!("{head:?}… ({} characters)", n.chars().count())
+    }
+}
+
+fn plain_name_ok(n: &str) -> bool {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
+    !n.is_empty() && n.len() <= MAX_NAME_LEN && n != "." && n != ".." && n.chars().all(ok_char)
+}
+
+/// Names end up in host names, file names, folder names and result tables, so they stay plain
+/// file names: `name: ..` would otherwise make the default output folder the working directory.
 fn name(cx: &Ctx, field: &str, n: &str, nickname: bool) -> Check {
     if nickname {
         if n.is_empty() || n.len() > 19 || !n.chars().all(|c| c.is_ascii_alphanumeric()) {
             return Err(cx.err(
                 field,
-                format!("expected a Tor nickname: 1 to 19 letters and digits, got {n:?}"),
+                format!(
+                    "expected a Tor nickname: 1 to 19 letters and digits, got {}",
+                    shown(n)
+                ),
             ));
         }
         return Ok(());
     }
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
-    if n.is_empty() || !n.chars().all(ok_char) {
+    if !plain_name_ok(n) {
         return Err(cx.err(
             field,
-            format!("expected a name of letters, digits, '-', '_' or '.', got {n:?}"),
+            format!(
+                "expected a name of letters, digits, '-', '_' or '.', 1 to {MAX_NAME_LEN} \
+                 characters and not \".\" or \"..\" (it names files and folders), got {}",
+                shown(n)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The name a scenario gets from its file when it has none: the file stem reduced to the
+/// characters [`name`] allows, so that every file name yields a valid name.
+pub(crate) fn default_name(stem: &str) -> String {
+    let plain: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_NAME_LEN)
+        .collect();
+    if plain_name_ok(&plain) {
+        plain
+    } else {
+        "scenario".into()
+    }
+}
+
+/// `d` within `[min, max]`, or an error saying so.
+fn duration_in(cx: &Ctx, field: &str, d: Duration, min: Duration, max: Duration) -> Check {
+    if d < min || d > max {
+        return Err(cx.err(
+            field,
+            format!("expected a duration from {min} to {max}, got {d}"),
         ));
     }
     Ok(())
@@ -73,6 +132,15 @@ fn name(cx: &Ctx, field: &str, n: &str, nickname: bool) -> Check {
 fn run(cx: &Ctx, r: &RunSection) -> Check {
     if r.stop_time.0 == 0 {
         return Err(cx.err("run.stop_time", "expected a positive duration, got 0s"));
+    }
+    if r.stop_time > MAX_STOP_TIME {
+        return Err(cx.err(
+            "run.stop_time",
+            format!(
+                "expected at most {MAX_STOP_TIME} (30 days of simulated time), got {}",
+                r.stop_time
+            ),
+        ));
     }
     if r.bootstrap >= r.stop_time {
         return Err(cx.err(
@@ -83,24 +151,27 @@ fn run(cx: &Ctx, r: &RunSection) -> Check {
             ),
         ));
     }
-    if r.threads == Some(0) {
-        return Err(cx.err("run.threads", "expected at least 1 thread"));
+    if let Some(t) = r.threads {
+        if t == 0 || t > MAX_THREADS {
+            return Err(cx.err(
+                "run.threads",
+                format!("expected at least 1 thread and at most {MAX_THREADS}, got {t}"),
+            ));
+        }
     }
     Ok(())
 }
 
-fn positive_rate(cx: &Ctx, field: String, r: Option<Rate>) -> Check {
-    if r == Some(Rate(0)) {
-        return Err(cx.err(field, "expected a positive rate, got 0"));
-    }
-    Ok(())
-}
-
-fn fraction(cx: &Ctx, field: &str, v: f64) -> Check {
-    if !(0.0..=1.0).contains(&v) {
+/// A host's or relay's link: between [`MIN_LINK_RATE`] and [`MAX_LINK_RATE`].
+fn link_rate(cx: &Ctx, field: String, r: Option<Rate>) -> Check {
+    let Some(r) = r else { return Ok(()) };
+    if r < MIN_LINK_RATE || r > MAX_LINK_RATE {
         return Err(cx.err(
             field,
-            format!("expected a probability between 0 and 1, got {v}"),
+            format!(
+                "expected a rate from {MIN_LINK_RATE} (below it a single packet takes \
+                 seconds to send) to {MAX_LINK_RATE}, got {r}"
+            ),
         ));
     }
     Ok(())
@@ -116,15 +187,31 @@ fn network(cx: &Ctx, s: &Scenario) -> Check {
                 "expected a positive latency (it bounds the simulation's parallel rounds)",
             ));
         }
-        fraction(cx, "network.builtin.loss", b.loss)?;
-        positive_rate(cx, "network.builtin.bandwidth".into(), Some(b.bandwidth))?;
+        duration_in(
+            cx,
+            "network.builtin.latency",
+            b.latency,
+            MIN_LATENCY,
+            MAX_LATENCY,
+        )?;
+        if !(b.loss >= 0.0 && b.loss < 1.0) {
+            return Err(cx.err(
+                "network.builtin.loss",
+                format!(
+                    "expected a probability between 0 and 1, below 1 (a switch that loses \
+                     every packet carries nothing), got {}",
+                    format_real(b.loss)
+                ),
+            ));
+        }
+        link_rate(cx, "network.builtin.bandwidth".into(), Some(b.bandwidth))?;
     } else {
         if n.builtin.is_some() {
             return Err(cx.err(
                 "network.builtin",
                 format!(
-                    "only allowed with `graph: builtin` (graph is {:?}); remove it or set graph: builtin",
-                    n.graph
+                    "only allowed with `graph: builtin` (graph is {}); remove it or set graph: builtin",
+                    shown(&n.graph)
                 ),
             ));
         }
@@ -135,8 +222,89 @@ fn network(cx: &Ctx, s: &Scenario) -> Check {
             )
         })?;
     }
-    if n.down_queue.0 == 0 {
-        return Err(cx.err("network.down_queue", "expected a positive duration"));
+    if n.lookahead_floor >= s.run.stop_time {
+        return Err(cx.err(
+            "network.lookahead_floor",
+            format!(
+                "lookahead_floor ({}) must be shorter than stop_time ({}): the simulation \
+                 advances in rounds at least this long, so the whole run would be one round",
+                n.lookahead_floor, s.run.stop_time
+            ),
+        ));
+    }
+    if n.lookahead_floor > MAX_LOOKAHEAD_FLOOR {
+        return Err(cx.err(
+            "network.lookahead_floor",
+            format!(
+                "expected at most {MAX_LOOKAHEAD_FLOOR} (0s: no floor); a floor above the \
+                 network's latencies holds every packet until the end of its round, got {}",
+                n.lookahead_floor
+            ),
+        ));
+    }
+    if n.down_queue.0 == 0 || n.down_queue > MAX_DOWN_QUEUE {
+        return Err(cx.err(
+            "network.down_queue",
+            format!(
+                "expected a positive duration of at most {MAX_DOWN_QUEUE}, got {}",
+                n.down_queue
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Every group's host count and the total, against [`MAX_HOSTS`], before any check or step that
+/// works per host (numbered relay names, placement) can allocate for them.
+fn hosts(cx: &Ctx, s: &Scenario) -> Check {
+    let mut groups: Vec<(String, u64)> = vec![("authorities".into(), s.authorities.0.count.into())];
+    match &s.relays {
+        RelaysSection::Generate(g) => {
+            for (key, n) in [
+                ("guard", g.guard),
+                ("exit", g.exit),
+                ("guard_exit", g.guard_exit),
+                ("middle", g.middle),
+            ] {
+                groups.push((format!("relays.generate.{key}"), n.into()));
+            }
+        }
+        RelaysSection::List(list) => {
+            for (i, r) in list.iter().enumerate() {
+                groups.push((format!("relays.list[{i}].count"), r.count.into()));
+            }
+        }
+        RelaysSection::Sample(sm) => groups.push(("relays.sample.count".into(), sm.count.into())),
+    }
+    for (i, g) in s.servers.iter().enumerate() {
+        groups.push((format!("servers[{i}].count"), g.count.into()));
+    }
+    for (i, g) in s.clients.iter().enumerate() {
+        groups.push((format!("clients[{i}].count"), g.count.into()));
+    }
+    let mut total: u64 = 0;
+    for (field, n) in groups {
+        if n > MAX_HOSTS {
+            return Err(cx.err(
+                field,
+                format!(
+                    "expected at most {MAX_HOSTS} hosts (the limit for a whole scenario; a \
+                     full Tor network has about 7,000 relays, and a client host may stand for \
+                     many users), got {n}"
+                ),
+            ));
+        }
+        total = total.saturating_add(n);
+        if total > MAX_HOSTS {
+            return Err(cx.err(
+                field,
+                format!(
+                    "this group brings the scenario to {total} hosts, more than the \
+                     {MAX_HOSTS} allowed in all (authorities, relays, servers and clients \
+                     together); a client host may stand for many users"
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -148,7 +316,10 @@ fn country(cx: &Ctx, s: &Scenario, field: String, c: &Option<String>) -> Check {
     if c.len() != 2 || !c.chars().all(|ch| ch.is_ascii_alphabetic()) {
         return Err(cx.err(
             field,
-            format!("unknown country {c:?}: expected a two-letter ISO 3166 code such as \"US\""),
+            format!(
+                "unknown country {}: expected a two-letter ISO 3166 code such as \"US\"",
+                shown(c)
+            ),
         ));
     }
     if s.network.graph == "builtin" {
@@ -164,9 +335,9 @@ fn country(cx: &Ctx, s: &Scenario, field: String, c: &Option<String>) -> Check {
 }
 
 fn link(cx: &Ctx, s: &Scenario, prefix: &str, l: &Link) -> Check {
-    positive_rate(cx, format!("{prefix}.bandwidth"), l.bandwidth)?;
-    positive_rate(cx, format!("{prefix}.bandwidth_up"), l.bandwidth_up)?;
-    positive_rate(cx, format!("{prefix}.bandwidth_down"), l.bandwidth_down)?;
+    link_rate(cx, format!("{prefix}.bandwidth"), l.bandwidth)?;
+    link_rate(cx, format!("{prefix}.bandwidth_up"), l.bandwidth_up)?;
+    link_rate(cx, format!("{prefix}.bandwidth_down"), l.bandwidth_down)?;
     country(cx, s, format!("{prefix}.country"), &l.country)
 }
 
@@ -182,11 +353,13 @@ fn authorities(cx: &Ctx, s: &Scenario) -> Check {
 
 fn burst_factor(cx: &Ctx, field: &str, f: Option<f64>) -> Check {
     if let Some(f) = f {
-        if !(f.is_finite() && f >= 1.0) {
+        if !(1.0..=MAX_BURST_FACTOR).contains(&f) {
             return Err(cx.err(
                 field,
                 format!(
-                    "expected a factor of at least 1.0 (burst below rate is meaningless), got {f}"
+                    "expected a factor of at least 1.0 (burst below rate is meaningless) and \
+                     at most {MAX_BURST_FACTOR}, got {}",
+                    format_real(f)
                 ),
             ));
         }
@@ -194,6 +367,7 @@ fn burst_factor(cx: &Ctx, field: &str, f: Option<f64>) -> Check {
     Ok(())
 }
 
+/// A relay's configured rate or burst: Tor's own range.
 fn relay_rate(cx: &Ctx, field: String, r: Rate) -> Check {
     if r.bytes_per_sec() < MIN_RELAY_RATE_BYTES {
         return Err(cx.err(
@@ -201,23 +375,33 @@ fn relay_rate(cx: &Ctx, field: String, r: Rate) -> Check {
             format!("expected at least 75 KiB/s (Tor refuses slower relays), got {r}"),
         ));
     }
-    Ok(())
-}
-
-fn policy(cx: &Ctx, field: String, p: &Option<String>) -> Check {
-    if let Some(p) = p {
-        ExitPolicy::parse(p).map_err(|m| {
-            cx.err(
-                field,
-                format!("expected an exit policy summary such as \"accept 80,443\" or \"reject 25\": {m}"),
-            )
-        })?;
+    if r.bytes_per_sec() > MAX_RELAY_RATE_BYTES {
+        return Err(cx.err(
+            field,
+            format!("expected at most 2 GiB/s (Tor's largest relay rate), got {r}"),
+        ));
     }
     Ok(())
 }
 
+fn policy(
+    cx: &Ctx,
+    field: String,
+    p: &Option<String>,
+) -> Result<Option<ExitPolicy>, ScenarioError> {
+    let Some(p) = p else { return Ok(None) };
+    ExitPolicy::parse(p).map(Some).map_err(|m| {
+        cx.err(
+            field,
+            crate::yaml::clip(format!(
+                "expected an exit policy summary such as \"accept 80,443\" or \"reject 25\": {m}"
+            )),
+        )
+    })
+}
+
 fn relays(cx: &Ctx, s: &Scenario) -> Check {
-    let need_exit = !s.clients.is_empty();
+    let need_paths = !s.clients.is_empty();
     match &s.relays {
         RelaysSection::Generate(g) => {
             let total = u64::from(g.guard)
@@ -230,14 +414,21 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                     "expected at least one relay (guard, exit, guard_exit or middle)",
                 ));
             }
-            if need_exit && g.exit == 0 && g.guard_exit == 0 {
+            if need_paths && g.exit == 0 && g.guard_exit == 0 {
                 return Err(cx.err(
                     "relays.generate.exit",
                     "expected at least one exit or guard_exit relay: clients exist and \
                      without an exit no circuit can reach a server",
                 ));
             }
-            if need_exit && total < MIN_RELAYS_FOR_PATHS {
+            if need_paths && g.guard == 0 && g.guard_exit == 0 {
+                return Err(cx.err(
+                    "relays.generate.guard",
+                    "expected at least one guard or guard_exit relay: clients exist and every \
+                     circuit starts at a relay with the Guard flag",
+                ));
+            }
+            if need_paths && total < MIN_RELAYS_FOR_PATHS {
                 return Err(cx.err(
                     "relays.generate",
                     format!("expected at least {MIN_RELAYS_FOR_PATHS} relays for 3-hop circuits, got {total}"),
@@ -261,7 +452,10 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                     if !(l.sigma.is_finite() && (0.0..=5.0).contains(&l.sigma)) {
                         return Err(cx.err(
                             "relays.generate.bandwidth.lognormal.sigma",
-                            format!("expected a spread between 0 and 5, got {}", l.sigma),
+                            format!(
+                                "expected a spread between 0 and 5, got {}",
+                                format_real(l.sigma)
+                            ),
                         ));
                     }
                 }
@@ -270,9 +464,21 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                 }
             }
             burst_factor(cx, "relays.generate.burst_factor", g.burst_factor)?;
-            positive_rate(cx, "relays.generate.link".into(), g.link)?;
+            link_rate(cx, "relays.generate.link".into(), g.link)?;
             country(cx, s, "relays.generate.country".into(), &g.country)?;
-            policy(cx, "relays.generate.exit_policy".into(), &g.exit_policy)?;
+            let p = policy(cx, "relays.generate.exit_policy".into(), &g.exit_policy)?;
+            if let Some(p) = p {
+                if need_paths && !p.allows_port(MODEL_PORT) {
+                    return Err(cx.err(
+                        "relays.generate.exit_policy",
+                        format!(
+                            "{} rejects port {MODEL_PORT}, the only port the model's clients \
+                             use, so no exit could carry their traffic; accept port {MODEL_PORT}",
+                            shown(g.exit_policy.as_deref().unwrap_or_default())
+                        ),
+                    ));
+                }
+            }
         }
         RelaysSection::List(list) => {
             if list.is_empty() {
@@ -282,18 +488,14 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
             let mut addresses = HashMap::new();
             let mut total = 0u64;
             let mut exits = 0u64;
+            let mut guards = 0u64;
             for (i, r) in list.iter().enumerate() {
                 let p = format!("relays.list[{i}]");
                 name(cx, &format!("{p}.name"), &r.name, true)?;
                 if r.count == 0 {
                     return Err(cx.err(format!("{p}.count"), "expected at least 1"));
                 }
-                let expanded: Vec<String> = if r.count == 1 {
-                    vec![r.name.clone()]
-                } else {
-                    (1..=r.count).map(|k| format!("{}{k}", r.name)).collect()
-                };
-                if expanded.last().is_some_and(|n| n.len() > 19) {
+                if r.count > 1 && r.name.len() + r.count.to_string().len() > 19 {
                     return Err(cx.err(
                         format!("{p}.name"),
                         format!(
@@ -302,7 +504,12 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                         ),
                     ));
                 }
-                for n in expanded {
+                for k in 1..=r.count {
+                    let n = if r.count == 1 {
+                        r.name.clone()
+                    } else {
+                        format!("{}{k}", r.name)
+                    };
                     if is_authority_name(&n, s.authorities.0.count) || !names.insert(n.clone()) {
                         return Err(cx.err(
                             format!("{p}.name"),
@@ -321,6 +528,7 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                             ),
                         ));
                     }
+                    relay_rate(cx, format!("{p}.bandwidth_burst"), b)?;
                 }
                 if let Some(rr) = r.relay_bandwidth_rate {
                     relay_rate(cx, format!("{p}.relay_bandwidth_rate"), rr)?;
@@ -331,6 +539,7 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                                 format!("expected at least relay_bandwidth_rate ({rr}), got {rb}"),
                             ));
                         }
+                        relay_rate(cx, format!("{p}.relay_bandwidth_burst"), rb)?;
                     }
                 } else if r.relay_bandwidth_burst.is_some() {
                     return Err(cx.err(
@@ -338,20 +547,25 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                         "only meaningful together with relay_bandwidth_rate",
                     ));
                 }
-                if r.consensus_weight == Some(0) {
-                    return Err(cx.err(
-                        format!("{p}.consensus_weight"),
-                        "expected a positive weight (a zero-weight relay is never chosen)",
-                    ));
+                if let Some(w) = r.consensus_weight {
+                    if w == 0 || w > MAX_CONSENSUS_WEIGHT {
+                        return Err(cx.err(
+                            format!("{p}.consensus_weight"),
+                            format!(
+                                "expected a weight from 1 (a zero-weight relay is never chosen) \
+                                 to {MAX_CONSENSUS_WEIGHT} (tor keeps weights in 32 bits), got {w}"
+                            ),
+                        ));
+                    }
                 }
-                policy(cx, format!("{p}.exit_policy"), &r.exit_policy)?;
+                let pol = policy(cx, format!("{p}.exit_policy"), &r.exit_policy)?;
                 if let Some(f) = &r.family {
                     name(cx, &format!("{p}.family"), f, false)?;
                 }
                 country(cx, s, format!("{p}.country"), &r.country)?;
-                positive_rate(cx, format!("{p}.link"), r.link)?;
-                positive_rate(cx, format!("{p}.link_up"), r.link_up)?;
-                positive_rate(cx, format!("{p}.link_down"), r.link_down)?;
+                link_rate(cx, format!("{p}.link"), r.link)?;
+                link_rate(cx, format!("{p}.link_up"), r.link_up)?;
+                link_rate(cx, format!("{p}.link_down"), r.link_down)?;
                 if let Some(a) = r.address {
                     for k in 0..r.count {
                         let Some(addr) = u32::from(a).checked_add(k) else {
@@ -372,23 +586,35 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                     }
                 }
                 total += u64::from(r.count);
-                let allows_exit = r
-                    .exit_policy
-                    .as_deref()
-                    .and_then(|p| ExitPolicy::parse(p).ok())
-                    .is_none_or(|p| p.allows_any());
-                if r.flags.contains(&FlagName::Exit) && allows_exit {
+                // Clients only use Fast relays, and only ask exits for the model's port.
+                let fast = r.flags.contains(&FlagName::Fast);
+                let serves_port = pol.is_none_or(|p| p.allows_port(MODEL_PORT));
+                if fast && r.flags.contains(&FlagName::Exit) && serves_port {
                     exits += u64::from(r.count);
                 }
+                if fast && r.flags.contains(&FlagName::Guard) {
+                    guards += u64::from(r.count);
+                }
             }
-            if need_exit && exits == 0 {
+            if need_paths && exits == 0 {
                 return Err(cx.err(
                     "relays.list",
-                    "expected at least one relay with the exit flag and a policy that accepts \
-                     some port: clients exist and without an exit no circuit can reach a server",
+                    format!(
+                        "expected at least one relay with the exit flag, the fast flag and a \
+                         policy that accepts port {MODEL_PORT} (the only port the model's \
+                         clients use): clients exist and without such an exit no circuit can \
+                         reach a server"
+                    ),
                 ));
             }
-            if need_exit && total < MIN_RELAYS_FOR_PATHS {
+            if need_paths && guards == 0 {
+                return Err(cx.err(
+                    "relays.list",
+                    "expected at least one relay with the guard flag and the fast flag: \
+                     clients exist and every circuit starts at a guard",
+                ));
+            }
+            if need_paths && total < MIN_RELAYS_FOR_PATHS {
                 return Err(cx.err(
                     "relays.list",
                     format!("expected at least {MIN_RELAYS_FOR_PATHS} relays for 3-hop circuits, got {total}"),
@@ -402,7 +628,7 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                     format!("expected a consensus file: {m}"),
                 )
             })?;
-            let min = if need_exit { MIN_RELAYS_FOR_PATHS } else { 1 };
+            let min = if need_paths { MIN_RELAYS_FOR_PATHS } else { 1 };
             if u64::from(sm.count) < min {
                 return Err(cx.err(
                     "relays.sample.count",
@@ -413,7 +639,7 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                 relay_rate(cx, "relays.sample.bandwidth_rate".into(), r)?;
             }
             burst_factor(cx, "relays.sample.burst_factor", sm.burst_factor)?;
-            positive_rate(cx, "relays.sample.link".into(), sm.link)?;
+            link_rate(cx, "relays.sample.link".into(), sm.link)?;
             country(cx, s, "relays.sample.country".into(), &sm.country)?;
         }
     }
@@ -440,19 +666,43 @@ fn servers(cx: &Ctx, s: &Scenario) -> Check {
         if g.count == 0 {
             return Err(cx.err(format!("{p}.count"), "expected at least 1 server"));
         }
-        if g.port == 0 {
-            return Err(cx.err(format!("{p}.port"), "expected a port between 1 and 65535"));
+        if g.port != MODEL_PORT {
+            return Err(cx.err(
+                format!("{p}.port"),
+                format!(
+                    "expected {MODEL_PORT}: the model's web servers and exits serve port \
+                     {MODEL_PORT} only, got {}",
+                    g.port
+                ),
+            ));
         }
         link(cx, s, &p, &g.link())?;
     }
     Ok(())
 }
 
-fn positive(cx: &Ctx, field: String, d: Duration) -> Check {
+fn size(cx: &Ctx, field: String, size: Size) -> Check {
+    if size.0 == 0 {
+        return Err(cx.err(field, "expected a positive size, got 0"));
+    }
+    if size > MAX_SIZE {
+        return Err(cx.err(
+            field,
+            format!(
+                "expected at most {} bytes (the model's requests carry the size in 32 bits), \
+                 got {size}",
+                MAX_SIZE.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn timeout(cx: &Ctx, field: String, d: Duration) -> Check {
     if d.0 == 0 {
         return Err(cx.err(field, "expected a positive duration, got 0s"));
     }
-    Ok(())
+    duration_in(cx, &field, d, MIN_TIMEOUT, MAX_DURATION)
 }
 
 fn range(cx: &Ctx, field: String, r: DurationRange) -> Check {
@@ -462,6 +712,15 @@ fn range(cx: &Ctx, field: String, r: DurationRange) -> Check {
             format!(
                 "expected [min, max] with min <= max, got [{}, {}]",
                 r.min, r.max
+            ),
+        ));
+    }
+    if r.max > MAX_DURATION {
+        return Err(cx.err(
+            field,
+            format!(
+                "expected durations of at most {MAX_DURATION} (the longest run), got {}",
+                r.max
             ),
         ));
     }
@@ -483,29 +742,28 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
             return Err(cx.err(format!("{p}.count"), "expected at least 1 client"));
         }
         let w = format!("{p}.workload");
-        let size_ok = |field: String, size: crate::units::Size| {
-            if size.0 == 0 {
-                Err(cx.err(field, "expected a positive size, got 0"))
-            } else {
-                Ok(())
-            }
-        };
         match &g.workload {
             Workload::Web(web) => {
-                size_ok(format!("{w}.web.size"), web.size)?;
+                size(cx, format!("{w}.web.size"), web.size)?;
                 range(cx, format!("{w}.web.pause"), web.pause)?;
-                positive(cx, format!("{w}.web.timeout"), web.timeout)?;
+                timeout(cx, format!("{w}.web.timeout"), web.timeout)?;
             }
             Workload::Bulk(b) => {
-                size_ok(format!("{w}.bulk.size"), b.size)?;
+                size(cx, format!("{w}.bulk.size"), b.size)?;
                 range(cx, format!("{w}.bulk.pause"), b.pause)?;
-                positive(cx, format!("{w}.bulk.timeout"), b.timeout)?;
+                timeout(cx, format!("{w}.bulk.timeout"), b.timeout)?;
             }
             Workload::Perf(pf) => {
-                size_ok(format!("{w}.perf.size"), pf.size)?;
-                positive(cx, format!("{w}.perf.interval"), pf.interval)?;
+                size(cx, format!("{w}.perf.size"), pf.size)?;
+                duration_in(
+                    cx,
+                    &format!("{w}.perf.interval"),
+                    pf.interval,
+                    MIN_PERF_INTERVAL,
+                    MAX_DURATION,
+                )?;
                 if let Some(t) = pf.timeout {
-                    positive(cx, format!("{w}.perf.timeout"), t)?;
+                    timeout(cx, format!("{w}.perf.timeout"), t)?;
                 }
             }
         }
@@ -515,7 +773,8 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
                 return Err(cx.err(
                     format!("{p}.servers"),
                     format!(
-                        "no server group named {target:?} (defined: {})",
+                        "no server group named {} (defined: {})",
+                        shown(target),
                         if defined.is_empty() {
                             "none".to_string()
                         } else {
@@ -547,4 +806,129 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
         link(cx, s, &p, &g.link())?;
     }
     Ok(())
+}
+
+/// Legal but suspicious settings of a scenario that passed [`check`]: each is probably a
+/// mistake, but a deliberate experiment may want it.
+pub(crate) fn warnings(s: &Scenario) -> Vec<ScenarioWarning> {
+    let mut out = Vec::new();
+    let mut warn = |field: String, message: String| {
+        out.push(ScenarioWarning {
+            file: s.source.display().to_string(),
+            field,
+            message,
+        })
+    };
+    if let Some(b) = &s.network.builtin {
+        if b.loss > WARN_LOSS {
+            warn(
+                "network.builtin.loss".into(),
+                format!(
+                    "a loss of {} on every path makes most connections fail (TCP backs off \
+                     exponentially); real paths lose well under 1%",
+                    format_real(b.loss)
+                ),
+            );
+        }
+    }
+    let latency = match &s.network.builtin {
+        Some(b) if s.network.graph == "builtin" => Some(b.latency),
+        None if s.network.graph == "builtin" => Some(BuiltinNetwork::default().latency),
+        _ => None,
+    };
+    if let Some(latency) = latency {
+        if s.network.lookahead_floor > latency {
+            warn(
+                "network.lookahead_floor".into(),
+                format!(
+                    "{} is above the switch's latency ({latency}): packets arrive up to {} \
+                     late, at the end of their round",
+                    s.network.lookahead_floor,
+                    Duration(s.network.lookahead_floor.0 - latency.0)
+                ),
+            );
+        }
+    }
+    if let RelaysSection::List(list) = &s.relays {
+        for (i, r) in list.iter().enumerate() {
+            if !r.flags.contains(&FlagName::Fast) {
+                warn(
+                    format!("relays.list[{i}].flags"),
+                    "without the fast flag these relays are never chosen for a circuit \
+                     (clients use only Fast relays)"
+                        .into(),
+                );
+            }
+            let rejects_port = r
+                .exit_policy
+                .as_deref()
+                .and_then(|p| ExitPolicy::parse(p).ok())
+                .is_some_and(|p| !p.allows_port(MODEL_PORT));
+            if r.flags.contains(&FlagName::Exit) && rejects_port && !s.clients.is_empty() {
+                warn(
+                    format!("relays.list[{i}].exit_policy"),
+                    format!(
+                        "rejects port {MODEL_PORT}, the only port the model's clients use: \
+                         these relays are never used as exits"
+                    ),
+                );
+            }
+        }
+    }
+    for (i, g) in s.clients.iter().enumerate() {
+        if g.start.max >= s.run.stop_time {
+            warn(
+                format!("clients[{i}].start"),
+                format!(
+                    "the range reaches past stop_time ({}): clients drawn after it never start",
+                    s.run.stop_time
+                ),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_names_are_always_valid() {
+        assert_eq!(default_name("toy"), "toy");
+        assert_eq!(default_name("my scenario (2)"), "my_scenario__2_");
+        assert_eq!(default_name(".."), "scenario");
+        assert_eq!(default_name("."), "scenario");
+        assert_eq!(default_name(""), "scenario");
+        assert_eq!(default_name(&"x".repeat(300)).len(), MAX_NAME_LEN);
+        for stem in ["..", "a/b", "ü", "...", &"é".repeat(200)] {
+            assert!(plain_name_ok(&default_name(stem)), "{stem:?}");
+        }
+    }
+
+    #[test]
+    fn plain_names() {
+        for ok in ["toy", "a.b-c_d", "...", &"x".repeat(MAX_NAME_LEN)] {
+            assert!(plain_name_ok(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a b",
+            "ü",
+            &"x".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(!plain_name_ok(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_in_messages() {
+        let m = shown(&"y".repeat(1_000_000));
+        assert!(m.len() < 100, "{m}");
+        assert!(m.contains("1000000 characters"));
+        assert_eq!(shown("web"), "\"web\"");
+    }
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::units::{parse_bandwidth, parse_decimal, parse_time};
-use crate::{Edge, Graph, Node, TopologyError};
+use crate::{Edge, Graph, Node, TopologyError, MAX_EDGE_DELAY};
 
 /// Deeper nesting than this is refused, so that hostile input cannot exhaust the stack.
 const MAX_DEPTH: usize = 64;
@@ -127,7 +127,12 @@ impl<'a> Lexer<'a> {
                     }
                 }
                 if parse_decimal(&s, true).is_none() {
-                    return Err(self.err(line, format!("malformed number '{s}'")));
+                    let hint = if s.ends_with(|c: char| c.is_ascii_alphabetic()) {
+                        " (a quantity with a unit is a quoted string, such as \"10 ms\")"
+                    } else {
+                        ""
+                    };
+                    return Err(self.err(line, format!("malformed number '{s}'{hint}")));
                 }
                 Tok::Number(s)
             }
@@ -350,28 +355,31 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A time must be a quoted string with its unit: a bare `latency 1` could mean a second
+    /// (Shadow's base unit for strings) or a millisecond (the GraphML models' unit), and a wrong
+    /// guess shifts every path by a factor of a thousand without any other sign.
     fn time(&self, item: &Item) -> Result<u64, TopologyError> {
-        let text = match &item.value {
-            Value::Number(n) => n.as_str(),
-            Value::Str(s) => s.as_str(),
+        let key = &item.key;
+        let parsed = match &item.value {
+            Value::Number(n) => Err(format!(
+                "the bare number {n} has no unit; write the time in quotes with its unit, \
+                 such as {key} \"10 ms\""
+            )),
+            Value::Str(s) => parse_time(s),
             Value::List(_) => return Err(self.wrong_type(item, "a time such as \"10 ms\"")),
         };
-        let parsed = if matches!(item.value, Value::Number(_)) {
-            // A bare GML number is in seconds; it may use an exponent, which the unit grammar
-            // of strings does not allow.
-            match parse_decimal(text, true) {
-                Some(d) if d.negative && !d.is_zero() => {
-                    Err(format!("time must not be negative, found {text}"))
-                }
-                Some(d) => d
-                    .scale(1_000_000_000)
-                    .ok_or_else(|| format!("time {text} is too large")),
-                None => Err(format!("malformed number '{text}'")),
+        let t = parsed.and_then(|t| {
+            if t > MAX_EDGE_DELAY {
+                Err(format!(
+                    "{} is longer than the most an edge may take, 1 hour (the slowest real \
+                     links take under a second; check the unit)",
+                    display_value(&item.value)
+                ))
+            } else {
+                Ok(t)
             }
-        } else {
-            parse_time(text)
-        };
-        parsed.map_err(|m| self.err(item.line, format!("{} key '{}': {m}", self.what, item.key)))
+        });
+        t.map_err(|m| self.err(item.line, format!("{} key '{key}': {m}", self.what)))
     }
 
     fn bandwidth(&self, keys: &[&str]) -> Result<Option<u64>, TopologyError> {

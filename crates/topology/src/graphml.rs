@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use roxmltree::{Document, Node as XmlNode};
 
 use crate::units::parse_decimal;
-use crate::{Edge, Graph, Node, TopologyError};
+use crate::{Edge, Graph, Node, TopologyError, MAX_EDGE_DELAY};
 
 /// Bits per second in one KiB/s, the bandwidth unit of Shadow's GraphML models.
 const BITS_PER_KIB: u128 = 8 * 1024;
@@ -119,6 +119,18 @@ fn scaled(text: &str, factor: u128, what: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{what} \"{text}\" is too large"))
 }
 
+/// An edge's latency or jitter in ms, within [`MAX_EDGE_DELAY`].
+fn delay(text: &str, what: &str) -> Result<u64, String> {
+    let ns = scaled(text, NS_PER_MS, what)?;
+    if ns > MAX_EDGE_DELAY {
+        return Err(format!(
+            "{what} {} ms is longer than the most an edge may take, 1 hour (3600000 ms)",
+            text.trim()
+        ));
+    }
+    Ok(ns)
+}
+
 /// Derives the numeric id the rest of onionlab uses from a GraphML node id: plain integers are
 /// taken as they are, and ids like `poi-112` contribute their trailing digits, so that host
 /// configurations can name the same numbers that appear in the file.
@@ -140,7 +152,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Graph, TopologyError> {
     let doc = Document::parse_with_options(text, options).map_err(|e| TopologyError {
         file: file.to_string(),
         line: Some(e.pos().row as usize),
-        message: format!("malformed XML: {e}"),
+        message: crate::clip(format!("malformed XML: {e}")),
     })?;
     let line_starts = std::iter::once(0)
         .chain(text.match_indices('\n').map(|(i, _)| i + 1))
@@ -301,12 +313,8 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Graph, TopologyError> {
         for (attr, text, line) in collect(e, false)? {
             let at = |m: String| TopologyError::at(file, line, format!("edge: {m}"));
             match edge_attr(attr) {
-                Some(EdgeAttr::Latency) => {
-                    latency = Some(scaled(&text, NS_PER_MS, "latency").map_err(at)?)
-                }
-                Some(EdgeAttr::Jitter) => {
-                    edge.jitter = scaled(&text, NS_PER_MS, "jitter").map_err(at)?
-                }
+                Some(EdgeAttr::Latency) => latency = Some(delay(&text, "latency").map_err(at)?),
+                Some(EdgeAttr::Jitter) => edge.jitter = delay(&text, "jitter").map_err(at)?,
                 Some(EdgeAttr::PacketLoss) => edge.packet_loss = probability(&text).map_err(at)?,
                 None => {}
             }

@@ -18,6 +18,14 @@ mod units;
 
 pub use paths::{Path, PathTable};
 
+/// The longest latency or jitter a graph file may give one edge: an hour.
+///
+/// The slowest real links (geostationary satellite hops) take well under a second, so anything
+/// near an hour is a unit mistake (seconds written for milliseconds). The bound also keeps path
+/// sums far from `u64` overflow: a path would need 5 million such edges to reach it, and path
+/// lengths saturate rather than wrap even then.
+pub const MAX_EDGE_DELAY: SimDuration = 3_600 * 1_000_000_000;
+
 /// A network graph. Edges refer to nodes by their position in `nodes`, not by file id, so that
 /// path computations can use plain arrays.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,7 +81,7 @@ impl TopologyError {
         TopologyError {
             file: file.to_string(),
             line: Some(line),
-            message,
+            message: clip(message),
         }
     }
 
@@ -81,9 +89,41 @@ impl TopologyError {
         TopologyError {
             file: file.to_string(),
             line: None,
-            message,
+            message: clip(message),
         }
     }
+}
+
+/// Messages quote the offending text, and a hostile file's text can be megabytes (a node id of
+/// a million digits): every word longer than a person reads is cut to its start, its closing
+/// quote and its length.
+pub(crate) fn clip(message: String) -> String {
+    const LONGEST: usize = 48;
+    const KEEP: usize = 32;
+    if message
+        .split_whitespace()
+        .all(|w| w.chars().count() <= LONGEST)
+    {
+        return message;
+    }
+    let mut out = String::new();
+    for piece in message.split_inclusive(char::is_whitespace) {
+        let word = piece.trim_end_matches(char::is_whitespace);
+        let space = &piece[word.len()..];
+        let n = word.chars().count();
+        if n <= LONGEST {
+            out.push_str(piece);
+            continue;
+        }
+        out.extend(word.chars().take(KEEP));
+        out.push('…');
+        if let Some(last) = word.chars().last().filter(|c| !c.is_alphanumeric()) {
+            out.push(last);
+        }
+        out.push_str(&format!(" ({n} characters)"));
+        out.push_str(space);
+    }
+    out
 }
 
 /// The file formats [`Graph::load`] recognises from a file name.
@@ -115,9 +155,12 @@ impl Graph {
     ///
     /// Follows Shadow's network graph specification: `node` needs an `id`; `edge` needs
     /// `source`, `target` and `latency`; `host_bandwidth_up`/`host_bandwidth_down` (or the older
-    /// `bandwidth_up`/`bandwidth_down`) are strings like `"100 Mbit"`; times are strings like
-    /// `"10 ms"` or bare numbers of seconds; `packet_loss` is a probability. Unknown keys are
-    /// ignored, as Shadow does, so graphs written for Shadow load unchanged.
+    /// `bandwidth_up`/`bandwidth_down`) are strings like `"100 Mbit"`; `packet_loss` is a
+    /// probability. Times (`latency`, `jitter`) are quoted strings with a unit, such as
+    /// `"10 ms"`, of at most [`MAX_EDGE_DELAY`]: Shadow itself refuses a bare GML number there,
+    /// and a unit-less string (which Shadow would read as seconds) is refused too, because a
+    /// time whose unit is guessed is the mistake scenarios refuse everywhere. Unknown keys are
+    /// ignored, as Shadow does, so graphs written for Shadow with units load unchanged.
     pub fn from_gml(text: &str, source: &str) -> Result<Graph, TopologyError> {
         gml::parse(text, source)
     }
@@ -280,6 +323,25 @@ mod tests {
         assert_eq!(e.to_string(), "g.gml:3: bad");
         let e = TopologyError::whole("g.gml", "bad".to_string());
         assert_eq!(e.to_string(), "g.gml: bad");
+    }
+
+    #[test]
+    fn long_words_in_messages_are_clipped() {
+        let id = format!("'poi-{}'", "1".repeat(5000));
+        let e = TopologyError::at("g.graphml", 3, format!("edge source {id} does not refer"));
+        assert!(e.message.len() < 120, "{}", e.message);
+        assert!(
+            e.message.starts_with("edge source 'poi-1111"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("…' (5006 characters) does not refer"),
+            "{}",
+            e.message
+        );
+        let short = "edge source 'poi-12' does not refer".to_string();
+        assert_eq!(clip(short.clone()), short);
     }
 
     #[test]

@@ -119,8 +119,12 @@ impl Adjacency {
 }
 
 /// Per-node state of one Dijkstra run, kept to rebuild jitter and loss along the chosen path.
+///
+/// Whether a node was reached is its own flag rather than a sentinel latency: path lengths
+/// saturate at `SimDuration::MAX`, and a saturated path is still a path.
 #[derive(Clone, Copy)]
 struct Reach {
+    reached: bool,
     latency: SimDuration,
     jitter: SimDuration,
     /// Probability of crossing all edges so far without loss.
@@ -129,6 +133,7 @@ struct Reach {
 }
 
 const UNREACHED: Reach = Reach {
+    reached: false,
     latency: SimDuration::MAX,
     jitter: 0,
     keep: 1.0,
@@ -237,6 +242,7 @@ fn dijkstra(
     reach.fill(UNREACHED);
     heap.clear();
     reach[src] = Reach {
+        reached: true,
         latency: 0,
         ..UNREACHED
     };
@@ -257,8 +263,9 @@ fn dijkstra(
         for &(v, i) in adjacency.from(u) {
             let e = &graph.edges[i];
             let candidate = latency.saturating_add(e.latency);
-            if candidate < reach[v].latency {
+            if !reach[v].reached || candidate < reach[v].latency {
                 reach[v] = Reach {
+                    reached: true,
                     latency: candidate,
                     jitter: here.jitter.saturating_add(e.jitter),
                     keep: here.keep * (1.0 - e.packet_loss),

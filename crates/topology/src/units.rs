@@ -3,7 +3,6 @@
 //! Magnitudes are handled as exact decimals rather than `f64` so that `"22.585 ms"` becomes
 //! exactly 22 585 000 ns on every machine; rounding happens once, at the final nanosecond or bit.
 
-/// Nanoseconds per second, the base unit for times written without a unit.
 const NS_PER_SEC: u128 = 1_000_000_000;
 
 /// Largest mantissa kept while reading digits; beyond this, extra digits only shift the exponent,
@@ -124,17 +123,23 @@ fn time_unit_factor(unit: &str) -> Option<u128> {
         "ns" | "nanosecond" | "nanoseconds" => 1,
         "us" | "μs" | "microsecond" | "microseconds" => 1_000,
         "ms" | "millisecond" | "milliseconds" => 1_000_000,
-        "" | "s" | "sec" | "secs" | "second" | "seconds" => NS_PER_SEC,
+        "s" | "sec" | "secs" | "second" | "seconds" => NS_PER_SEC,
         "m" | "min" | "mins" | "minute" | "minutes" => 60 * NS_PER_SEC,
         "h" | "hr" | "hrs" | "hour" | "hours" => 3600 * NS_PER_SEC,
         _ => return None,
     })
 }
 
-/// Parses a time such as `"50 ms"` into nanoseconds. A bare number is in seconds, as Shadow's
-/// network graph specification says for `latency`.
+/// Parses a time such as `"50 ms"` into nanoseconds. The unit is required: Shadow reads a
+/// unit-less string as seconds, but a graph's times are usually milliseconds, and a guess either
+/// way would silently scale every path.
 pub(crate) fn parse_time(text: &str) -> Result<u64, String> {
     let (number, unit) = split_quantity(text);
+    if unit.is_empty() && !number.is_empty() {
+        return Err(format!(
+            "\"{text}\" has no unit; write the time with its unit, such as \"10 ms\""
+        ));
+    }
     let factor = time_unit_factor(unit).ok_or_else(|| {
         format!(
             "unknown time unit '{unit}' in \"{text}\" (expected ns, us, μs, ms, s, sec, m, min, \
@@ -217,8 +222,8 @@ mod tests {
         assert_eq!(parse_time("200 μs"), Ok(200_000));
         assert_eq!(parse_time("10 ns"), Ok(10));
         assert_eq!(parse_time("10ns"), Ok(10));
-        assert_eq!(parse_time("2"), Ok(2_000_000_000));
-        assert_eq!(parse_time("0.5"), Ok(500_000_000));
+        assert!(parse_time("2").unwrap_err().contains("has no unit"));
+        assert!(parse_time("0.5").unwrap_err().contains("has no unit"));
         assert_eq!(parse_time("22.585 ms"), Ok(22_585_000));
         assert_eq!(parse_time("1.5 min"), Ok(90_000_000_000));
         assert_eq!(parse_time("1 hour"), Ok(3_600_000_000_000));

@@ -46,7 +46,7 @@ graph [
     packet_loss 0.001
   ]
   node [ id 20 host_bandwidth_up "1 Gbit" host_bandwidth_down 8000 ]
-  edge [ source 10 target 20 latency 0.25 packet_loss 1e-3 ]
+  edge [ source 10 target 20 latency "0.25 s" packet_loss 1e-3 ]
   edge [ source 20 target 10 latency "200 us" jitter "10 ns" ]
   edge [ source 10 target 10 latency "1 s" ]
   edge [ source 20 target 20 latency "2 min" ]
@@ -177,7 +177,7 @@ const MALFORMED: &[(&str, usize, &[&str])] = &[
         4,
         &["latency", "negative"],
     ),
-    ("graph [ node [ id 0 ]\n edge [ source 0 target 0 latency -1 ] ]", 2, &["negative"]),
+    ("graph [ node [ id 0 ]\n edge [ source 0 target 0 latency \"-1 ms\" ] ]", 2, &["negative"]),
     // 7. packet loss outside [0, 1].
     (
         "graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency \"1 ms\"\n    packet_loss 1.5 ]\n]",
@@ -220,7 +220,14 @@ const MALFORMED: &[(&str, usize, &[&str])] = &[
     ("graph [\n  directed 2\n]", 2, &["'directed' must be 0 or 1"]),
     ("graph [\n  node [\n    id \"a\"\n  ]\n]", 3, &["'id' must be an integer"]),
     ("graph [\n  node [ id -3 ]\n]", 2, &["non-negative", "-3"]),
-    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency 10ms ]\n]", 3, &["malformed number '10ms'"]),
+    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency 10ms ]\n]", 3, &["malformed number '10ms'", "quoted string"]),
+    // 11. times without a unit, or longer than an edge may take.
+    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0\n latency 1 ]\n]", 4, &["edge key 'latency'", "bare number 1 has no unit", "\"10 ms\""]),
+    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency -1 ]\n]", 3, &["bare number -1 has no unit"]),
+    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency \"1 ms\" jitter 0 ]\n]", 3, &["edge key 'jitter'", "bare number 0 has no unit"]),
+    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency \"10\" ]\n]", 3, &["\"10\" has no unit"]),
+    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency \"61 min\" ]\n]", 3, &["\"61 min\" is longer than", "1 hour"]),
+    ("graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency \"1 ms\" jitter \"2 h\" ]\n]", 3, &["'jitter'", "longer than"]),
     ("creator \"me\"\n", 2, &["no 'graph"]),
     ("graph 5", 1, &["'graph' must be a list"]),
     ("graph [\n  node [ id 0 id 1 ]\n]", 2, &["duplicate key 'id'"]),
@@ -285,4 +292,16 @@ fn never_panics_on_damaged_input() {
             assert!(e.line.is_some(), "parse error without a line: {e}");
         }
     }
+}
+
+/// An hour is the longest an edge may take, and is accepted.
+#[test]
+fn an_hour_is_the_longest_edge_delay() {
+    let text =
+        "graph [ node [ id 0 ] edge [ source 0 target 0 latency \"1 h\" jitter \"60 min\" ] ]";
+    let g = Graph::from_gml(text, "hour.gml").unwrap();
+    assert_eq!(g.edges[0].latency, onionlab_topology::MAX_EDGE_DELAY);
+    assert_eq!(g.edges[0].jitter, onionlab_topology::MAX_EDGE_DELAY);
+    let over = text.replace("\"1 h\"", "\"3600000000001 ns\"");
+    assert!(Graph::from_gml(&over, "hour.gml").is_err());
 }

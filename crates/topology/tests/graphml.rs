@@ -152,6 +152,33 @@ fn keys_are_found_by_name_and_defaults_apply() {
     assert_eq!(g.edges[1].jitter, MS);
 }
 
+/// GraphML latencies are milliseconds; more than an hour on one edge is refused like in GML.
+#[test]
+fn graphml_edge_delays_are_at_most_an_hour() {
+    let edge = |lat: &str, jit: &str| {
+        doc(&format!(
+            "    <node id=\"1\" />\n    <edge source=\"1\" target=\"1\">\n      <data key=\"lat\">{lat}</data>\n      <data key=\"jit\">{jit}</data>\n    </edge>\n"
+        ))
+    };
+    let g = Graph::from_graphml(&edge("3600000", "3600000"), "hour.graphml").unwrap();
+    assert_eq!(g.edges[0].latency, onionlab_topology::MAX_EDGE_DELAY);
+    assert_eq!(g.edges[0].jitter, onionlab_topology::MAX_EDGE_DELAY);
+    for (lat, jit, needle, line) in [
+        (
+            "3600000.001",
+            "0",
+            "latency 3600000.001 ms is longer than",
+            13,
+        ),
+        ("1e9", "0", "latency 1e9 ms is longer than", 13),
+        ("1", "3600001", "jitter 3600001 ms is longer than", 14),
+    ] {
+        let err = Graph::from_graphml(&edge(lat, jit), "hour.graphml").unwrap_err();
+        assert!(err.message.contains(needle), "{err}");
+        assert_eq!(err.line, Some(line), "{err}");
+    }
+}
+
 fn doc(body: &str) -> String {
     format!("{HEADER}  <graph edgedefault=\"undirected\">\n{body}  </graph>\n</graphml>\n")
 }

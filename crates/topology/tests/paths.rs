@@ -125,6 +125,36 @@ fn missing_self_loop_names_the_node() {
     assert_eq!(g.paths(&[1]).unwrap().path(1, 1).latency, MS);
 }
 
+/// Path lengths saturate: a path whose edge latencies add up past `u64::MAX` is still found (it
+/// used to be reported as "no path"), and it is the longest possible path.
+#[test]
+fn overflowing_path_lengths_saturate_instead_of_vanishing() {
+    let half = u64::MAX / 2 + 1;
+    let mut g = Graph {
+        source: "hand-built".into(),
+        directed: false,
+        nodes: vec![node(0, 0.0), node(1, 0.0), node(2, 0.0)],
+        edges: vec![edge(0, 0, 1, 0, 0.0), edge(2, 2, 1, 0, 0.0)],
+    };
+    for (a, b) in [(0, 1), (1, 2)] {
+        g.edges.push(Edge {
+            source: a,
+            target: b,
+            latency: half,
+            jitter: half,
+            packet_loss: 0.0,
+        });
+    }
+    let t = g.paths(&[0, 2]).unwrap();
+    let p = t.path(0, 2);
+    assert_eq!(p.latency, u64::MAX);
+    assert_eq!(p.jitter, u64::MAX);
+    assert_eq!(t.path(2, 0).latency, u64::MAX);
+    // A shorter path still wins over a saturated one.
+    g.edges.push(edge(0, 2, 5, 0, 0.0));
+    assert_eq!(g.paths(&[0, 2]).unwrap().path(0, 2).latency, 5 * MS);
+}
+
 #[test]
 fn unreachable_pair_names_both_nodes() {
     let text = r#"graph [
@@ -201,7 +231,7 @@ fn bad_indices_are_errors_not_panics() {
 #[test]
 #[should_panic(expected = "no path computed")]
 fn path_outside_the_table_panics() {
-    let text = "graph [ node [ id 0 ] node [ id 1 ] edge [ source 0 target 0 latency 1 ] edge [ source 0 target 1 latency 1 ] ]";
+    let text = "graph [ node [ id 0 ] node [ id 1 ] edge [ source 0 target 0 latency \"1 s\" ] edge [ source 0 target 1 latency \"1 s\" ] ]";
     let g = Graph::from_gml(text, "t.gml").unwrap();
     let t = g.paths(&[0]).unwrap();
     let _: Path = t.path(0, 1);

@@ -7,6 +7,12 @@
 //! CREATE2 and EXTEND2 (in RELAY_EARLY cells) through the client's primary guards, abandoned
 //! when they take longer than the learned circuit build timeout, and kept ready ahead of need
 //! (preemptive circuits).
+//!
+//! A stream for which no circuit can be launched (no path can be chosen, or
+//! `max_client_circuits_pending` circuits are already being built) stays pending, as in tor:
+//! the client tries again to attach pending streams once a second and when a circuit opens,
+//! and a stream that never gets a circuit fails when its download times out (`error:no path`
+//! if the last attempt found no path, `timeout` otherwise).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -37,6 +43,21 @@ pub enum ClientTimer {
         circuit: u32,
         generation: u32,
     },
+    /// Try again to attach the streams waiting without a circuit.
+    RetryPending,
+}
+
+/// How often streams waiting without a circuit are tried again (tor's once-a-second
+/// `connection_ap_attach_pending`).
+const PENDING_RETRY: SimDuration = secs(1);
+
+/// Why no circuit could be launched.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum NoCircuit {
+    /// Path selection found no usable path.
+    NoPath,
+    /// `max_client_circuits_pending` circuits are being built already.
+    TooManyPending,
 }
 
 const INITIATOR_BIT: u32 = 1 << 31;
@@ -100,6 +121,9 @@ struct Download {
     received: u64,
     first_byte: Option<SimTime>,
     state: DlState,
+    /// The last attempt to find a circuit for this download failed because no path could be
+    /// chosen.
+    no_path: bool,
 }
 
 pub struct Client {
@@ -120,9 +144,16 @@ pub struct Client {
     cbt: BuildTimeEstimator,
     pub finished: Vec<DownloadLog>,
     pub circuit_log: Vec<CircuitLog>,
-    /// Largest stream window debt seen (cells received on a stream not yet covered by
-    /// SENDMEs); for the flow-control invariants.
-    pub max_stream_unacked: u32,
+    /// DATA cells that arrived when this client's deliver window (circuit or stream, SENDME
+    /// flow control) was already exhausted: the exit sent beyond the window it was given, a
+    /// protocol violation tor closes the circuit for. The model counts them (it must stay 0).
+    pub window_violations: u64,
+    /// A `RetryPending` timer is scheduled.
+    retry_armed: bool,
+    /// A download finished or the workload's wake-up time came: poll the workload.
+    workload_due: bool,
+    /// `run_workload` is on the stack (so a download finishing inside it does not re-enter).
+    in_workload: bool,
 }
 
 impl Client {
@@ -153,7 +184,10 @@ impl Client {
             world,
             finished: Vec::new(),
             circuit_log: Vec::new(),
-            max_stream_unacked: 0,
+            window_violations: 0,
+            retry_armed: false,
+            workload_due: false,
+            in_workload: false,
         }
     }
 
@@ -162,9 +196,10 @@ impl Client {
         let world = self.world.clone();
         self.guards = world.selector.choose_guards(&world.consensus, n, ctx.rng());
         for _ in 0..self.world.params.preemptive_circuits {
-            self.launch_circuit(ctx);
+            let _ = self.launch_circuit(ctx);
         }
-        self.poll_workload(ctx);
+        self.workload_due = true;
+        self.run_workload(ctx);
         self.pump(ctx);
     }
 
@@ -178,19 +213,31 @@ impl Client {
             ClientTimer::Wake(at) => {
                 if self.wake_at == Some(at) {
                     self.wake_at = None;
-                    self.poll_workload(ctx);
+                    self.workload_due = true;
+                    self.run_workload(ctx);
                 }
             }
             ClientTimer::DownloadTimeout {
                 download,
                 generation,
             } => {
-                if self.downloads[download as usize]
+                let outcome = self.downloads[download as usize]
                     .as_ref()
-                    .is_some_and(|d| d.generation == generation)
-                {
-                    self.finish(ctx, download, DownloadOutcome::Timeout);
+                    .filter(|d| d.generation == generation)
+                    .map(|d| {
+                        if d.circ.is_none() && d.no_path {
+                            DownloadOutcome::Error("no path")
+                        } else {
+                            DownloadOutcome::Timeout
+                        }
+                    });
+                if let Some(outcome) = outcome {
+                    self.finish(ctx, download, outcome);
                 }
+            }
+            ClientTimer::RetryPending => {
+                self.retry_armed = false;
+                self.attach_pending(ctx);
             }
             ClientTimer::BuildTimeout {
                 circuit,
@@ -249,6 +296,20 @@ impl Client {
 
     // --- the workload ---
 
+    /// Polls the workload while it is due. Downloads that finish while it runs only mark it
+    /// due again, so the workload never re-enters itself: one loop, whatever happens at one
+    /// instant.
+    fn run_workload(&mut self, ctx: &mut Context<'_, Ev>) {
+        if self.in_workload {
+            return;
+        }
+        self.in_workload = true;
+        while std::mem::take(&mut self.workload_due) {
+            self.poll_workload(ctx);
+        }
+        self.in_workload = false;
+    }
+
     fn poll_workload(&mut self, ctx: &mut Context<'_, Ev>) {
         loop {
             let now = ctx.now();
@@ -283,6 +344,7 @@ impl Client {
             received: 0,
             first_byte: None,
             state: DlState::Waiting,
+            no_path: false,
         };
         let idx = match self.free_downloads.pop() {
             Some(i) => {
@@ -305,11 +367,15 @@ impl Client {
     }
 
     /// Puts a waiting download on a circuit: an open one young enough, one being built, or a
-    /// new one.
+    /// new one. If none can be launched the download stays pending (no circuit) and is tried
+    /// again within a second; it never fails here.
     fn attach(&mut self, ctx: &mut Context<'_, Ev>, dl: u32) {
         let now = ctx.now();
         let dirtiness = secs(self.world.params.max_circuit_dirtiness_s);
-        let usable = |c: &Circuit| c.first_used.is_none_or(|t| now < t + dirtiness);
+        let usable = |c: &Circuit| {
+            c.first_used
+                .is_none_or(|t| now < t.saturating_add(dirtiness))
+        };
         let open = self.circuits.iter().position(|c| {
             c.as_ref()
                 .is_some_and(|c| c.state == CircState::Open && usable(c))
@@ -323,18 +389,41 @@ impl Client {
         let circ = match open.or_else(building) {
             Some(c) => c as u32,
             None => match self.launch_circuit(ctx) {
-                Some(c) => c,
-                None => {
-                    self.finish(ctx, dl, DownloadOutcome::Error("no path"));
+                Ok(c) => c,
+                Err(why) => {
+                    self.downloads[dl as usize].as_mut().unwrap().no_path =
+                        why == NoCircuit::NoPath;
+                    self.arm_retry(ctx);
                     return;
                 }
             },
         };
         let c = self.circuits[circ as usize].as_mut().unwrap();
         c.downloads.push(dl);
-        self.downloads[dl as usize].as_mut().unwrap().circ = Some(circ);
+        let d = self.downloads[dl as usize].as_mut().unwrap();
+        d.circ = Some(circ);
+        d.no_path = false;
         if c.state == CircState::Open {
             self.begin(ctx, circ, dl);
+        }
+    }
+
+    /// Tries again to attach every download that is waiting without a circuit.
+    fn attach_pending(&mut self, ctx: &mut Context<'_, Ev>) {
+        for dl in 0..self.downloads.len() as u32 {
+            if self.downloads[dl as usize]
+                .as_ref()
+                .is_some_and(|d| d.circ.is_none())
+            {
+                self.attach(ctx, dl);
+            }
+        }
+    }
+
+    fn arm_retry(&mut self, ctx: &mut Context<'_, Ev>) {
+        if !self.retry_armed {
+            self.retry_armed = true;
+            ctx.schedule_in(PENDING_RETRY, Ev::Client(ClientTimer::RetryPending));
         }
     }
 
@@ -367,7 +456,7 @@ impl Client {
             .count() as u32;
         let want = self.world.params.preemptive_circuits;
         for _ in clean..want {
-            self.launch_circuit(ctx);
+            let _ = self.launch_circuit(ctx);
         }
     }
 
@@ -405,12 +494,13 @@ impl Client {
             circuit,
         });
         self.schedule.on_finished(now);
-        self.poll_workload(ctx);
+        self.workload_due = true;
+        self.run_workload(ctx);
     }
 
     // --- circuits ---
 
-    fn launch_circuit(&mut self, ctx: &mut Context<'_, Ev>) -> Option<u32> {
+    fn launch_circuit(&mut self, ctx: &mut Context<'_, Ev>) -> Result<u32, NoCircuit> {
         let pending = self
             .circuits
             .iter()
@@ -418,16 +508,13 @@ impl Client {
             .filter(|c| matches!(c.state, CircState::Building { .. }))
             .count() as u32;
         if pending >= self.world.params.max_client_circuits_pending {
-            return None;
+            return Err(NoCircuit::TooManyPending);
         }
         let world = self.world.clone();
-        let path = world.selector.choose_path(
-            &world.consensus,
-            &self.guards,
-            HTTP_PORT,
-            false,
-            ctx.rng(),
-        )?;
+        let path = world
+            .selector
+            .choose_path(&world.consensus, &self.guards, HTTP_PORT, false, ctx.rng())
+            .ok_or(NoCircuit::NoPath)?;
         let now = ctx.now();
         let guard_host = world.relay_hosts[path[0]];
         let ch = match self.channels.iter().position(|c| c.relay == path[0]) {
@@ -490,7 +577,7 @@ impl Client {
                 generation: self.circuit_generation,
             }),
         );
-        Some(idx)
+        Ok(idx)
     }
 
     fn send_on_circuit(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, mut cell: Cell) {
@@ -582,6 +669,8 @@ impl Client {
         for dl in c.downloads.clone() {
             self.begin(ctx, circ, dl);
         }
+        // Streams waiting without a circuit can use this one now.
+        self.attach_pending(ctx);
     }
 
     fn download_on(&self, circ: u32, stream_id: u16) -> Option<u32> {
@@ -608,9 +697,13 @@ impl Client {
     fn data(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
         let now = ctx.now();
         let c = self.circuits[circ as usize].as_mut().unwrap();
-        if c.receiver.on_data() {
-            let sendme = Cell::relay(0, RelayCommand::Sendme, 3, 0);
-            self.send_on_circuit(ctx, circ, sendme);
+        match c.receiver.on_data() {
+            Ok(true) => {
+                let sendme = Cell::relay(0, RelayCommand::Sendme, 3, 0);
+                self.send_on_circuit(ctx, circ, sendme);
+            }
+            Ok(false) => {}
+            Err(_) => self.window_violations += 1,
         }
         let Some(dl) = self.download_on(circ, cell.stream_id) else {
             return;
@@ -618,9 +711,13 @@ impl Client {
         let d = self.downloads[dl as usize].as_mut().unwrap();
         d.first_byte.get_or_insert(now);
         d.received += cell.length as u64;
-        if d.receiver.on_data() {
-            let sendme = Cell::relay(0, RelayCommand::Sendme, 3, cell.stream_id);
-            self.send_on_circuit(ctx, circ, sendme);
+        match d.receiver.on_data() {
+            Ok(true) => {
+                let sendme = Cell::relay(0, RelayCommand::Sendme, 3, cell.stream_id);
+                self.send_on_circuit(ctx, circ, sendme);
+            }
+            Ok(false) => {}
+            Err(_) => self.window_violations += 1,
         }
         let d = self.downloads[dl as usize].as_ref().unwrap();
         if d.received >= d.size {

@@ -6,7 +6,7 @@
 //! XON/XOFF instead of windows.
 
 use onionlab_engine::time::SimTime;
-use onionlab_torcore::sendme::{DeliverWindow, PackageWindow};
+use onionlab_torcore::sendme::{DeliverWindow, PackageWindow, SendmeError};
 use onionlab_torcore::vegas::VegasCc;
 use onionlab_torcore::{FlowControl, TorParams};
 
@@ -83,12 +83,12 @@ impl CircuitReceiver {
         }
     }
 
-    /// A DATA cell was delivered; true if a SENDME must be sent now.
-    pub fn on_data(&mut self) -> bool {
+    /// A DATA cell was delivered; true if a SENDME must be sent now. An error means the peer
+    /// sent beyond the deliver window, a protocol violation tor answers by closing the circuit;
+    /// the model's exits never do it, and callers count it rather than act on it.
+    pub fn on_data(&mut self) -> Result<bool, SendmeError> {
         match self {
-            // A peer sending beyond the window is a protocol violation Tor answers by closing
-            // the circuit; our own exits never do it, so treat it as "no SENDME owed".
-            CircuitReceiver::Sendme(w) => w.on_delivered().unwrap_or(false),
+            CircuitReceiver::Sendme(w) => w.on_delivered(),
             CircuitReceiver::Vegas {
                 since_sendme,
                 every,
@@ -96,9 +96,9 @@ impl CircuitReceiver {
                 *since_sendme += 1;
                 if *since_sendme >= *every {
                     *since_sendme = 0;
-                    true
+                    Ok(true)
                 } else {
-                    false
+                    Ok(false)
                 }
             }
         }
@@ -133,12 +133,9 @@ impl StreamSender {
         }
     }
 
-    /// Cells sent and not yet acknowledged by a stream SENDME (windowed streams only).
-    pub fn in_flight(&self) -> u32 {
-        match self {
-            StreamSender::Sendme(w) => w.in_flight(),
-            StreamSender::Xon { .. } => 0,
-        }
+    /// Whether the stream has a package window (SENDME flow control).
+    pub fn windowed(&self) -> bool {
+        matches!(self, StreamSender::Sendme(_))
     }
 
     pub fn on_sendme(&mut self) -> bool {
@@ -169,10 +166,11 @@ impl StreamReceiver {
         }
     }
 
-    pub fn on_data(&mut self) -> bool {
+    /// As `CircuitReceiver::on_data`.
+    pub fn on_data(&mut self) -> Result<bool, SendmeError> {
         match self {
-            StreamReceiver::Sendme(w) => w.on_delivered().unwrap_or(false),
-            StreamReceiver::None => false,
+            StreamReceiver::Sendme(w) => w.on_delivered(),
+            StreamReceiver::None => Ok(false),
         }
     }
 }

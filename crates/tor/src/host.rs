@@ -1,6 +1,7 @@
 //! The simulated hosts of a Tor network and the events they exchange.
 
-use onionlab_engine::{Context, Host};
+use onionlab_engine::time::SimTime;
+use onionlab_engine::{Context, Host, HostId, Simulation};
 use onionlab_net::NetEvent;
 
 use crate::client::{Client, ClientTimer};
@@ -13,6 +14,28 @@ pub enum Ev {
     Start,
     Relay(RelayTimer),
     Client(ClientTimer),
+    /// A deliberate failure, for tests of what happens when a model panics: any host handling
+    /// it panics with the message [`INJECTED_FAULT`]. Scheduled by [`inject_fault`].
+    Fault,
+}
+
+/// The panic message of an injected fault.
+pub const INJECTED_FAULT: &str = "injected fault";
+
+/// Schedules a model panic ("injected fault") on `host` at `at` (or at the simulation's
+/// current time if `at` is earlier), for tests of how a run that fails is reported. The panic
+/// surfaces from `Simulation::run_until` on the calling thread, whichever worker runs the
+/// host.
+///
+/// # Panics
+/// If `host` is not a host of the simulation.
+pub fn inject_fault(sim: &mut Simulation<TorHost>, host: HostId, at: SimTime) {
+    assert!(
+        (host as usize) < sim.host_count(),
+        "inject_fault: no host {host} (the simulation has {})",
+        sim.host_count()
+    );
+    sim.schedule(host, at, Ev::Fault);
 }
 
 impl From<NetEvent<Wire>> for Ev {
@@ -35,6 +58,7 @@ impl Host for TorHost {
 
     fn handle(&mut self, ctx: &mut Context<'_, Ev>, event: Ev) {
         match (self, event) {
+            (_, Ev::Fault) => panic!("{INJECTED_FAULT}"),
             (TorHost::Relay(r), Ev::Net(e)) => r.on_net(ctx, e),
             (TorHost::Relay(r), Ev::Relay(t)) => r.on_timer(ctx, t),
             (TorHost::Relay(r), Ev::Start) => r.start(ctx),

@@ -16,7 +16,7 @@ pub mod wire;
 pub mod world;
 
 pub use client::Client;
-pub use host::{Ev, TorHost};
+pub use host::{inject_fault, Ev, TorHost, INJECTED_FAULT};
 pub use relay::{Relay, RelayLimits};
 pub use server::Server;
 pub use wire::Wire;

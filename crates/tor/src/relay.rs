@@ -19,7 +19,7 @@ use onionlab_torcore::ewma::{CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
 use onionlab_torcore::token_bucket::RelayBuckets;
 use onionlab_torcore::{
-    Cell, CellCommand, RelayCommand, SchedulerKind, CELL_BYTES, RELAY_DATA_BYTES,
+    Cell, CellCommand, FlowControl, RelayCommand, SchedulerKind, CELL_BYTES, RELAY_DATA_BYTES,
 };
 
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
@@ -98,7 +98,12 @@ struct ExitCircuit {
     turn: usize,
     /// Packaging stopped because the circuit's queue reached the high watermark.
     edge_blocked: bool,
-    max_in_flight: u32,
+    /// DATA cells packaged, and cells acknowledged by the circuit-level SENDMEs accepted:
+    /// plain counts, kept apart from the window and congestion-control state so that the
+    /// cells in flight can be checked against the window independently of the code enforcing
+    /// it.
+    packaged: u64,
+    acked: u64,
 }
 
 /// An exit's stream: a TCP connection to a file server, relayed as DATA cells.
@@ -112,6 +117,9 @@ struct ExitStream {
     /// Bytes asked for by a request that arrived before the server connection was up.
     request: Option<u32>,
     server_done: bool,
+    /// As `ExitCircuit::packaged` and `acked`, for stream-level SENDMEs.
+    packaged: u64,
+    acked: u64,
 }
 
 struct Channel {
@@ -134,10 +142,8 @@ struct Channel {
     read_blocked: bool,
     /// Cells queued on all circuits for this channel.
     queued: u64,
-    /// What the scheduler may still write in its current run, and what it has written.
+    /// What the scheduler may still write to the socket in its current run.
     limit: u64,
-    run_limit: u64,
-    run_written: u64,
 }
 
 impl Channel {
@@ -163,8 +169,6 @@ impl Channel {
             read_blocked: false,
             queued: 0,
             limit: 0,
-            run_limit: 0,
-            run_written: 0,
         }
     }
 
@@ -216,6 +220,29 @@ impl Channel {
     }
 }
 
+/// An audit of KIST's write limits taken from the sockets themselves rather than from the
+/// scheduler's own accounting: after every KIST run, each socket the run wrote to is asked
+/// for its state (before the writes are handed to TCP), and its unsent bytes are compared
+/// with what KIST lets a socket be filled to, `(cwnd - unacked) * mss + cwnd * mss * factor`
+/// (tor's `tcp_space` plus its extra space, with nothing else queued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KistAudit {
+    /// Sockets checked (one per socket written to per scheduler run).
+    pub checks: u64,
+    /// The largest excess of unsent bytes over that allowance seen; negative when every
+    /// socket stayed below it, `i64::MIN` before the first check.
+    pub max_excess: i64,
+}
+
+impl Default for KistAudit {
+    fn default() -> Self {
+        KistAudit {
+            checks: 0,
+            max_excess: i64::MIN,
+        }
+    }
+}
+
 /// Counters of the current second.
 #[derive(Default)]
 struct Counters {
@@ -259,14 +286,15 @@ pub struct Relay {
     open_sockets: u32,
     now_counters: Counters,
     pub samples: Vec<RelaySample>,
-    /// Largest number of cells in flight seen on any exit circuit.
+    /// Largest number of cells in flight seen on any exit circuit: DATA cells packaged minus
+    /// the cells acknowledged by the SENDMEs accepted, counted apart from the window state.
     pub max_circuit_in_flight: u32,
-    /// Largest number of cells in flight seen on any exit stream (windowed streams).
+    /// The same for exit streams (windowed streams, SENDME flow control, only).
     pub max_stream_in_flight: u32,
-    /// Scheduler runs in which a channel was given more than its write limit (must stay 0).
-    pub write_limit_overruns: u64,
     /// Times a channel still had cells when its write limit ran out.
     pub write_limit_hits: u64,
+    /// KIST's limits as the sockets saw them.
+    pub kist_audit: KistAudit,
 }
 
 fn cell_wire_bytes(world: &TorWorld) -> u64 {
@@ -318,8 +346,8 @@ impl Relay {
             samples: Vec::new(),
             max_circuit_in_flight: 0,
             max_stream_in_flight: 0,
-            write_limit_overruns: 0,
             write_limit_hits: 0,
+            kist_audit: KistAudit::default(),
         }
     }
 
@@ -548,7 +576,13 @@ impl Relay {
     fn arm_refill(&mut self, ctx: &mut Context<'_, Ev>) {
         if !self.refill_armed {
             self.refill_armed = true;
-            let at = self.buckets.next_refill().max(ctx.now());
+            let now = ctx.now();
+            self.buckets.refill(now);
+            // With the buckets refilled up to now the next tick is later; if it is not, the
+            // tick arithmetic overflowed (an absurd refill interval) and the next tick is
+            // beyond the end of time. Refilling at `now` again would change nothing and spin.
+            let next = self.buckets.next_refill();
+            let at = if next > now { next } else { SimTime::MAX };
             ctx.schedule_at(at, Ev::Relay(RelayTimer::Refill));
         }
     }
@@ -728,7 +762,9 @@ impl Relay {
             return;
         }
         self.schedule_armed = true;
-        let interval = millis(self.world.params.kist_run_interval_ms);
+        // Never 0: a run that leaves work (a blocked channel) would re-arm itself at the same
+        // instant forever. Huge intervals saturate (the scheduler then never runs again).
+        let interval = millis(self.world.params.kist_run_interval_ms).max(1);
         let since = self
             .last_schedule_run
             .map_or(interval, |t| ctx.now().saturating_sub(t));
@@ -778,8 +814,6 @@ impl Relay {
                 // The old scheduler writes until the kernel refuses more.
                 (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
             };
-            chan.run_limit = chan.limit;
-            chan.run_written = 0;
             if chan.limit >= cell_bytes {
                 let best = chan.mux.best_value(now).unwrap_or(0.0);
                 heap.push(Reverse((ewma_key(best), ch)));
@@ -834,10 +868,6 @@ impl Relay {
             c.stats.overtaken += chan.queued - own;
             chan.queued -= 1;
             self.queued_cells -= 1;
-            chan.run_written += cell_bytes;
-            if chan.run_written > chan.run_limit {
-                self.write_limit_overruns += 1;
-            }
             chan.limit -= cell_bytes;
             allowance -= cell_bytes;
             self.buckets.note_written(cell_bytes, true);
@@ -857,6 +887,19 @@ impl Relay {
                 } else {
                     self.write_limit_hits += 1;
                     deferred.push(ch);
+                }
+            }
+        }
+        if params.scheduler == SchedulerKind::Kist {
+            for &ch in &touched {
+                let socket = self.channels[ch as usize].socket;
+                if let Some(i) = self.stack.tcp_info(socket) {
+                    let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
+                    let space = (cwnd - unacked).max(0) * mss;
+                    let extra = ((cwnd * mss) as f64 * params.kist_sock_buf_size_factor) as i64;
+                    let excess = (i.notsent as i64).saturating_sub(space.saturating_add(extra));
+                    self.kist_audit.checks += 1;
+                    self.kist_audit.max_excess = self.kist_audit.max_excess.max(excess);
                 }
             }
         }
@@ -971,7 +1014,8 @@ impl Relay {
                 streams: Vec::new(),
                 turn: 0,
                 edge_blocked: false,
-                max_in_flight: 0,
+                packaged: 0,
+                acked: 0,
             })
         })
     }
@@ -1015,6 +1059,8 @@ impl Relay {
             connected: false,
             request: None,
             server_done: false,
+            packaged: 0,
+            acked: 0,
         };
         let st = match self.free_streams.pop() {
             Some(i) => {
@@ -1055,7 +1101,12 @@ impl Relay {
     fn exit_data(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
         let now = ctx.now();
         let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
-        if self.exit_circuit(circ, now).receiver.on_data() {
+        if self
+            .exit_circuit(circ, now)
+            .receiver
+            .on_data()
+            .unwrap_or(false)
+        {
             let sendme = Cell::relay(0, RelayCommand::Sendme, hop, 0);
             self.queue_towards(ctx, circ, false, sendme);
         }
@@ -1063,7 +1114,7 @@ impl Relay {
             return;
         };
         let s = self.streams[st as usize].as_mut().unwrap();
-        if s.receiver.on_data() {
+        if s.receiver.on_data().unwrap_or(false) {
             let sendme = Cell::relay(0, RelayCommand::Sendme, hop, cell.stream_id);
             self.queue_towards(ctx, circ, false, sendme);
         }
@@ -1083,16 +1134,22 @@ impl Relay {
                 let c = self.circuits[circ as usize].as_ref().unwrap();
                 self.channels[c.prev.chan as usize].blocked
             };
-            if !self.exit_circuit(circ, now).sender.on_sendme(now, blocked) {
+            let increment = match self.world.params.flow_control {
+                FlowControl::Sendme => self.world.params.circuit_sendme_increment,
+                FlowControl::Vegas => self.world.params.cc_sendme_inc.max(1),
+            } as u64;
+            let exit = self.exit_circuit(circ, now);
+            if !exit.sender.on_sendme(now, blocked) {
                 self.destroy_circuit(ctx, circ, None);
                 return;
             }
+            exit.acked += increment;
         } else if let Some(st) = self.find_stream(circ, cell.stream_id) {
-            self.streams[st as usize]
-                .as_mut()
-                .unwrap()
-                .sender
-                .on_sendme();
+            let increment = self.world.params.stream_sendme_increment as u64;
+            let s = self.streams[st as usize].as_mut().unwrap();
+            if s.sender.on_sendme() {
+                s.acked += increment;
+            }
         }
         self.package(ctx, circ);
     }
@@ -1155,7 +1212,13 @@ impl Relay {
                 let socket = s.socket;
                 let stream_id = s.stream_id;
                 s.sender.on_sent();
-                self.max_stream_in_flight = self.max_stream_in_flight.max(s.sender.in_flight());
+                s.packaged += 1;
+                if s.sender.windowed() {
+                    let in_flight = s.packaged.saturating_sub(s.acked);
+                    self.max_stream_in_flight = self
+                        .max_stream_in_flight
+                        .max(in_flight.min(u32::MAX as u64) as u32);
+                }
                 let n = self.stack.read(ctx, socket, want);
                 self.buckets.note_read(n, false);
                 let mut data = Cell::relay(0, RelayCommand::Data, hop, stream_id);
@@ -1167,8 +1230,11 @@ impl Relay {
                     .as_mut()
                     .unwrap();
                 exit.sender.on_sent(now);
-                exit.max_in_flight = exit.max_in_flight.max(exit.sender.in_flight());
-                self.max_circuit_in_flight = self.max_circuit_in_flight.max(exit.max_in_flight);
+                exit.packaged += 1;
+                let in_flight = exit.packaged.saturating_sub(exit.acked);
+                self.max_circuit_in_flight = self
+                    .max_circuit_in_flight
+                    .max(in_flight.min(u32::MAX as u64) as u32);
                 exit.turn = (i + 1) % exit.streams.len();
                 self.queue_towards(ctx, circ, false, data);
                 progressed = true;

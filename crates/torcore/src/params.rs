@@ -197,40 +197,327 @@ impl Default for TorParams {
     }
 }
 
+/// A parameter's value as the range check sees it: integers stay exact for messages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ParamValue {
+    Whole(u64),
+    Real(f64),
+}
+
+impl ParamValue {
+    fn as_f64(self) -> f64 {
+        match self {
+            ParamValue::Whole(v) => v as f64,
+            ParamValue::Real(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Display for ParamValue {
+    /// Writes non-finite values the way YAML spells them and huge or tiny ones in exponent form,
+    /// so that `1e308` is not echoed back as 309 digits.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ParamValue::Whole(v) => write!(f, "{v}"),
+            ParamValue::Real(v) => write!(f, "{}", format_real(v)),
+        }
+    }
+}
+
+/// A number for a message: YAML's spelling of non-finite values, exponent form when long.
+pub fn format_real(v: f64) -> String {
+    if v.is_nan() {
+        ".nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { ".inf" } else { "-.inf" }.into()
+    } else if v != 0.0 && (v.abs() >= 1e15 || v.abs() < 1e-6) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// One row of [`TorParams::RANGES`]: the values a parameter may take, and why.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamRange {
+    pub field: &'static str,
+    pub min: f64,
+    pub max: f64,
+    /// Integer parameters are described as whole numbers.
+    pub whole: bool,
+    /// Where the bounds come from (tor's own range when it has one).
+    pub why: &'static str,
+    value: fn(&TorParams) -> ParamValue,
+    /// Sets the parameter (rounding toward zero for integers); for tests of the bounds.
+    #[cfg(test)]
+    set: fn(&mut TorParams, f64),
+}
+
+impl ParamRange {
+    /// The parameter's current value in `p`.
+    pub fn value(&self, p: &TorParams) -> ParamValue {
+        (self.value)(p)
+    }
+
+    /// What the range allows, e.g. "a whole number from 1 to 100".
+    pub fn expected(&self) -> String {
+        let kind = if self.whole {
+            "a whole number"
+        } else {
+            "a number"
+        };
+        format!(
+            "{kind} from {} to {}",
+            format_real(self.min),
+            format_real(self.max)
+        )
+    }
+
+    fn contains(&self, v: ParamValue) -> bool {
+        let v = v.as_f64();
+        // Written so that NaN is outside every range.
+        v >= self.min && v <= self.max
+    }
+}
+
+/// tor's `INT32_MAX`, the upper bound of most of its consensus parameters.
+const I32_MAX: f64 = i32::MAX as f64;
+/// 30 days in seconds: tor's upper bound on `MaxCircuitDirtiness`, which keeps `time_t`
+/// arithmetic safe, and the longest run a scenario may ask for.
+const THIRTY_DAYS_S: f64 = 30.0 * 24.0 * 3600.0;
+
+macro_rules! whole {
+    ($field:ident, $min:expr, $max:expr, $why:expr) => {
+        ParamRange {
+            field: stringify!($field),
+            min: $min as f64,
+            max: $max as f64,
+            whole: true,
+            why: $why,
+            value: |p| ParamValue::Whole(p.$field as u64),
+            #[cfg(test)]
+            set: |p, v| p.$field = v as _,
+        }
+    };
+}
+
+macro_rules! real {
+    ($field:ident, $min:expr, $max:expr, $why:expr) => {
+        ParamRange {
+            field: stringify!($field),
+            min: $min,
+            max: $max,
+            whole: false,
+            why: $why,
+            value: |p| ParamValue::Real(p.$field),
+            #[cfg(test)]
+            set: |p, v| p.$field = v,
+        }
+    };
+}
+
+const TOR_CC: &str = "tor's range for the consensus parameter of that name";
+
 impl TorParams {
-    /// Checks values that would make the model meaningless; returns (field, expectation).
+    /// Every numeric parameter's allowed range, in field order: tor's own range where tor has
+    /// one (its torrc checks or its `networkstatus_get_param` bounds), otherwise a bound that
+    /// keeps the model's arithmetic finite and its memory proportional to the network.
+    pub const RANGES: &'static [ParamRange] = &[
+        // --- scheduling ---
+        whole!(
+            kist_run_interval_ms,
+            1,
+            100,
+            "tor's KISTSchedRunInterval is 0 to 100 ms, where 0 means \"not KIST\"; here \
+             `scheduler` chooses the scheduler, so the interval is at least 1"
+        ),
+        real!(
+            kist_sock_buf_size_factor,
+            0.0,
+            100.0,
+            "tor requires KISTSockBufSizeFactor >= 0 (default 1); 100 congestion windows \
+             of extra room are more than any socket buffer holds"
+        ),
+        real!(
+            circuit_priority_halflife_s,
+            0.001,
+            I32_MAX / 1000.0,
+            "tor's CircuitPriorityHalflifeMsec is 1 to 2^31-1 ms; tor's 0, \"no EWMA\", is \
+             not modelled"
+        ),
+        real!(
+            ewma_tick_s,
+            0.001,
+            3600.0,
+            "tor ticks every 10 s; 1 ms to 1 hour"
+        ),
+        whole!(
+            outbuf_high_bytes,
+            509,
+            I32_MAX,
+            "tor's orconn_high: one cell payload to 2^31-1 bytes"
+        ),
+        whole!(
+            outbuf_low_bytes,
+            509,
+            I32_MAX,
+            "tor's orconn_low: one cell payload to 2^31-1 bytes"
+        ),
+        whole!(
+            max_circuit_queue_cells,
+            50,
+            I32_MAX,
+            "tor's circ_max_cell_queue_size"
+        ),
+        whole!(circuit_queue_high_cells, 1, 1000, "tor's cellq_high"),
+        whole!(circuit_queue_low_cells, 1, 1000, "tor's cellq_low"),
+        // --- flow and congestion control ---
+        whole!(
+            circuit_window,
+            100,
+            1000,
+            "tor's circwindow (CIRCWINDOW_START_MIN to CIRCWINDOW_START_MAX)"
+        ),
+        whole!(
+            circuit_sendme_increment,
+            1,
+            1000,
+            "tor fixes it at 100; at most a circuit window"
+        ),
+        whole!(stream_window, 1, 500, "tor's STREAMWINDOW_START_MAX is 500"),
+        whole!(
+            stream_sendme_increment,
+            1,
+            500,
+            "tor fixes it at 50; at most a stream window"
+        ),
+        whole!(cc_sendme_inc, 1, 255, TOR_CC),
+        whole!(cc_cwnd_init, 31, 10_000, TOR_CC),
+        whole!(cc_cwnd_min, 31, 1000, TOR_CC),
+        whole!(cc_cwnd_max, 500, I32_MAX, TOR_CC),
+        whole!(cc_cwnd_inc, 1, 1000, TOR_CC),
+        whole!(cc_cwnd_inc_rate, 1, 250, TOR_CC),
+        whole!(cc_ss_max, 100, I32_MAX, "tor's range for cc_sscap_exit"),
+        whole!(cc_sscap_onion, 100, I32_MAX, TOR_CC),
+        whole!(cc_ss_cwnd_max, 500, I32_MAX, "tor's range for cc_ss_max"),
+        whole!(cc_cwnd_inc_pct_ss, 1, 500, TOR_CC),
+        whole!(cc_ewma_cwnd_pct, 1, 255, TOR_CC),
+        whole!(cc_ewma_max, 2, I32_MAX, TOR_CC),
+        whole!(cc_ewma_ss, 2, I32_MAX, TOR_CC),
+        whole!(cc_rtt_reset_pct, 0, 100, TOR_CC),
+        whole!(cc_cwnd_full_gap, 0, i16::MAX, TOR_CC),
+        whole!(cc_cwnd_full_minpct, 0, 100, TOR_CC),
+        whole!(vegas_alpha, 0, 1000, "tor's range for cc_vegas_alpha_exit"),
+        whole!(vegas_beta, 0, 1000, "tor's range for cc_vegas_beta_exit"),
+        whole!(vegas_gamma, 0, 1000, "tor's range for cc_vegas_gamma_exit"),
+        whole!(
+            vegas_delta,
+            0,
+            I32_MAX,
+            "tor's range for cc_vegas_delta_exit"
+        ),
+        whole!(vegas_alpha_onion, 0, 1000, TOR_CC),
+        whole!(vegas_beta_onion, 0, 1000, TOR_CC),
+        whole!(vegas_gamma_onion, 0, 1000, TOR_CC),
+        whole!(vegas_delta_onion, 0, I32_MAX, TOR_CC),
+        whole!(
+            xoff_threshold_cells,
+            1,
+            10_000,
+            "tor's range for cc_xoff_client and cc_xoff_exit"
+        ),
+        // --- relay limits ---
+        whole!(
+            token_bucket_refill_ms,
+            1,
+            1000,
+            "tor's TokenBucketRefillInterval"
+        ),
+        whole!(
+            conn_limit,
+            1,
+            1 << 20,
+            "tor's ConnLimit is positive and bounded by the process's file limit, at most \
+             2^20 (Linux's default fs.nr_open)"
+        ),
+        whole!(tls_overhead_per_cell, 0, 514, "at most one cell's own size"),
+        // --- clients ---
+        whole!(
+            max_circuit_dirtiness_s,
+            10,
+            THIRTY_DAYS_S,
+            "tor's MaxCircuitDirtiness: 10 s to 30 days"
+        ),
+        whole!(
+            new_circuit_period_s,
+            1,
+            THIRTY_DAYS_S,
+            "1 s to 30 days, like MaxCircuitDirtiness"
+        ),
+        whole!(
+            max_client_circuits_pending,
+            1,
+            1024,
+            "tor's MaxClientCircuitsPending"
+        ),
+        whole!(
+            num_primary_guards,
+            1,
+            100,
+            "tor needs at least 1 (default 3); every client keeps a list this long"
+        ),
+        real!(
+            cbt_initial_timeout_s,
+            0.01,
+            I32_MAX / 1000.0,
+            "tor's cbtinitialtimeout: 10 ms to 2^31-1 ms"
+        ),
+        whole!(cbt_min_circuits_to_observe, 1, 10_000, "tor's cbtmincircs"),
+        real!(
+            cbt_quantile,
+            0.10,
+            0.99,
+            "tor's cbtquantile: 10 to 99 percent"
+        ),
+        real!(
+            cbt_close_quantile,
+            0.10,
+            0.99,
+            "tor's cbtclosequantile: 10 to 99 percent"
+        ),
+        whole!(cbt_num_xm_modes, 1, 20, "tor's cbtnummodes"),
+        whole!(
+            cbt_min_timeout_ms,
+            10,
+            I32_MAX,
+            "tor's cbtmintimeout: 10 ms to 2^31-1 ms"
+        ),
+        whole!(
+            preemptive_circuits,
+            0,
+            14,
+            "tor never keeps more than MAX_UNUSED_OPEN_CIRCUITS (14) clean circuits"
+        ),
+        whole!(
+            max_unused_open_circuits,
+            0,
+            14,
+            "tor's MAX_UNUSED_OPEN_CIRCUITS is 14"
+        ),
+    ];
+
+    /// The row of [`TorParams::RANGES`] for `field`, if it is numeric.
+    pub fn range_of(field: &str) -> Option<&'static ParamRange> {
+        Self::RANGES.iter().find(|r| r.field == field)
+    }
+
+    /// Checks every value against [`TorParams::RANGES`] and the relations between parameters;
+    /// returns (field, what was expected).
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let positive = [
-            ("kist_run_interval_ms", self.kist_run_interval_ms),
-            ("token_bucket_refill_ms", self.token_bucket_refill_ms),
-            ("circuit_window", self.circuit_window as u64),
-            (
-                "circuit_sendme_increment",
-                self.circuit_sendme_increment as u64,
-            ),
-            ("stream_window", self.stream_window as u64),
-            (
-                "stream_sendme_increment",
-                self.stream_sendme_increment as u64,
-            ),
-            ("cc_sendme_inc", self.cc_sendme_inc as u64),
-            ("cc_cwnd_init", self.cc_cwnd_init as u64),
-            ("cc_cwnd_min", self.cc_cwnd_min as u64),
-            ("cc_cwnd_inc_rate", self.cc_cwnd_inc_rate as u64),
-            (
-                "max_circuit_queue_cells",
-                self.max_circuit_queue_cells as u64,
-            ),
-            ("conn_limit", self.conn_limit as u64),
-            ("num_primary_guards", self.num_primary_guards as u64),
-            ("max_circuit_dirtiness_s", self.max_circuit_dirtiness_s),
-            ("cc_ewma_cwnd_pct", self.cc_ewma_cwnd_pct as u64),
-            ("cbt_num_xm_modes", self.cbt_num_xm_modes as u64),
-            ("cbt_min_timeout_ms", self.cbt_min_timeout_ms),
-        ];
-        for (field, v) in positive {
-            if v == 0 {
-                return Err((field, "a positive number".into()));
+        for r in Self::RANGES {
+            let v = r.value(self);
+            if !r.contains(v) {
+                return Err((r.field, format!("{} ({}), got {v}", r.expected(), r.why)));
             }
         }
         if self.circuit_sendme_increment > self.circuit_window {
@@ -251,12 +538,6 @@ impl TorParams {
                 "cc_cwnd_min <= cc_cwnd_init and cc_cwnd_min <= cc_cwnd_max".into(),
             ));
         }
-        if self.cc_cwnd_full_minpct > 100 || self.cc_rtt_reset_pct > 100 {
-            return Err((
-                "cc_cwnd_full_minpct",
-                "cc_cwnd_full_minpct and cc_rtt_reset_pct at most 100".into(),
-            ));
-        }
         if self.circuit_queue_low_cells > self.circuit_queue_high_cells {
             return Err((
                 "circuit_queue_low_cells",
@@ -266,34 +547,178 @@ impl TorParams {
         if self.outbuf_low_bytes > self.outbuf_high_bytes {
             return Err(("outbuf_low_bytes", "at most outbuf_high_bytes".into()));
         }
-        for (field, q) in [
-            ("cbt_quantile", self.cbt_quantile),
-            ("cbt_close_quantile", self.cbt_close_quantile),
-        ] {
-            if !(q > 0.0 && q < 1.0) {
-                return Err((field, "a fraction strictly between 0 and 1".into()));
-            }
-        }
-        if not_positive(self.circuit_priority_halflife_s) || not_positive(self.ewma_tick_s) {
+        // The EWMA scales counts by 2^(tick / half-life) within a tick; past 2^100 the f64
+        // arithmetic loses every circuit's count to infinity.
+        if self.ewma_tick_s > 100.0 * self.circuit_priority_halflife_s {
             return Err((
-                "circuit_priority_halflife_s",
-                "positive half-life and tick".into(),
-            ));
-        }
-        if self.kist_sock_buf_size_factor.is_nan() || self.kist_sock_buf_size_factor < 0.0 {
-            return Err(("kist_sock_buf_size_factor", "a non-negative number".into()));
-        }
-        if not_positive(self.cbt_initial_timeout_s) {
-            return Err((
-                "cbt_initial_timeout_s",
-                "a positive number of seconds".into(),
+                "ewma_tick_s",
+                format!(
+                    "at most 100 times circuit_priority_halflife_s ({} s), got {} s",
+                    format_real(self.circuit_priority_halflife_s),
+                    format_real(self.ewma_tick_s)
+                ),
             ));
         }
         Ok(())
     }
 }
 
-/// True for zero, negative and NaN values, which all make a duration or rate meaningless.
-fn not_positive(v: f64) -> bool {
-    v.is_nan() || v <= 0.0
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_error(p: &TorParams) -> Option<(&'static str, String)> {
+        p.validate().err()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(TorParams::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn reported_hostile_values_are_refused() {
+        let cases: Vec<(TorParams, &str, &str)> = vec![
+            (
+                TorParams {
+                    kist_run_interval_ms: u64::MAX,
+                    ..TorParams::default()
+                },
+                "kist_run_interval_ms",
+                "a whole number from 1 to 100",
+            ),
+            (
+                TorParams {
+                    kist_run_interval_ms: 0,
+                    ..TorParams::default()
+                },
+                "kist_run_interval_ms",
+                "got 0",
+            ),
+            (
+                TorParams {
+                    cbt_initial_timeout_s: f64::INFINITY,
+                    ..TorParams::default()
+                },
+                "cbt_initial_timeout_s",
+                "got .inf",
+            ),
+            (
+                TorParams {
+                    cbt_initial_timeout_s: f64::NAN,
+                    ..TorParams::default()
+                },
+                "cbt_initial_timeout_s",
+                "got .nan",
+            ),
+            (
+                TorParams {
+                    cbt_min_timeout_ms: u64::MAX,
+                    ..TorParams::default()
+                },
+                "cbt_min_timeout_ms",
+                "got 18446744073709551615",
+            ),
+            (
+                TorParams {
+                    num_primary_guards: u32::MAX,
+                    ..TorParams::default()
+                },
+                "num_primary_guards",
+                "from 1 to 100",
+            ),
+            (
+                TorParams {
+                    preemptive_circuits: u32::MAX,
+                    ..TorParams::default()
+                },
+                "preemptive_circuits",
+                "from 0 to 14",
+            ),
+            (
+                TorParams {
+                    max_client_circuits_pending: 0,
+                    ..TorParams::default()
+                },
+                "max_client_circuits_pending",
+                "from 1 to 1024",
+            ),
+            (
+                TorParams {
+                    kist_sock_buf_size_factor: 1e308,
+                    ..TorParams::default()
+                },
+                "kist_sock_buf_size_factor",
+                "got 1e308",
+            ),
+            (
+                TorParams {
+                    circuit_window: 0,
+                    ..TorParams::default()
+                },
+                "circuit_window",
+                "from 100 to 1000",
+            ),
+            (
+                TorParams {
+                    ewma_tick_s: 3600.0,
+                    circuit_priority_halflife_s: 1.0,
+                    ..TorParams::default()
+                },
+                "ewma_tick_s",
+                "at most 100 times circuit_priority_halflife_s",
+            ),
+        ];
+        for (p, field, needle) in cases {
+            let (f, m) = field_error(&p).unwrap_or_else(|| panic!("{field} accepted"));
+            assert_eq!(f, field, "{m}");
+            assert!(m.contains(needle), "{field}: {m}");
+        }
+    }
+
+    /// Each bound is allowed and a value just past it is refused by that row (a bound may
+    /// still break a relation with another parameter's default, which is a different error).
+    #[test]
+    fn every_bound_is_inclusive_and_one_past_it_is_refused() {
+        for r in TorParams::RANGES {
+            assert!(r.min <= r.max && !r.why.is_empty(), "{}", r.field);
+            let own_error = |v: f64| {
+                let mut p = TorParams::default();
+                (r.set)(&mut p, v);
+                matches!(p.validate(), Err((f, m)) if f == r.field && m.starts_with(&r.expected()))
+            };
+            assert!(!own_error(r.min), "{} refuses its minimum", r.field);
+            assert!(!own_error(r.max), "{} refuses its maximum", r.field);
+            let (below, above) = if r.whole {
+                (r.min - 1.0, r.max + 1.0)
+            } else {
+                (
+                    r.min - r.min.abs().max(1.0) * 1e-6,
+                    r.max + r.max.abs() * 1e-6,
+                )
+            };
+            if !(r.whole && r.min == 0.0) {
+                assert!(own_error(below), "{} accepts {below}", r.field);
+            }
+            assert!(own_error(above), "{} accepts {above}", r.field);
+        }
+    }
+
+    #[test]
+    fn every_row_names_a_distinct_parameter() {
+        let mut names: Vec<&str> = TorParams::RANGES.iter().map(|r| r.field).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), TorParams::RANGES.len());
+        assert!(TorParams::range_of("kist_run_interval_ms").is_some());
+        assert!(TorParams::range_of("scheduler").is_none());
+    }
+
+    #[test]
+    fn reals_are_written_readably() {
+        assert_eq!(format_real(1e308), "1e308");
+        assert_eq!(format_real(f64::NEG_INFINITY), "-.inf");
+        assert_eq!(format_real(0.5), "0.5");
+        assert_eq!(format_real(2147483.647), "2147483.647");
+    }
 }

@@ -221,7 +221,12 @@ impl ClientSchedule {
                     pause_min,
                     pause_max,
                     ..
-                } => at.saturating_add(rng.random_range(pause_min..=pause_max)),
+                } => {
+                    // `validate` rejects an inverted range; an unvalidated one is read as the
+                    // range it spans rather than panicking.
+                    let (lo, hi) = (pause_min.min(pause_max), pause_min.max(pause_max));
+                    at.saturating_add(rng.random_range(lo..=hi))
+                }
                 _ => at,
             };
             self.state = State::ReadyAt(ready);
@@ -233,7 +238,10 @@ impl ClientSchedule {
                 self.state = match self.workload {
                     Workload::Perf { interval, .. } => {
                         // A host that polls late (it should not) gets one download, not a burst
-                        // of catch-up downloads; the grid itself stays anchored at `start`.
+                        // of catch-up downloads; the grid itself stays anchored at `start`. An
+                        // unvalidated zero interval counts as 1 ns, so the next download is
+                        // always later than now and a poll loop cannot spin at one instant.
+                        let interval = interval.max(1);
                         let missed = (now - t) / interval;
                         State::ReadyAt(t.saturating_add((missed + 1).saturating_mul(interval)))
                     }
@@ -481,6 +489,78 @@ mod tests {
         assert!(matches!(s.poll(0, &mut rng), Action::Start { .. }));
         assert!(matches!(s.poll(secs(150), &mut rng), Action::Start { .. }));
         assert_eq!(s.poll(secs(150), &mut rng), Action::WaitUntil(secs(180)));
+    }
+
+    /// Follows the poll protocol at one instant: polls until the schedule says to wait or idle,
+    /// returning the downloads started. A schedule that kept answering `Start` would spin.
+    fn starts_at(s: &mut ClientSchedule, now: SimTime, rng: &mut ChaCha8Rng) -> (u64, Action) {
+        let mut started = 0;
+        loop {
+            match s.poll(now, rng) {
+                Action::Start { .. } => {
+                    started += 1;
+                    assert!(started < 1000, "the schedule keeps starting at {now}");
+                }
+                other => return (started, other),
+            }
+        }
+    }
+
+    #[test]
+    fn a_poll_at_one_instant_starts_at_most_one_download() {
+        let mut rng = rng();
+        // Including parameters `validate` rejects: the schedule must still not spin or panic.
+        let workloads = [
+            Workload::Web {
+                size_bytes: 1,
+                pause_min: 0,
+                pause_max: 0,
+                timeout: 1,
+            },
+            Workload::Web {
+                size_bytes: 1,
+                pause_min: secs(3),
+                pause_max: secs(2),
+                timeout: 1,
+            },
+            Workload::Bulk {
+                size_bytes: 1,
+                timeout: 1,
+            },
+            Workload::Perf {
+                size_bytes: 1,
+                interval: 0,
+                timeout: 1,
+            },
+            Workload::Perf {
+                size_bytes: 1,
+                interval: u64::MAX,
+                timeout: 1,
+            },
+        ];
+        for w in workloads {
+            let mut s = ClientSchedule::new(w.clone(), 0);
+            let mut now = 0;
+            for _ in 0..100 {
+                let (started, next) = starts_at(&mut s, now, &mut rng);
+                assert!(started <= 1, "{w:?}: {started} downloads at {now}");
+                let next = match next {
+                    Action::WaitUntil(t) => {
+                        assert!(t > now, "{w:?}: asked to wait until {t} at {now}");
+                        t
+                    }
+                    _ => now + 1,
+                };
+                // Downloads end as soon as they can.
+                for _ in 0..started {
+                    s.on_finished(now + 1);
+                }
+                if next == u64::MAX {
+                    break;
+                }
+                now = next;
+            }
+        }
     }
 
     #[test]

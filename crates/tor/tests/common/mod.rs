@@ -85,6 +85,20 @@ pub fn three_relays_with(
         relay("middle", 2, RelayFlags::default(), 1000),
         relay("exit", 3, RelayFlags::EXIT, 1000),
     ];
+    network(params, relays, relay_links.to_vec(), clients, threads)
+}
+
+/// Any relays (each with its (rate in bytes/s, link in bit/s)), one server and `clients`
+/// clients starting at 1 s, all 10 ms (one way) apart. Host ids: relays in order, then the
+/// server, then the clients.
+pub fn network(
+    params: TorParams,
+    relays: Vec<Relay>,
+    relay_links: Vec<(u64, u64)>,
+    clients: Vec<Workload>,
+    threads: usize,
+) -> Simulation<TorHost> {
+    assert_eq!(relays.len(), relay_links.len());
     let mut hosts: Vec<HostSpec> = relays
         .iter()
         .enumerate()
