@@ -144,6 +144,38 @@ fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// Messages about an input quote what it says, and a hostile file can say megabytes in one
+/// word (a node id or a duration of a million digits): every word longer than a person reads
+/// is cut to its start, its closing quote and its length. Every parser's errors go through it.
+pub fn clip(message: String) -> String {
+    const LONGEST: usize = 48;
+    const KEEP: usize = 32;
+    if message
+        .split_whitespace()
+        .all(|w| w.chars().count() <= LONGEST)
+    {
+        return message;
+    }
+    let mut out = String::new();
+    for piece in message.split_inclusive(char::is_whitespace) {
+        let word = piece.trim_end_matches(char::is_whitespace);
+        let space = &piece[word.len()..];
+        let n = word.chars().count();
+        if n <= LONGEST {
+            out.push_str(piece);
+            continue;
+        }
+        out.extend(word.chars().take(KEEP));
+        out.push('…');
+        if let Some(last) = word.chars().last().filter(|c| !c.is_alphanumeric()) {
+            out.push(last);
+        }
+        out.push_str(&format!(" ({n} characters)"));
+        out.push_str(space);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ impl DirError {
         DirError {
             file: file.to_string(),
             line: Some(line),
-            message: message.into(),
+            message: onionlab_data::clip(message.into()),
         }
     }
 
@@ -31,7 +31,7 @@ impl DirError {
         DirError {
             file: file.to_string(),
             line: None,
-            message: message.into(),
+            message: onionlab_data::clip(message.into()),
         }
     }
 }

@@ -393,7 +393,7 @@ fn policy(
     ExitPolicy::parse(p).map(Some).map_err(|m| {
         cx.err(
             field,
-            crate::yaml::clip(format!(
+            onionlab_data::clip(format!(
                 "expected an exit policy summary such as \"accept 80,443\" or \"reject 25\": {m}"
             )),
         )

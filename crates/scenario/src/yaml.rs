@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use onionlab_data::clip;
 use onionlab_torcore::TorParams;
 use serde_saphyr::Error;
 
@@ -319,38 +320,6 @@ pub(crate) fn error(source: &Path, path: &str, e: &Error) -> ScenarioError {
         line,
         message: clip(message),
     }
-}
-
-/// Messages quote what the file says, and a hostile file can say megabytes in one key or value
-/// (a duration of a million digits): words longer than a person reads are cut to their start,
-/// their closing quote and their length.
-pub(crate) fn clip(message: String) -> String {
-    const LONGEST: usize = 48;
-    const KEEP: usize = 32;
-    if message
-        .split_whitespace()
-        .all(|w| w.chars().count() <= LONGEST)
-    {
-        return message;
-    }
-    let mut out = String::new();
-    for piece in message.split_inclusive(char::is_whitespace) {
-        let word = piece.trim_end_matches(char::is_whitespace);
-        let space = &piece[word.len()..];
-        let n = word.chars().count();
-        if n <= LONGEST {
-            out.push_str(piece);
-            continue;
-        }
-        out.extend(word.chars().take(KEEP));
-        out.push('…');
-        if let Some(last) = word.chars().last().filter(|c| !c.is_alphanumeric()) {
-            out.push(last);
-        }
-        out.push_str(&format!(" ({n} characters)"));
-        out.push_str(space);
-    }
-    out
 }
 
 /// Adjustments common to serde's own messages: ranges for out-of-range integers, and unknown or

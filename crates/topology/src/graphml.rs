@@ -152,7 +152,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Graph, TopologyError> {
     let doc = Document::parse_with_options(text, options).map_err(|e| TopologyError {
         file: file.to_string(),
         line: Some(e.pos().row as usize),
-        message: crate::clip(format!("malformed XML: {e}")),
+        message: onionlab_data::clip(format!("malformed XML: {e}")),
     })?;
     let line_starts = std::iter::once(0)
         .chain(text.match_indices('\n').map(|(i, _)| i + 1))

@@ -8,7 +8,7 @@
 
 use std::path::Path as FsPath;
 
-use onionlab_data::Input;
+use onionlab_data::{clip, Input};
 use onionlab_engine::time::SimDuration;
 
 mod gml;
@@ -92,38 +92,6 @@ impl TopologyError {
             message: clip(message),
         }
     }
-}
-
-/// Messages quote the offending text, and a hostile file's text can be megabytes (a node id of
-/// a million digits): every word longer than a person reads is cut to its start, its closing
-/// quote and its length.
-pub(crate) fn clip(message: String) -> String {
-    const LONGEST: usize = 48;
-    const KEEP: usize = 32;
-    if message
-        .split_whitespace()
-        .all(|w| w.chars().count() <= LONGEST)
-    {
-        return message;
-    }
-    let mut out = String::new();
-    for piece in message.split_inclusive(char::is_whitespace) {
-        let word = piece.trim_end_matches(char::is_whitespace);
-        let space = &piece[word.len()..];
-        let n = word.chars().count();
-        if n <= LONGEST {
-            out.push_str(piece);
-            continue;
-        }
-        out.extend(word.chars().take(KEEP));
-        out.push('…');
-        if let Some(last) = word.chars().last().filter(|c| !c.is_alphanumeric()) {
-            out.push(last);
-        }
-        out.push_str(&format!(" ({n} characters)"));
-        out.push_str(space);
-    }
-    out
 }
 
 /// The file formats [`Graph::load`] recognises from a file name.
