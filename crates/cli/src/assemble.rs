@@ -4,6 +4,7 @@ use onionlab_net::topology::Graph;
 use onionlab_net::{HostPlacement, NetworkConfig};
 use onionlab_netdir::{Consensus, Relay, RelayFlags};
 use onionlab_scenario::{Plan, Scenario};
+use onionlab_tor::attack::AttackPlan;
 use onionlab_tor::build::{HostRole, HostSpec, TorNetwork};
 use onionlab_tor::RelayLimits;
 
@@ -47,6 +48,7 @@ pub fn tor_network(
                     bandwidth_burst: r.bandwidth_burst,
                     relay_bandwidth_rate: r.relay_bandwidth_rate,
                     relay_bandwidth_burst: r.relay_bandwidth_burst,
+                    conn_limit: r.conn_limit,
                 },
             },
         });
@@ -80,6 +82,19 @@ pub fn tor_network(
                     .unwrap_or_else(|| onionlab_tor::build::ALL_SERVERS.to_string()),
                 start: c.start,
             },
+        });
+    }
+    for a in &plan.attacks {
+        hosts.push(HostSpec {
+            name: a.host.name.clone(),
+            placement: place(a.host.node, a.host.link_up_bps, a.host.link_down_bps),
+            role: HostRole::Attacker(AttackPlan {
+                victim: a.victim,
+                start: a.start,
+                end: a.end,
+                circuits: a.circuits,
+                every: a.every,
+            }),
         });
     }
     Ok(TorNetwork {

@@ -5,6 +5,7 @@
 
 mod assemble;
 mod emulate;
+mod experiment;
 mod results;
 mod run;
 
@@ -50,6 +51,11 @@ enum Command {
         /// A run directory (or a directory of trials made by `run --trials`).
         dir: PathBuf,
     },
+    /// Run an experiment: variants of one scenario, K trials each, compared in one report;
+    /// trials finished earlier for the same scenario are kept.
+    Experiment(experiment::ExperimentArgs),
+    /// Run a named experiment shipped with onionlab that reproduces a result (see --list).
+    Reproduce(experiment::ReproduceArgs),
     /// Overlay several runs (or sets of trials) in one report, with a table of changes.
     Compare {
         /// Run or trials directories; the first is the baseline.
@@ -134,6 +140,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Emulate(args) => emulate::emulate(args),
         Command::Check { scenario } => run::check(&scenario),
+        Command::Experiment(args) => experiment::experiment(args),
+        Command::Reproduce(args) => experiment::reproduce(args),
         Command::Report { dir } => run::report(&dir),
         Command::Compare {
             dirs,

@@ -3,7 +3,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -54,9 +54,14 @@ pub(crate) fn resolve(
 }
 
 pub fn check(arg: &str) -> Result<(), Failure> {
-    let scenario = load_scenario(arg)?;
-    let (graph, plan) = resolve(&scenario)?;
-    let network = assemble::tor_network(&scenario, graph, &plan, scenario.run.seed, 1)
+    check_scenario(&load_scenario(arg)?)
+}
+
+/// Every check a run makes before it starts (references, files, sampled or generated relays,
+/// graph, paths), for `check` and `experiment --check`; prints one line saying what would run.
+pub(crate) fn check_scenario(scenario: &Scenario) -> Result<(), Failure> {
+    let (graph, plan) = resolve(scenario)?;
+    let network = assemble::tor_network(scenario, graph, &plan, scenario.run.seed, 1)
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
     build(network).map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
     println!(
@@ -83,25 +88,43 @@ pub(crate) fn apply_overrides(
     let Some(text) = stop_time else {
         return Ok(());
     };
-    let stop = onionlab_scenario::parse_duration(text)
-        .map_err(|e| Failure::input(format!("--stop-time {text}: {e}")))?;
-    if stop.0 == 0 {
-        return Err(Failure::input("--stop-time: expected a positive duration"));
-    }
-    scenario.run.stop_time = stop;
-    if scenario.run.bootstrap.0 >= stop.0 {
-        // A short trial run of a long scenario: keep a warm-up, but inside the run.
-        let cut = stop.0 / 2;
-        eprintln!(
-            "warning: --stop-time {} ends within the bootstrap period ({}); the bootstrap \
-             period is cut to {} for this run (recorded in run.json)",
-            format_secs(as_secs_f64(stop.0)),
-            format_secs(as_secs_f64(scenario.run.bootstrap.0)),
-            format_secs(as_secs_f64(cut)),
-        );
-        scenario.run.bootstrap.0 = cut;
+    if let Some(warning) = set_stop_time(scenario, text, "--stop-time")? {
+        eprintln!("warning: {warning}");
     }
     Ok(())
+}
+
+/// Sets the scenario's stop time from `text`, which `what` names in messages (`--stop-time`,
+/// or an experiment file's field). A stop time within the bootstrap period cuts the bootstrap
+/// period to half the run, and the warning saying so is returned for the caller to show (an
+/// experiment shows it once, not once per variant).
+pub(crate) fn set_stop_time(
+    scenario: &mut Scenario,
+    text: &str,
+    what: &str,
+) -> Result<Option<String>, Failure> {
+    let stop = onionlab_scenario::parse_duration(text)
+        .map_err(|e| Failure::input(format!("{what} {text}: {e}")))?;
+    if stop.0 == 0 {
+        return Err(Failure::input(format!(
+            "{what}: expected a positive duration"
+        )));
+    }
+    scenario.run.stop_time = stop;
+    if scenario.run.bootstrap.0 < stop.0 {
+        return Ok(None);
+    }
+    // A short trial run of a long scenario: keep a warm-up, but inside the run.
+    let cut = stop.0 / 2;
+    let warning = format!(
+        "{what} {} ends within the bootstrap period ({}); the bootstrap period is cut to {} \
+         for this run (recorded in run.json)",
+        format_secs(as_secs_f64(stop.0)),
+        format_secs(as_secs_f64(scenario.run.bootstrap.0)),
+        format_secs(as_secs_f64(cut)),
+    );
+    scenario.run.bootstrap.0 = cut;
+    Ok(Some(warning))
 }
 
 /// How many worker threads a run may have per core: more only adds barrier waits, and the
@@ -109,11 +132,14 @@ pub(crate) fn apply_overrides(
 const MAX_THREADS_PER_CORE: usize = 4;
 
 /// What `run` does beside simulating, shared by every trial.
-struct RunOptions {
-    quiet: bool,
-    report: bool,
-    force: bool,
-    inject_fault: Option<(HostId, SimTime)>,
+pub(crate) struct RunOptions {
+    pub(crate) quiet: bool,
+    pub(crate) report: bool,
+    pub(crate) force: bool,
+    pub(crate) inject_fault: Option<(HostId, SimTime)>,
+    /// Print the summary table and the closing line; an experiment prints one line per trial
+    /// instead and the comparison at the end.
+    pub(crate) summary: bool,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -147,6 +173,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         report: !args.no_report,
         force: args.force,
         inject_fault,
+        summary: true,
     };
     if args.trials == 1 {
         run_one(&scenario, threads, &out_dir, &options)?;
@@ -184,11 +211,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
 }
 
 /// The most trials one command runs; more is a batch job's business.
-const MAX_TRIALS: u32 = 1000;
+pub(crate) const MAX_TRIALS: u32 = 1000;
 
 /// Checks a requested thread count: at least one, at most [`MAX_THREADS_PER_CORE`] per core,
 /// with a warning above the core count (the run is then slower than with fewer threads).
-fn thread_count(requested: usize, what: &str) -> Result<usize, Failure> {
+pub(crate) fn thread_count(requested: usize, what: &str) -> Result<usize, Failure> {
     let cores = onionlab_engine::default_threads();
     let max = cores * MAX_THREADS_PER_CORE;
     if requested == 0 || requested > max {
@@ -221,7 +248,7 @@ fn parse_fault(text: &str) -> Result<(HostId, SimTime), Failure> {
 
 /// The seed of trial `k` of a run seeded `base` (SplitMix64 of the pair), so trials differ
 /// from each other and from the base run in every random choice.
-fn trial_seed(base: u64, k: u32) -> u64 {
+pub(crate) fn trial_seed(base: u64, k: u32) -> u64 {
     let mut x = base ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -279,8 +306,9 @@ pub fn compare(dirs: &[PathBuf], labels: &[String], out: &Path) -> Result<(), Fa
 /// else, does not depend on threads or machine speed.
 const RECORD_EVERY: SimTime = 10 * NANOS_PER_SEC;
 
-/// Runs one simulation of `scenario` and writes its results (and report) to `out_dir`.
-fn run_one(
+/// Runs one simulation of `scenario` and writes its results (and report) to `out_dir`: the one
+/// code path of `run`, `run --trials` and `experiment`.
+pub(crate) fn run_one(
     scenario: &Scenario,
     threads: usize,
     out_dir: &Path,
@@ -346,12 +374,7 @@ fn run_one(
     let mut sink = ResultsWriter::create(&out).map_err(write)?;
 
     let control = sim.control();
-    let handler = control.clone();
-    // Ctrl-C, SIGTERM and SIGHUP (what `timeout`, `kill` and batch schedulers send) all stop
-    // the run at the next round boundary. A second handler cannot be installed (e.g. in tests
-    // that call run twice); the run then simply cannot be interrupted, which is not worth
-    // failing for.
-    let _ = ctrlc::set_handler(move || handler.interrupt());
+    watch_interrupts(&control);
     let done = Arc::new(AtomicBool::new(false));
     let progress = spawn_progress(control.clone(), stop, done.clone(), !options.quiet);
     let started = Instant::now();
@@ -437,16 +460,18 @@ fn run_one(
     let goodput = total_goodput(&collected.relays, bootstrap / NANOS_PER_SEC + 1);
     let summary = render_summary(&groups, goodput, complete);
     out.write_summary(&summary).map_err(write)?;
-    println!("{summary}");
-    println!(
-        "{} simulated in {:.1} s ({:.1}x real time, {} events, {} threads); results in {}",
-        format_secs(info.sim_seconds),
-        wall,
-        info.speed,
-        info.events,
-        threads,
-        out_dir.display()
-    );
+    if options.summary {
+        println!("{summary}");
+        println!(
+            "{} simulated in {:.1} s ({:.1}x real time, {} events, {} threads); results in {}",
+            format_secs(info.sim_seconds),
+            wall,
+            info.speed,
+            info.events,
+            threads,
+            out_dir.display()
+        );
+    }
     if options.report {
         // A report that cannot be made does not lose the results already written.
         if let Err(e) = report(out_dir) {
@@ -472,6 +497,42 @@ fn run_one(
         });
     }
     Ok(())
+}
+
+/// The run that Ctrl-C, SIGTERM and SIGHUP stop. The handler can be installed only once per
+/// process, but `run --trials` and `experiment` run one simulation after another, so it stops
+/// whichever is current.
+static CURRENT_RUN: Mutex<Option<RunControl>> = Mutex::new(None);
+
+/// Set by the handler, so that a command running several simulations does not start another
+/// after an interrupt that came between two of them.
+static INTERRUPT_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Makes Ctrl-C, SIGTERM and SIGHUP (what `timeout`, `kill` and batch schedulers send) stop
+/// `control`'s run at the next round boundary.
+fn watch_interrupts(control: &RunControl) {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // Installing fails only when something else in the process took the signals; the run
+        // then simply cannot be interrupted, which is not worth failing for.
+        let _ = ctrlc::set_handler(|| {
+            INTERRUPT_REQUESTED.store(true, Ordering::Relaxed);
+            let current = CURRENT_RUN.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(control) = current.as_ref() {
+                control.interrupt();
+            }
+        });
+    });
+    let mut current = CURRENT_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    *current = Some(control.clone());
+    if INTERRUPT_REQUESTED.load(Ordering::Relaxed) {
+        control.interrupt();
+    }
+}
+
+/// Whether Ctrl-C, SIGTERM or SIGHUP has come since the first run of this process started.
+pub(crate) fn interrupt_requested() -> bool {
+    INTERRUPT_REQUESTED.load(Ordering::Relaxed)
 }
 
 /// Adds one leg of a run to the totals so far.

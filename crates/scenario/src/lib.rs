@@ -22,15 +22,17 @@ use std::path::{Path, PathBuf};
 mod data;
 pub mod limits;
 mod model;
+pub mod overrides;
 mod resolve;
 mod units;
 mod validate;
 mod yaml;
 
 pub use model::*;
+pub use overrides::{load_with_overrides, parse_with_overrides};
 pub use resolve::{
-    load_graph, resolve, resolve_trial, ClientWorkload, Plan, PlannedClient, PlannedHost,
-    PlannedRelay,
+    load_graph, resolve, resolve_trial, ClientWorkload, Plan, PlannedAttack, PlannedClient,
+    PlannedHost, PlannedRelay,
 };
 pub use units::{parse_duration, parse_rate, parse_size, Duration, Rate, Size};
 
@@ -174,17 +176,21 @@ pub fn builtin_text(name: &str) -> Option<&'static str> {
         "large" => include_str!("../../../examples/large.yaml"),
         "consensus-2023" => include_str!("../../../examples/consensus-2023.yaml"),
         "emulation-minimal" => include_str!("../../../examples/emulation-minimal.yaml"),
+        "imux-small" => include_str!("../../../examples/imux-small.yaml"),
+        "attack-small" => include_str!("../../../examples/attack-small.yaml"),
         _ => return None,
     })
 }
 
 /// Names accepted by [`builtin`].
-pub const BUILTIN_NAMES: [&str; 5] = [
+pub const BUILTIN_NAMES: [&str; 7] = [
     "toy",
     "small",
     "large",
     "consensus-2023",
     "emulation-minimal",
+    "imux-small",
+    "attack-small",
 ];
 
 /// Loads a scenario, its graph and its plan: every check a run would do before starting.

@@ -36,6 +36,59 @@ pub struct Scenario {
     pub servers: Vec<ServerGroup>,
     #[serde(default)]
     pub clients: Vec<ClientGroup>,
+    /// Attackers (the socket exhaustion attack), added after every other host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attacks: Vec<AttackSpec>,
+    /// What reports show beyond the defaults.
+    #[serde(default, skip_serializing_if = "ReportSection::is_empty")]
+    pub report: ReportSection,
+}
+
+/// `report:` — relays whose throughput and sockets the report plots over time (attack
+/// victims are plotted without being named here).
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportSection {
+    #[serde(default)]
+    pub relays: Vec<String>,
+}
+
+impl ReportSection {
+    pub fn is_empty(&self) -> bool {
+        self.relays.is_empty()
+    }
+}
+
+/// The kinds of attack a scenario can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttackKind {
+    /// Build circuits through a victim relay until its sockets run out (REFERENCE.md 4).
+    SocketExhaustion,
+}
+
+/// One attacker: from `start` to `end`, `circuits` circuits through `victim` every `every`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttackSpec {
+    /// Host name of the attacker (default `attacker`, numbered when there are several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub kind: AttackKind,
+    /// The victim relay's name (as in relays.csv).
+    pub victim: String,
+    pub start: Duration,
+    pub end: Duration,
+    pub circuits: u32,
+    pub every: Duration,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_up: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_down: Option<Rate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -312,6 +365,9 @@ pub struct RelaySpec {
     pub relay_bandwidth_rate: Option<Rate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay_bandwidth_burst: Option<Rate>,
+    /// This relay's ConnLimit (sockets), instead of `tor.conn_limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn_limit: Option<u32>,
     /// Consensus weight (kB/s units, as in a consensus `w Bandwidth=` line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consensus_weight: Option<u64>,
@@ -419,6 +475,7 @@ macro_rules! link_of {
 }
 link_of!(ServerGroup);
 link_of!(ClientGroup);
+link_of!(AttackSpec);
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]

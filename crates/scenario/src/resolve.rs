@@ -29,6 +29,20 @@ pub struct Plan {
     pub authorities: Vec<PlannedHost>,
     pub servers: Vec<PlannedHost>,
     pub clients: Vec<PlannedClient>,
+    pub attacks: Vec<PlannedAttack>,
+}
+
+/// An attacker with its victim found among the planned relays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedAttack {
+    pub host: PlannedHost,
+    /// Index into `Plan::relays`.
+    pub victim: usize,
+    /// Nanoseconds.
+    pub start: u64,
+    pub end: u64,
+    pub every: u64,
+    pub circuits: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -47,6 +61,8 @@ pub struct PlannedRelay {
     pub bandwidth_burst: u64,
     pub relay_bandwidth_rate: Option<u64>,
     pub relay_bandwidth_burst: Option<u64>,
+    /// ConnLimit, where the relay's entry overrides `tor.conn_limit`.
+    pub conn_limit: Option<u32>,
     pub exit_policy: ExitPolicy,
     pub family: Option<u32>,
     pub address: Ipv4Addr,
@@ -217,11 +233,21 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
     }
     let servers = r.servers()?;
     let clients = r.clients()?;
+    let attacks = r.attacks(&relays)?;
+    for (i, name) in s.report.relays.iter().enumerate() {
+        if !relays.iter().any(|r| &r.name == name) {
+            return Err(r.err(
+                format!("report.relays[{i}]"),
+                format!("no relay is named {}", crate::validate::shown(name)),
+            ));
+        }
+    }
     Ok(Plan {
         relays,
         authorities,
         servers,
         clients,
+        attacks,
     })
 }
 
@@ -378,6 +404,38 @@ impl Resolver<'_> {
                     &format!("servers[{gi}]"),
                 )?);
             }
+        }
+        Ok(out)
+    }
+
+    fn attacks(&mut self, relays: &[PlannedRelay]) -> Result<Vec<PlannedAttack>, ScenarioError> {
+        let mut out = Vec::new();
+        for (i, a) in self.s.attacks.iter().enumerate() {
+            let p = format!("attacks[{i}]");
+            let victim = relays
+                .iter()
+                .position(|r| r.name == a.victim)
+                .ok_or_else(|| {
+                    let some: Vec<&str> = relays.iter().take(5).map(|r| r.name.as_str()).collect();
+                    self.err(
+                        format!("{p}.victim"),
+                        format!(
+                            "no relay is named {} (relays are named like {})",
+                            crate::validate::shown(&a.victim),
+                            some.join(", ")
+                        ),
+                    )
+                })?;
+            let name = crate::validate::attacker_name(self.s, i);
+            let host = self.host(name, "attack", &a.link(), &p)?;
+            out.push(PlannedAttack {
+                host,
+                victim,
+                start: a.start.0,
+                end: a.end.0,
+                every: a.every.0,
+                circuits: a.circuits,
+            });
         }
         Ok(out)
     }
@@ -558,6 +616,7 @@ impl Resolver<'_> {
                     bandwidth_burst: burst,
                     relay_bandwidth_rate: None,
                     relay_bandwidth_burst: None,
+                    conn_limit: None,
                     exit_policy: if exit {
                         exit_policy.clone()
                     } else {
@@ -652,6 +711,7 @@ impl Resolver<'_> {
                     bandwidth_burst: burst,
                     relay_bandwidth_rate: relay_rate,
                     relay_bandwidth_burst: relay_burst,
+                    conn_limit: r.conn_limit,
                     exit_policy: policy.clone(),
                     family,
                     address,
@@ -722,6 +782,7 @@ impl Resolver<'_> {
                 bandwidth_burst: burst_of(rate, sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR)),
                 relay_bandwidth_rate: None,
                 relay_bandwidth_burst: None,
+                conn_limit: None,
                 exit_policy: r.exit_policy,
                 family: r.family,
                 address: r.address,

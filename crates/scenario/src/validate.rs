@@ -49,7 +49,84 @@ pub(crate) fn check(s: &Scenario) -> Check {
     relays(&cx, s)?;
     servers(&cx, s)?;
     clients(&cx, s)?;
+    attacks(&cx, s)?;
+    report(&cx, s)?;
     Ok(())
+}
+
+/// The most circuits an attacker may build per burst: a burst is built in one event.
+const MAX_ATTACK_CIRCUITS: u32 = 100_000;
+
+fn attacks(cx: &Ctx, s: &Scenario) -> Check {
+    if s.attacks.len() > 64 {
+        return Err(cx.err(
+            "attacks",
+            format!("expected at most 64 attacks, got {}", s.attacks.len()),
+        ));
+    }
+    let mut names = HashSet::new();
+    for (i, a) in s.attacks.iter().enumerate() {
+        let p = format!("attacks[{i}]");
+        if let Some(n) = &a.name {
+            name(cx, &format!("{p}.name"), n, false)?;
+        }
+        let host = attacker_name(s, i);
+        if !names.insert(host.clone()) {
+            return Err(cx.err(
+                format!("{p}.name"),
+                format!("attacker {host:?} is defined twice; give each attack its own name"),
+            ));
+        }
+        name(cx, &format!("{p}.victim"), &a.victim, false)?;
+        duration_in(
+            cx,
+            &format!("{p}.start"),
+            a.start,
+            Duration(0),
+            MAX_DURATION,
+        )?;
+        duration_in(cx, &format!("{p}.end"), a.end, Duration(0), MAX_DURATION)?;
+        if a.end <= a.start {
+            return Err(cx.err(
+                format!("{p}.end"),
+                format!("expected a time after start ({}), got {}", a.start, a.end),
+            ));
+        }
+        duration_in(
+            cx,
+            &format!("{p}.every"),
+            a.every,
+            Duration::from_millis(100),
+            MAX_DURATION,
+        )?;
+        if a.circuits == 0 || a.circuits > MAX_ATTACK_CIRCUITS {
+            return Err(cx.err(
+                format!("{p}.circuits"),
+                format!(
+                    "expected 1 to {MAX_ATTACK_CIRCUITS} circuits per burst, got {}",
+                    a.circuits
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn report(cx: &Ctx, s: &Scenario) -> Check {
+    for (i, r) in s.report.relays.iter().enumerate() {
+        name(cx, &format!("report.relays[{i}]"), r, false)?;
+    }
+    Ok(())
+}
+
+/// The host name of attack `i`: its own name, or `attacker` (numbered when several attacks
+/// leave their names out).
+pub(crate) fn attacker_name(s: &Scenario, i: usize) -> String {
+    match &s.attacks[i].name {
+        Some(n) => n.clone(),
+        None if s.attacks.len() == 1 => "attacker".into(),
+        None => format!("attacker{}", i + 1),
+    }
 }
 
 /// A name as it may appear in a message: long ones are cut, so that a hostile name of a
@@ -546,6 +623,17 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                         format!("{p}.relay_bandwidth_burst"),
                         "only meaningful together with relay_bandwidth_rate",
                     ));
+                }
+                if let Some(limit) = r.conn_limit {
+                    if !(1..=1 << 20).contains(&limit) {
+                        return Err(cx.err(
+                            format!("{p}.conn_limit"),
+                            format!(
+                                "expected a whole number of sockets from 1 to 1048576 (tor's \
+                                 ConnLimit, bounded by the process file limit), got {limit}"
+                            ),
+                        ));
+                    }
                 }
                 if let Some(w) = r.consensus_weight {
                     if w == 0 || w > MAX_CONSENSUS_WEIGHT {

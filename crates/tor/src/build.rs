@@ -10,6 +10,7 @@ use onionlab_netdir::Consensus;
 use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
 
+use crate::attack::{AttackPlan, Attacker};
 use crate::host::{Ev, TorHost};
 use crate::relay::{Relay, RelayLimits};
 use crate::world::TorWorld;
@@ -34,6 +35,8 @@ pub enum HostRole {
     Server {
         group: String,
     },
+    /// The socket exhaustion attacker.
+    Attacker(AttackPlan),
     /// Takes part in the network, sends nothing (directory authorities).
     Idle,
 }
@@ -125,6 +128,12 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                 )))
             }
             HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),
+            HostRole::Attacker(plan) => {
+                if plan.victim >= world.relay_hosts.len() {
+                    return Err(format!("attacker {}: no relay {}", h.name, plan.victim));
+                }
+                TorHost::Attacker(Box::new(Attacker::new(stack, world.clone(), plan)))
+            }
             HostRole::Idle => TorHost::Idle,
         });
     }

@@ -21,7 +21,7 @@ use onionlab_engine::time::{secs, secs_f64, SimDuration, SimTime};
 use onionlab_engine::{Context, HostId};
 use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
 use onionlab_torcore::cbt::BuildTimeEstimator;
-use onionlab_torcore::{Cell, CellCommand, RelayCommand, CELL_BYTES};
+use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand, CELL_BYTES};
 use onionlab_traffic::{Action, ClientSchedule, Workload};
 use rand::RngExt;
 
@@ -61,6 +61,8 @@ enum NoCircuit {
 }
 
 const INITIATOR_BIT: u32 = 1 << 31;
+/// How many DESTROY reasons a client keeps (for tests and diagnosis; bounded memory).
+const MAX_DESTROY_REASONS: usize = 1024;
 const NONE: u32 = u32::MAX;
 
 struct Channel {
@@ -148,6 +150,9 @@ pub struct Client {
     /// flow control) was already exhausted: the exit sent beyond the window it was given, a
     /// protocol violation tor closes the circuit for. The model counts them (it must stay 0).
     pub window_violations: u64,
+    /// The reason of each DESTROY received (tor's END_CIRC_REASON numbers; 0 = none given),
+    /// the first `MAX_DESTROY_REASONS` of them.
+    pub destroy_reasons: Vec<u32>,
     /// A `RetryPending` timer is scheduled.
     retry_armed: bool,
     /// A download finished or the workload's wake-up time came: poll the workload.
@@ -185,6 +190,7 @@ impl Client {
             finished: Vec::new(),
             circuit_log: Vec::new(),
             window_violations: 0,
+            destroy_reasons: Vec::new(),
             retry_armed: false,
             workload_due: false,
             in_workload: false,
@@ -569,6 +575,10 @@ impl Client {
         self.circuits[idx as usize].as_mut().unwrap().circ_id = circ_id;
         let mut create = Cell::new(circ_id, CellCommand::Create2);
         create.hop = 1;
+        // Idealised Torchestra: the client tells its relays the circuit's traffic class.
+        if self.world.params.channel == ChannelDesign::TorchestraIdeal {
+            create.arg = u32::from(matches!(self.schedule.workload(), Workload::Bulk { .. }));
+        }
         self.send_cell(ctx, ch, create);
         ctx.schedule_in(
             self.cbt.timeout(),
@@ -625,6 +635,9 @@ impl Client {
         match (cell.command, cell.relay) {
             (CellCommand::Created2, _) => self.hop_built(ctx, circ, 1),
             (CellCommand::Destroy, _) => {
+                if self.destroy_reasons.len() < MAX_DESTROY_REASONS {
+                    self.destroy_reasons.push(cell.arg);
+                }
                 self.close_circuit(ctx, circ, CircuitOutcome::Destroyed, false)
             }
             (_, RelayCommand::Extended2) => self.hop_built(ctx, circ, cell.hop + 1),

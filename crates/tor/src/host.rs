@@ -4,6 +4,7 @@ use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, Host, HostId, Simulation};
 use onionlab_net::NetEvent;
 
+use crate::attack::{AttackTimer, Attacker};
 use crate::client::{Client, ClientTimer};
 use crate::relay::{Relay, RelayTimer};
 use crate::server::Server;
@@ -14,6 +15,7 @@ pub enum Ev {
     Start,
     Relay(RelayTimer),
     Client(ClientTimer),
+    Attack(AttackTimer),
     /// A deliberate failure, for tests of what happens when a model panics: any host handling
     /// it panics with the message [`INJECTED_FAULT`]. Scheduled by [`inject_fault`].
     Fault,
@@ -48,6 +50,7 @@ pub enum TorHost {
     Relay(Box<Relay>),
     Client(Box<Client>),
     Server(Box<Server>),
+    Attacker(Box<Attacker>),
     /// A host that takes part in the network but whose traffic is not modelled (directory
     /// authorities: the consensus is given to everyone at the start).
     Idle,
@@ -67,6 +70,9 @@ impl Host for TorHost {
             (TorHost::Client(c), Ev::Start) => c.start(ctx),
             (TorHost::Server(s), Ev::Net(e)) => s.on_net(ctx, e),
             (TorHost::Server(s), Ev::Start) => s.start(),
+            (TorHost::Attacker(a), Ev::Net(e)) => a.on_net(ctx, e),
+            (TorHost::Attacker(a), Ev::Attack(t)) => a.on_timer(ctx, t),
+            (TorHost::Attacker(a), Ev::Start) => a.start(ctx),
             _ => {}
         }
     }

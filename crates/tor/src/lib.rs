@@ -5,6 +5,7 @@
 //! stack of `onionlab-net`: channels are TCP connections between hosts, cells are 514-byte
 //! messages on them.
 
+pub mod attack;
 pub mod build;
 pub mod client;
 mod flow;
@@ -12,12 +13,13 @@ pub mod host;
 pub mod measure;
 pub mod relay;
 pub mod server;
+pub mod transport;
 pub mod wire;
 pub mod world;
 
 pub use client::Client;
 pub use host::{inject_fault, Ev, TorHost, INJECTED_FAULT};
-pub use relay::{Relay, RelayLimits};
+pub use relay::{ChannelStats, ChannelView, CircuitView, Relay, RelayLimits};
 pub use server::Server;
 pub use wire::Wire;
 pub use world::{TorWorld, HTTP_PORT, OR_PORT};

@@ -1,12 +1,18 @@
 //! A Tor relay: channels to clients and other relays, circuits with their cell queues, the
 //! circuit scheduler, token buckets, ConnLimit, and (at exits) streams to file servers.
 //!
-//! Cells arrive on a channel's TCP socket, which the relay reads only as far as its read bucket
-//! allows. Each cell is either for this hop (CREATE2, EXTEND2, BEGIN, DATA at the exit,
+//! Cells arrive on a channel's connections, which the relay reads only as far as its read
+//! bucket allows. Each cell is either for this hop (CREATE2, EXTEND2, BEGIN, DATA at the exit,
 //! SENDME...) or is put on its circuit's queue towards the next or previous hop. The scheduler
-//! (KIST by default) moves queued cells into channel sockets, quietest circuit first (EWMA), no
-//! more per socket than the kernel can send soon, and no more in all than the write bucket
-//! allows.
+//! (KIST by default) moves queued cells into connection sockets, quietest circuit first
+//! (EWMA), no more per socket than the kernel can send soon, and no more in all than the
+//! write bucket allows.
+//!
+//! A channel (all circuits between this relay and one peer) holds one connection under the
+//! vanilla design and several under the designs of `tor.channel`: the design decides when
+//! connections open and close and which connection a cell goes on ([`crate::transport`]
+//! holds those decisions); cells that may overtake each other on different connections carry
+//! sequence numbers and are put back in order by the receiving channel.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -15,16 +21,18 @@ use std::sync::Arc;
 use onionlab_engine::time::{millis, SimTime, NANOS_PER_SEC};
 use onionlab_engine::{Context, HostId};
 use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
-use onionlab_torcore::ewma::{CircuitMux, EwmaClock};
+use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
 use onionlab_torcore::token_bucket::RelayBuckets;
 use onionlab_torcore::{
-    Cell, CellCommand, FlowControl, RelayCommand, SchedulerKind, CELL_BYTES, RELAY_DATA_BYTES,
+    Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
+    CELL_BYTES, RELAY_DATA_BYTES,
 };
 
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::measure::RelaySample;
+use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
 use crate::wire::{Wire, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
 
@@ -37,26 +45,65 @@ pub enum RelayTimer {
     Refill,
     /// Record this second's counters.
     Sample,
+    /// IMUX's once-a-second connection manager.
+    ManageConnections,
 }
 
-/// A relay's configured rates (bytes per second).
+/// A relay's configured rates (bytes per second) and socket limit.
 #[derive(Clone, Debug)]
 pub struct RelayLimits {
     pub bandwidth_rate: u64,
     pub bandwidth_burst: u64,
     pub relay_bandwidth_rate: Option<u64>,
     pub relay_bandwidth_burst: Option<u64>,
+    /// This relay's ConnLimit, if not the network's `tor.conn_limit`.
+    pub conn_limit: Option<u32>,
 }
 
 const NONE: u32 = u32::MAX;
+/// tor's END_CIRC_REASON_CONNECTFAILED: the next hop's connection could not be made (tor
+/// closes a circuit so when ConnLimit keeps it from connecting).
+pub const DESTROY_CONNECT_FAILED: u32 = 6;
+/// Torchestra: a circuit whose count is below this many cells never turns heavy, however
+/// quiet the light connection (our choice: a circuit being built sends a few cells).
+const TORCHESTRA_MIN_HEAVY_CELLS: f64 = 32.0;
+
+fn was_heavy_now(relay: &mut Relay, circ: u32, ch: u32) -> bool {
+    relay.circuits[circ as usize]
+        .as_mut()
+        .is_some_and(|c| c.side_for(ch).heavy)
+}
 /// Circuit ids chosen by the side that opened the channel have the top bit set.
 const INITIATOR_BIT: u32 = 1 << 31;
 
 /// One direction of a circuit: the channel it leaves on, its id there, and its queue.
 struct Side {
     chan: u32,
+    /// The connection its cells go on, where the design pins circuits to one (`NONE` where
+    /// each cell's connection is chosen as it is written).
+    conn: u32,
     circ_id: u32,
     queue: VecDeque<Cell>,
+    /// Sequence number of the next cell sent on this side (multi-connection channels).
+    seq_out: u32,
+    /// Sequence number of the next cell expected from the peer on this side.
+    seq_in: u32,
+    /// Torchestra: the circuit travels on the heavy connection.
+    heavy: bool,
+}
+
+impl Side {
+    fn new(chan: u32, circ_id: u32, seq_in: u32) -> Self {
+        Side {
+            chan,
+            conn: NONE,
+            circ_id,
+            queue: VecDeque::new(),
+            seq_out: 0,
+            seq_in,
+            heavy: false,
+        }
+    }
 }
 
 /// How a circuit's cells fared in this relay's queues.
@@ -85,8 +132,33 @@ struct Circuit {
     next: Option<Side>,
     /// This relay's position (1 = guard).
     hop: u8,
+    /// Torchestra ideal: the client declared the circuit bulk.
+    declared_heavy: bool,
     exit: Option<Box<ExitCircuit>>,
     stats: QueueStats,
+}
+
+impl Circuit {
+    fn side_on(&mut self, ch: u32, circ_id: u32) -> Option<&mut Side> {
+        if self.prev.chan == ch && self.prev.circ_id == circ_id {
+            return Some(&mut self.prev);
+        }
+        self.next
+            .as_mut()
+            .filter(|n| n.chan == ch && n.circ_id == circ_id)
+    }
+
+    /// The side that leaves on channel `ch` (prev first: a circuit may use one channel for
+    /// both sides only if a peer extends back through us, and then prev is the older).
+    fn side_for(&mut self, ch: u32) -> &mut Side {
+        if self.prev.chan == ch {
+            &mut self.prev
+        } else {
+            self.next
+                .as_mut()
+                .expect("a circuit queued on a channel has a side there")
+        }
+    }
 }
 
 /// What the last hop keeps for a circuit that carries streams.
@@ -122,53 +194,110 @@ struct ExitStream {
     acked: u64,
 }
 
-struct Channel {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    /// Carries cells.
+    Active,
+    /// IMUX closing handshake: we sent CLOSING_CONN_BEGIN and wait for the peer's END.
+    Closing,
+}
+
+/// One TCP connection of a channel.
+struct Conn {
     socket: SocketId,
+    chan: u32,
+    /// The TCP handshake has completed.
+    open: bool,
+    state: ConnState,
+    /// The socket refused a cell; wait for it to become writable.
+    blocked: bool,
+    /// Waiting for read tokens.
+    read_blocked: bool,
+    /// What the scheduler may still write to the socket in its current run.
+    limit: u64,
+    /// Bytes the kernel held at the start of the scheduler run plus what the run wrote since
+    /// (IMUX's shortest queue).
+    queued_bytes: u64,
+    /// Circuits pinned to this connection.
+    circuits: u32,
+    /// Order of creation, and when a cell last left (IMUX's closing rule).
+    created: u64,
+    last_used: SimTime,
+    /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping).
+    ewma: CircuitEwma,
+}
+
+impl Conn {
+    fn usable(&self) -> bool {
+        self.open && !self.blocked && self.state == ConnState::Active && self.socket.slot != NONE
+    }
+}
+
+struct Channel {
     peer: HostId,
     initiator: bool,
-    open: bool,
+    /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
+    opener: bool,
+    /// The opener's index for the channel, named in each connection's Join message.
+    token: u32,
+    /// Its live connections.
+    conns: Vec<u32>,
+    /// Torchestra's light and heavy connections (`NONE` until they exist).
+    light: u32,
+    heavy: u32,
     /// Circuits by the id the peer chose (index = id without the initiator bit).
     theirs: Vec<u32>,
     /// Circuits by the id this relay chose.
     ours: Vec<u32>,
     ours_free: Vec<u32>,
+    /// Circuits bound to the channel.
+    ncircs: u32,
     /// Circuits with cells queued for this channel.
     mux: CircuitMux,
     /// Whether the channel is in the scheduler's pending list.
     pending: bool,
-    /// The socket refused a cell; wait for it to become writable.
-    blocked: bool,
-    /// Waiting for read tokens.
-    read_blocked: bool,
     /// Cells queued on all circuits for this channel.
     queued: u64,
-    /// What the scheduler may still write to the socket in its current run.
-    limit: u64,
+    /// Circuits whose connection could take no cell in this scheduler run.
+    parked: Vec<u32>,
+    /// Cells that arrived ahead of an earlier one of their circuit.
+    reorder: Reorder,
+    /// IMUX round robin: the next connection to pin a circuit to.
+    turn: usize,
+    /// In a scheduler run: its connections that may take a cell.
+    room: u32,
+    /// In a scheduler run under IMUX's EWMA mapping: its usable connections, quietest first.
+    order: Vec<u32>,
+    /// Cells on it carry sequence numbers (a multi-connection channel of a design whose
+    /// circuits may change connection; never a client's channel).
+    sequenced: bool,
+    closed: bool,
 }
 
 impl Channel {
-    fn new(
-        socket: SocketId,
-        peer: HostId,
-        initiator: bool,
-        open: bool,
-        clock: &EwmaClock,
-        now: SimTime,
-    ) -> Self {
+    fn new(peer: HostId, initiator: bool, opener: bool, clock: &EwmaClock, now: SimTime) -> Self {
         Channel {
-            socket,
             peer,
             initiator,
-            open,
+            opener,
+            token: NONE,
+            conns: Vec::new(),
+            light: NONE,
+            heavy: NONE,
             theirs: Vec::new(),
             ours: Vec::new(),
             ours_free: Vec::new(),
+            ncircs: 0,
             mux: CircuitMux::new(clock, now),
             pending: false,
-            blocked: false,
-            read_blocked: false,
             queued: 0,
-            limit: 0,
+            parked: Vec::new(),
+            reorder: Reorder::default(),
+            turn: 0,
+            room: 0,
+            order: Vec::new(),
+            sequenced: false,
+            closed: false,
         }
     }
 
@@ -194,6 +323,7 @@ impl Channel {
             return false;
         }
         self.theirs[i] = circ;
+        self.ncircs += 1;
         true
     }
 
@@ -203,20 +333,28 @@ impl Channel {
             (self.ours.len() - 1) as u32
         });
         self.ours[i as usize] = circ;
+        self.ncircs += 1;
         i | if self.initiator { INITIATOR_BIT } else { 0 }
     }
 
     fn release(&mut self, circ_id: u32) {
         let chosen_by_initiator = circ_id & INITIATOR_BIT != 0;
         let i = circ_id & !INITIATOR_BIT;
-        if chosen_by_initiator == self.initiator {
-            if let Some(slot) = self.ours.get_mut(i as usize) {
+        let slot = if chosen_by_initiator == self.initiator {
+            self.ours.get_mut(i as usize)
+        } else {
+            self.theirs.get_mut(i as usize)
+        };
+        if let Some(slot) = slot {
+            if *slot != NONE {
                 *slot = NONE;
-                self.ours_free.push(i);
+                self.ncircs -= 1;
+                if chosen_by_initiator == self.initiator {
+                    self.ours_free.push(i);
+                }
             }
-        } else if let Some(slot) = self.theirs.get_mut(i as usize) {
-            *slot = NONE;
         }
+        self.reorder.forget(circ_id);
     }
 }
 
@@ -256,6 +394,24 @@ struct Counters {
     conn_limit_refusals: u64,
 }
 
+/// What the channel design counts, for tests and the IMUX audit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Connections opened by this relay to other relays.
+    pub conns_opened: u64,
+    /// Connections closed by the closing handshake (either side).
+    pub conns_closed: u64,
+    /// The most sockets this relay had open at once.
+    pub max_open_sockets: u32,
+    /// Cells that arrived ahead of an earlier cell of their circuit and waited.
+    pub cells_reordered: u64,
+    /// Sequenced cells handed on out of order (must stay 0).
+    pub order_violations: u64,
+    /// Torchestra: circuits moved to the heavy connection, and back.
+    pub switched_heavy: u64,
+    pub switched_light: u64,
+}
+
 pub struct Relay {
     /// Index in the consensus.
     pub relay: usize,
@@ -263,11 +419,19 @@ pub struct Relay {
     world: Arc<TorWorld>,
     buckets: RelayBuckets,
     clock: EwmaClock,
+    design: ChannelDesign,
+    conn_limit: u32,
     channels: Vec<Channel>,
-    chan_by_socket: Vec<u32>,
+    conns: Vec<Conn>,
+    free_conns: Vec<u32>,
+    conn_by_socket: Vec<u32>,
+    conns_created: u64,
     chan_by_peer: HashMap<HostId, u32>,
+    /// Channels opened by a peer, by (peer, the peer's index of the channel).
+    chan_by_token: HashMap<(HostId, u32), u32>,
     circuits: Vec<Option<Circuit>>,
     free_circuits: Vec<u32>,
+    live_circuits: u32,
     streams: Vec<Option<ExitStream>>,
     free_streams: Vec<u32>,
     stream_by_socket: Vec<u32>,
@@ -277,7 +441,7 @@ pub struct Relay {
     /// When the KIST scheduler last ran: new work waits only for the rest of the run
     /// interval since then, and an idle relay's scheduler runs at once, as in tor.
     last_schedule_run: Option<SimTime>,
-    /// Channels with data left unread for lack of read tokens.
+    /// Connections with data left unread for lack of read tokens.
     read_waiting: Vec<u32>,
     /// Exit circuits that could not package for lack of read tokens.
     package_waiting: Vec<u32>,
@@ -295,10 +459,45 @@ pub struct Relay {
     pub write_limit_hits: u64,
     /// KIST's limits as the sockets saw them.
     pub kist_audit: KistAudit,
+    pub channel_stats: ChannelStats,
+    /// The reason the next DESTROY this relay sends gives (then back to none).
+    destroy_reason: u32,
+}
+
+/// One channel as tests and diagnostics see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelView {
+    pub peer: HostId,
+    /// This relay opened it.
+    pub opener: bool,
+    /// Its connections (open or still connecting).
+    pub conns: usize,
+    /// Circuits bound to it.
+    pub circuits: u32,
+}
+
+/// One direction of a circuit as tests see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CircuitView {
+    /// Cells this relay sent on the circuit (both directions).
+    pub cells: u64,
+    /// Torchestra: a direction of it travels on a heavy connection.
+    pub heavy: bool,
+    /// The client declared it bulk (idealised Torchestra).
+    pub declared_heavy: bool,
 }
 
 fn cell_wire_bytes(world: &TorWorld) -> u64 {
     (CELL_BYTES + world.params.tls_overhead_per_cell) as u64
+}
+
+/// Whether a design's cells may overtake each other on different connections, so that
+/// they carry sequence numbers.
+fn sequenced(design: ChannelDesign) -> bool {
+    matches!(
+        design,
+        ChannelDesign::Imux | ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal
+    )
 }
 
 impl Relay {
@@ -320,17 +519,25 @@ impl Relay {
             0,
         );
         let clock = EwmaClock::from_params(p, 0);
+        let conn_limit = limits.conn_limit.unwrap_or(p.conn_limit);
         Relay {
             relay,
             stack,
             buckets,
             clock,
+            design: p.channel,
+            conn_limit,
             world,
             channels: Vec::new(),
-            chan_by_socket: Vec::new(),
+            conns: Vec::new(),
+            free_conns: Vec::new(),
+            conn_by_socket: Vec::new(),
+            conns_created: 0,
             chan_by_peer: HashMap::new(),
+            chan_by_token: HashMap::new(),
             circuits: Vec::new(),
             free_circuits: Vec::new(),
+            live_circuits: 0,
             streams: Vec::new(),
             free_streams: Vec::new(),
             stream_by_socket: Vec::new(),
@@ -348,7 +555,35 @@ impl Relay {
             max_stream_in_flight: 0,
             write_limit_hits: 0,
             kist_audit: KistAudit::default(),
+            channel_stats: ChannelStats::default(),
+            destroy_reason: 0,
         }
+    }
+
+    /// Bytes a cell takes on channel `ch`: IMUX adds its sequence number.
+    fn chan_cell_bytes(&self, ch: u32) -> u64 {
+        let seq = if self.design == ChannelDesign::Imux && self.channels[ch as usize].sequenced {
+            IMUX_SEQ_BYTES
+        } else {
+            0
+        };
+        cell_wire_bytes(&self.world) + seq
+    }
+
+    /// The number of sockets this relay may hold: its ConnLimit, or under IMUX the share
+    /// `ConnLimit * tau` that the design keeps for itself.
+    fn socket_limit(&self) -> u32 {
+        if self.design == ChannelDesign::Imux {
+            transport::imux_socket_cap(self.conn_limit, self.world.params.imux_tau)
+        } else {
+            self.conn_limit
+        }
+    }
+
+    fn note_socket_opened(&mut self) {
+        self.open_sockets += 1;
+        self.channel_stats.max_open_sockets =
+            self.channel_stats.max_open_sockets.max(self.open_sockets);
     }
 
     pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
@@ -356,6 +591,9 @@ impl Relay {
             .listen(OR_PORT)
             .expect("a fresh relay has its OR port free");
         ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::Sample));
+        if self.design == ChannelDesign::Imux {
+            ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::ManageConnections));
+        }
     }
 
     pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: RelayTimer) {
@@ -367,9 +605,9 @@ impl Relay {
             RelayTimer::Refill => {
                 self.refill_armed = false;
                 self.buckets.refill(ctx.now());
-                for ch in std::mem::take(&mut self.read_waiting) {
-                    self.channels[ch as usize].read_blocked = false;
-                    self.read_channel(ctx, ch);
+                for k in std::mem::take(&mut self.read_waiting) {
+                    self.conns[k as usize].read_blocked = false;
+                    self.read_conn(ctx, k);
                 }
                 for circ in std::mem::take(&mut self.package_waiting) {
                     self.package(ctx, circ);
@@ -381,10 +619,10 @@ impl Relay {
             RelayTimer::Sample => {
                 let c = std::mem::take(&mut self.now_counters);
                 let socket_queued_bytes = self
-                    .channels
+                    .conns
                     .iter()
-                    .filter(|ch| ch.open)
-                    .filter_map(|ch| self.stack.tcp_info(ch.socket))
+                    .filter(|k| k.open && k.socket.slot != NONE)
+                    .filter_map(|k| self.stack.tcp_info(k.socket))
                     .map(|i| i.notsent)
                     .sum();
                 self.samples.push(RelaySample {
@@ -400,6 +638,10 @@ impl Relay {
                     conn_limit_refusals: c.conn_limit_refusals,
                 });
                 ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::Sample));
+            }
+            RelayTimer::ManageConnections => {
+                self.manage_connections(ctx);
+                ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::ManageConnections));
             }
         }
         self.pump(ctx);
@@ -423,11 +665,11 @@ impl Relay {
         }
     }
 
-    fn channel_of(&self, socket: SocketId) -> Option<u32> {
-        self.chan_by_socket
+    fn conn_of(&self, socket: SocketId) -> Option<u32> {
+        self.conn_by_socket
             .get(socket.slot as usize)
             .copied()
-            .filter(|&c| c != NONE && self.channels[c as usize].socket == socket)
+            .filter(|&k| k != NONE && self.conns[k as usize].socket == socket)
     }
 
     fn stream_of(&self, socket: SocketId) -> Option<u32> {
@@ -450,27 +692,104 @@ impl Relay {
         table[i] = value;
     }
 
-    fn add_channel(
-        &mut self,
-        now: SimTime,
-        socket: SocketId,
-        peer: HostId,
-        initiator: bool,
-        open: bool,
-    ) -> u32 {
+    fn add_channel(&mut self, now: SimTime, peer: HostId, initiator: bool) -> u32 {
         let idx = self.channels.len() as u32;
-        self.channels.push(Channel::new(
-            socket,
-            peer,
-            initiator,
-            open,
-            &self.clock,
-            now,
-        ));
-        Self::map_socket(&mut self.chan_by_socket, socket, idx);
-        self.stack.set_auto_read(socket, false);
-        self.open_sockets += 1;
+        let mut chan = Channel::new(peer, initiator, initiator, &self.clock, now);
+        if initiator {
+            chan.token = idx;
+            chan.sequenced = sequenced(self.design);
+        }
+        self.channels.push(chan);
         idx
+    }
+
+    /// Adds a connection (its socket already made) to a channel.
+    fn add_conn(&mut self, now: SimTime, ch: u32, socket: SocketId, open: bool) -> u32 {
+        let conn = Conn {
+            socket,
+            chan: ch,
+            open,
+            state: ConnState::Active,
+            blocked: false,
+            read_blocked: false,
+            limit: 0,
+            queued_bytes: 0,
+            circuits: 0,
+            created: self.conns_created,
+            last_used: now,
+            ewma: CircuitEwma::new(&self.clock, now),
+        };
+        self.conns_created += 1;
+        let k = match self.free_conns.pop() {
+            Some(k) => {
+                self.conns[k as usize] = conn;
+                k
+            }
+            None => {
+                self.conns.push(conn);
+                (self.conns.len() - 1) as u32
+            }
+        };
+        Self::map_socket(&mut self.conn_by_socket, socket, k);
+        self.stack.set_auto_read(socket, false);
+        self.note_socket_opened();
+        self.channels[ch as usize].conns.push(k);
+        k
+    }
+
+    /// Opens one more connection of a channel we opened; false at the socket limit.
+    fn open_conn(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, role: u32) -> Option<u32> {
+        if self.open_sockets >= self.socket_limit() {
+            self.now_counters.conn_limit_refusals += 1;
+            return None;
+        }
+        let peer = self.channels[ch as usize].peer;
+        let socket = self.stack.connect(ctx, peer, OR_PORT);
+        let k = self.add_conn(ctx.now(), ch, socket, false);
+        self.channel_stats.conns_opened += 1;
+        if self.design != ChannelDesign::Vanilla {
+            let token = self.channels[ch as usize].token;
+            let cell_bytes = cell_wire_bytes(&self.world);
+            // Queued in the socket until the handshake completes, so it is the first message.
+            self.stack.write_message(
+                socket,
+                cell_bytes,
+                Wire::Join {
+                    channel: token,
+                    heavy: role == 1,
+                },
+            );
+        }
+        Some(k)
+    }
+
+    /// Removes a connection from its channel and frees its slot (the socket is closed or
+    /// aborted by the caller).
+    fn drop_conn(&mut self, k: u32) {
+        let conn = &mut self.conns[k as usize];
+        if conn.socket.slot == NONE {
+            return;
+        }
+        let socket = conn.socket;
+        let ch = conn.chan;
+        conn.socket.slot = NONE;
+        conn.open = false;
+        let read_blocked = std::mem::take(&mut conn.read_blocked);
+        self.conn_by_socket[socket.slot as usize] = NONE;
+        self.open_sockets -= 1;
+        self.free_conns.push(k);
+        if read_blocked {
+            // Its slot may be reused before the refill: do not read a stranger's socket.
+            self.read_waiting.retain(|&x| x != k);
+        }
+        let chan = &mut self.channels[ch as usize];
+        chan.conns.retain(|&c| c != k);
+        if chan.light == k {
+            chan.light = NONE;
+        }
+        if chan.heavy == k {
+            chan.heavy = NONE;
+        }
     }
 
     fn on_socket(&mut self, ctx: &mut Context<'_, Ev>, event: SocketEvent<Wire>) {
@@ -479,53 +798,59 @@ impl Relay {
                 if port != OR_PORT {
                     return;
                 }
-                if self.open_sockets >= self.world.params.conn_limit {
+                if self.open_sockets >= self.socket_limit() {
                     self.now_counters.conn_limit_refusals += 1;
                     self.stack.abort(ctx, socket);
                     return;
                 }
-                let ch = self.add_channel(ctx.now(), socket, peer, false, true);
-                // A relay that connects to us may be asked to extend back through us.
-                self.chan_by_peer.entry(peer).or_insert(ch);
+                // Until a Join names another channel, the connection is a channel of its own
+                // (always so for vanilla peers and for clients).
+                let ch = self.add_channel(ctx.now(), peer, false);
+                self.add_conn(ctx.now(), ch, socket, true);
+                if self.design == ChannelDesign::Vanilla {
+                    // A relay that connects to us may be asked to extend back through us.
+                    self.chan_by_peer.entry(peer).or_insert(ch);
+                }
             }
             SocketEvent::Connected(socket) => {
-                if let Some(ch) = self.channel_of(socket) {
-                    self.channels[ch as usize].open = true;
+                if let Some(k) = self.conn_of(socket) {
+                    self.conns[k as usize].open = true;
+                    let ch = self.conns[k as usize].chan;
                     self.mark_pending(ctx, ch);
                 } else if let Some(st) = self.stream_of(socket) {
                     self.server_connected(ctx, st);
                 }
             }
             SocketEvent::Readable(socket) => {
-                if let Some(ch) = self.channel_of(socket) {
-                    self.read_channel(ctx, ch);
+                if let Some(k) = self.conn_of(socket) {
+                    self.read_conn(ctx, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     let circ = self.streams[st as usize].as_ref().unwrap().circ;
                     self.package(ctx, circ);
                 }
             }
             SocketEvent::Data { socket, bytes } => {
-                if self.channel_of(socket).is_some() {
+                if self.conn_of(socket).is_some() {
                     self.now_counters.bytes_read += bytes;
                 }
             }
             SocketEvent::Message { socket, message } => {
-                if let (Some(ch), Wire::Cell(cell)) = (self.channel_of(socket), message) {
-                    self.now_counters.cells_in += 1;
-                    self.handle_cell(ctx, ch, cell);
+                if let Some(k) = self.conn_of(socket) {
+                    self.on_message(ctx, k, message);
                 }
             }
             SocketEvent::Writable(socket) => {
-                if let Some(ch) = self.channel_of(socket) {
-                    self.channels[ch as usize].blocked = false;
+                if let Some(k) = self.conn_of(socket) {
+                    self.conns[k as usize].blocked = false;
+                    let ch = self.conns[k as usize].chan;
                     if !self.channels[ch as usize].mux.is_empty() {
                         self.mark_pending(ctx, ch);
                     }
                 }
             }
             SocketEvent::PeerClosed(socket) => {
-                if let Some(ch) = self.channel_of(socket) {
-                    self.close_channel(ctx, ch);
+                if let Some(k) = self.conn_of(socket) {
+                    self.conn_lost(ctx, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     self.streams[st as usize].as_mut().unwrap().server_done = true;
                     let circ = self.streams[st as usize].as_ref().unwrap().circ;
@@ -535,8 +860,8 @@ impl Relay {
             SocketEvent::Closed(socket)
             | SocketEvent::Reset(socket)
             | SocketEvent::TimedOut(socket) => {
-                if let Some(ch) = self.channel_of(socket) {
-                    self.close_channel(ctx, ch);
+                if let Some(k) = self.conn_of(socket) {
+                    self.conn_lost(ctx, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     let done = self.streams[st as usize].as_ref().unwrap().server_done;
                     if done {
@@ -552,10 +877,226 @@ impl Relay {
         }
     }
 
-    /// Reads as much of a channel's waiting data as the read bucket allows.
-    fn read_channel(&mut self, ctx: &mut Context<'_, Ev>, ch: u32) {
+    /// A connection ended without the closing handshake. Vanilla and Torchestra channels
+    /// fail with it; a PCTCP connection that carries no circuit (its circuit's DESTROY came
+    /// first) and an IMUX connection of a channel with others left just go.
+    fn conn_lost(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
+        let conn = &self.conns[k as usize];
+        let ch = conn.chan;
+        let quiet = match self.design {
+            ChannelDesign::Pctcp => conn.circuits == 0,
+            ChannelDesign::Imux => self.channels[ch as usize].conns.len() > 1,
+            _ => false,
+        };
+        if quiet {
+            let socket = conn.socket;
+            self.drop_conn(k);
+            if self.stack.is_open(socket) {
+                self.stack.close(ctx, socket);
+            }
+            if self.channels[ch as usize].conns.is_empty() {
+                self.close_channel(ctx, ch);
+            }
+        } else if self.design == ChannelDesign::Pctcp && self.channels[ch as usize].conns.len() > 1
+        {
+            // A PCTCP connection is its circuit's alone: only that circuit fails with it.
+            let socket = conn.socket;
+            let chan = &self.channels[ch as usize];
+            let mut pinned = Vec::new();
+            for &circ in chan.ours.iter().chain(chan.theirs.iter()) {
+                if circ == NONE {
+                    continue;
+                }
+                if let Some(c) = self.circuits[circ as usize].as_mut() {
+                    if c.side_for(ch).conn == k {
+                        pinned.push((circ, c.prev.chan == ch));
+                    }
+                }
+            }
+            self.drop_conn(k);
+            if self.stack.is_open(socket) {
+                self.stack.abort(ctx, socket);
+            }
+            for (circ, from_prev) in pinned {
+                self.destroy_circuit(ctx, circ, Some(from_prev));
+            }
+        } else {
+            self.close_channel(ctx, ch);
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Context<'_, Ev>, k: u32, message: Wire) {
+        match message {
+            Wire::Cell(cell) => {
+                self.now_counters.cells_in += 1;
+                let ch = self.conns[k as usize].chan;
+                self.handle_cell(ctx, ch, k, cell);
+            }
+            Wire::Sequenced { cell, seq } => {
+                self.now_counters.cells_in += 1;
+                self.sequenced_cell(ctx, k, cell, seq);
+            }
+            Wire::Join { channel, heavy } => self.join(ctx, k, channel, heavy),
+            Wire::ClosingBegin => {
+                // Everything we wrote on it is in the socket already: answer and close.
+                let conn = &mut self.conns[k as usize];
+                conn.state = ConnState::Closing;
+                let socket = conn.socket;
+                let bytes = cell_wire_bytes(&self.world);
+                self.stack.write_message(socket, bytes, Wire::ClosingEnd);
+                self.stack.flush(ctx, socket);
+                self.finish_closing(ctx, k);
+            }
+            Wire::ClosingEnd => self.finish_closing(ctx, k),
+            Wire::Switch { circ_id, heavy } => {
+                let ch = self.conns[k as usize].chan;
+                let chan = &self.channels[ch as usize];
+                let target = if heavy { chan.heavy } else { chan.light };
+                if target == NONE {
+                    return;
+                }
+                if let Some(circ) = chan.lookup(circ_id) {
+                    self.pin_torchestra(circ, ch, circ_id, heavy, target);
+                }
+            }
+            Wire::Request { .. } => {}
+        }
+    }
+
+    /// A connection of a channel opened by the peer names the channel it belongs to.
+    fn join(&mut self, ctx: &mut Context<'_, Ev>, k: u32, token: u32, heavy: bool) {
+        let own = self.conns[k as usize].chan;
+        let peer = self.channels[own as usize].peer;
+        let ch = match self.chan_by_token.get(&(peer, token)) {
+            Some(&ch) if !self.channels[ch as usize].closed => ch,
+            _ => {
+                self.chan_by_token.insert((peer, token), own);
+                self.channels[own as usize].token = token;
+                own
+            }
+        };
+        if ch != own {
+            // Move the connection from its provisional channel (which has no circuits).
+            let chan = &mut self.channels[own as usize];
+            chan.conns.clear();
+            chan.closed = true;
+            self.conns[k as usize].chan = ch;
+            self.channels[ch as usize].conns.push(k);
+        }
+        let chan = &mut self.channels[ch as usize];
+        chan.sequenced = sequenced(self.design);
+        if self.design == ChannelDesign::Torchestra || self.design == ChannelDesign::TorchestraIdeal
+        {
+            if heavy {
+                chan.heavy = k;
+            } else {
+                chan.light = k;
+            }
+        }
+        if self.design == ChannelDesign::Imux
+            && self.channels[ch as usize].conns.len() > 1
+            && self.open_sockets > self.socket_limit()
+        {
+            // Over the cap: refuse the extra connection with the closing handshake.
+            self.now_counters.conn_limit_refusals += 1;
+            self.begin_closing(ctx, k);
+        }
+    }
+
+    /// Starts IMUX's closing handshake on connection `k`: no more cells go on it.
+    fn begin_closing(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
+        let conn = &mut self.conns[k as usize];
+        if conn.state != ConnState::Active {
+            return;
+        }
+        if !conn.open {
+            // Not connected yet: nothing was sent on it, nothing to hand over.
+            let socket = conn.socket;
+            self.drop_conn(k);
+            self.stack.abort(ctx, socket);
+            self.channel_stats.conns_closed += 1;
+            return;
+        }
+        conn.state = ConnState::Closing;
+        let socket = conn.socket;
+        let bytes = cell_wire_bytes(&self.world);
+        self.stack.write_message(socket, bytes, Wire::ClosingBegin);
+        self.stack.flush(ctx, socket);
+    }
+
+    fn finish_closing(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
+        let socket = self.conns[k as usize].socket;
+        let ch = self.conns[k as usize].chan;
+        self.drop_conn(k);
+        self.stack.close(ctx, socket);
+        self.channel_stats.conns_closed += 1;
+        // Circuits pinned to it (round robin) find another connection when they next send.
+        if !self.channels[ch as usize].mux.is_empty() {
+            self.mark_pending(ctx, ch);
+        }
+        if self.channels[ch as usize].conns.is_empty() {
+            self.close_channel(ctx, ch);
+        }
+    }
+
+    /// A cell of a multi-connection channel: hand it on in its circuit's order.
+    fn sequenced_cell(&mut self, ctx: &mut Context<'_, Ev>, k: u32, cell: Cell, seq: u32) {
+        let ch = self.conns[k as usize].chan;
+        let circ_id = cell.circ_id;
+        let expected = self.expected_seq(ch, circ_id);
+        if !self.channels[ch as usize]
+            .reorder
+            .arrive(circ_id, seq, expected, cell)
+        {
+            self.channel_stats.cells_reordered += 1;
+            return;
+        }
+        if seq < expected {
+            self.channel_stats.order_violations += 1;
+        }
+        let mut next = Some(cell);
+        while let Some(cell) = next {
+            self.bump_seq_in(ch, circ_id);
+            self.handle_cell(ctx, ch, k, cell);
+            if self.channels[ch as usize].closed {
+                return;
+            }
+            let expected = self.expected_seq(ch, circ_id);
+            next = self.channels[ch as usize].reorder.take(circ_id, expected);
+        }
+    }
+
+    /// The next sequence number due on circuit id `circ_id` of `ch` (0 for a circuit not yet
+    /// created: its CREATE2 is the first cell).
+    fn expected_seq(&mut self, ch: u32, circ_id: u32) -> u32 {
+        let Some(circ) = self.channels[ch as usize].lookup(circ_id) else {
+            return 0;
+        };
+        self.circuits[circ as usize]
+            .as_mut()
+            .and_then(|c| c.side_on(ch, circ_id))
+            .map_or(0, |s| s.seq_in)
+    }
+
+    fn bump_seq_in(&mut self, ch: u32, circ_id: u32) {
+        let Some(circ) = self.channels[ch as usize].lookup(circ_id) else {
+            return;
+        };
+        if let Some(side) = self.circuits[circ as usize]
+            .as_mut()
+            .and_then(|c| c.side_on(ch, circ_id))
+        {
+            side.seq_in += 1;
+        }
+    }
+
+    /// Reads as much of a connection's waiting data as the read bucket allows.
+    fn read_conn(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
         let now = ctx.now();
-        let socket = self.channels[ch as usize].socket;
+        let socket = self.conns[k as usize].socket;
+        if socket.slot == NONE {
+            return;
+        }
         let waiting = self.stack.readable(socket);
         if waiting == 0 {
             return;
@@ -564,10 +1105,10 @@ impl Relay {
         let n = self.stack.read(ctx, socket, waiting.min(allowance));
         self.buckets.note_read(n, true);
         if n < waiting {
-            let c = &mut self.channels[ch as usize];
+            let c = &mut self.conns[k as usize];
             if !c.read_blocked {
                 c.read_blocked = true;
-                self.read_waiting.push(ch);
+                self.read_waiting.push(k);
             }
             self.arm_refill(ctx);
         }
@@ -588,6 +1129,7 @@ impl Relay {
     }
 
     fn new_circuit(&mut self, circuit: Circuit) -> u32 {
+        self.live_circuits += 1;
         match self.free_circuits.pop() {
             Some(i) => {
                 self.circuits[i as usize] = Some(circuit);
@@ -600,9 +1142,9 @@ impl Relay {
         }
     }
 
-    fn handle_cell(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, cell: Cell) {
+    fn handle_cell(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, k: u32, cell: Cell) {
         if cell.command == CellCommand::Create2 {
-            self.on_create(ctx, ch, cell);
+            self.on_create(ctx, ch, k, cell);
             return;
         }
         let Some(circ) = self.channels[ch as usize].lookup(cell.circ_id) else {
@@ -632,15 +1174,13 @@ impl Relay {
         }
     }
 
-    fn on_create(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, cell: Cell) {
+    fn on_create(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, k: u32, cell: Cell) {
+        let seq_in = u32::from(sequenced(self.design));
         let circ = self.new_circuit(Circuit {
-            prev: Side {
-                chan: ch,
-                circ_id: cell.circ_id,
-                queue: VecDeque::new(),
-            },
+            prev: Side::new(ch, cell.circ_id, seq_in),
             next: None,
             hop: cell.hop.max(1),
+            declared_heavy: self.design == ChannelDesign::TorchestraIdeal && cell.arg == 1,
             exit: None,
             stats: QueueStats::default(),
         });
@@ -648,10 +1188,73 @@ impl Relay {
             // The id is taken: a confused peer. Refuse.
             self.circuits[circ as usize] = None;
             self.free_circuits.push(circ);
+            self.live_circuits -= 1;
             return;
         }
+        self.assign_conn(circ, false, k);
         let reply = Cell::new(0, CellCommand::Created2);
         self.queue_towards(ctx, circ, false, reply);
+    }
+
+    /// Pins a circuit's side on its channel to a connection where the design pins circuits:
+    /// the only one (vanilla), the one the circuit arrived on or was opened for (PCTCP), the
+    /// light one or for a declared bulk circuit the heavy one (Torchestra), the next in turn
+    /// (IMUX round robin). IMUX's other schedulers choose per cell instead.
+    fn assign_conn(&mut self, circ: u32, forward: bool, arrived_on: u32) {
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let declared_heavy = c.declared_heavy;
+        let side = if forward {
+            c.next.as_mut().unwrap()
+        } else {
+            &mut c.prev
+        };
+        let chan = &mut self.channels[side.chan as usize];
+        let conn = match self.design {
+            ChannelDesign::Vanilla => chan.conns.first().copied().unwrap_or(NONE),
+            ChannelDesign::Pctcp => arrived_on,
+            ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
+                if declared_heavy && chan.heavy != NONE {
+                    side.heavy = true;
+                    chan.heavy
+                } else if chan.light != NONE {
+                    chan.light
+                } else {
+                    arrived_on
+                }
+            }
+            ChannelDesign::Imux => match self.world.params.imux_scheduler {
+                ImuxScheduler::RoundRobin if !chan.conns.is_empty() => {
+                    chan.turn = (chan.turn + 1) % chan.conns.len();
+                    chan.conns[chan.turn]
+                }
+                _ => NONE,
+            },
+        };
+        side.conn = conn;
+        if conn != NONE && (conn as usize) < self.conns.len() {
+            self.conns[conn as usize].circuits += 1;
+        }
+    }
+
+    fn pin_torchestra(&mut self, circ: u32, ch: u32, circ_id: u32, heavy: bool, target: u32) {
+        let Some(side) = self.circuits[circ as usize]
+            .as_mut()
+            .and_then(|c| c.side_on(ch, circ_id))
+        else {
+            return;
+        };
+        if side.heavy == heavy || side.conn == target {
+            side.heavy = heavy;
+            return;
+        }
+        let old = side.conn;
+        side.heavy = heavy;
+        side.conn = target;
+        if old != NONE {
+            let pinned = &mut self.conns[old as usize].circuits;
+            *pinned = pinned.saturating_sub(1);
+        }
+        self.conns[target as usize].circuits += 1;
     }
 
     fn relay_cell_for_us(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
@@ -678,6 +1281,35 @@ impl Relay {
         }
     }
 
+    /// The channel to `target` for an extend: the existing one, or a new one with its first
+    /// connection(s); `None` (and the refusal counted) at the socket limit.
+    fn channel_to(&mut self, ctx: &mut Context<'_, Ev>, target: HostId) -> Option<u32> {
+        if let Some(&ch) = self.chan_by_peer.get(&target) {
+            return Some(ch);
+        }
+        if self.open_sockets >= self.socket_limit() {
+            self.now_counters.conn_limit_refusals += 1;
+            return None;
+        }
+        let ch = self.add_channel(ctx.now(), target, true);
+        match self.design {
+            // PCTCP opens a connection per circuit, when the circuit is extended.
+            ChannelDesign::Pctcp => {}
+            ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
+                let light = self.open_conn(ctx, ch, 0);
+                let heavy = self.open_conn(ctx, ch, 1);
+                let chan = &mut self.channels[ch as usize];
+                chan.light = light.unwrap_or(NONE);
+                chan.heavy = heavy.unwrap_or(NONE);
+            }
+            ChannelDesign::Vanilla | ChannelDesign::Imux => {
+                self.open_conn(ctx, ch, 0);
+            }
+        }
+        self.chan_by_peer.insert(target, ch);
+        Some(ch)
+    }
+
     fn extend(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, target: HostId) {
         if self.circuits[circ as usize]
             .as_ref()
@@ -687,29 +1319,32 @@ impl Relay {
         {
             return;
         }
-        let ch = match self.chan_by_peer.get(&target) {
-            Some(&ch) => ch,
-            None => {
-                if self.open_sockets >= self.world.params.conn_limit {
-                    self.now_counters.conn_limit_refusals += 1;
+        let Some(ch) = self.channel_to(ctx, target) else {
+            self.destroy_reason = DESTROY_CONNECT_FAILED;
+            self.destroy_circuit(ctx, circ, None);
+            return;
+        };
+        let mut arrived_on = NONE;
+        if self.design == ChannelDesign::Pctcp {
+            match self.open_conn(ctx, ch, 0) {
+                Some(k) => arrived_on = k,
+                None => {
+                    if self.channels[ch as usize].conns.is_empty() {
+                        self.close_channel(ctx, ch);
+                    }
+                    self.destroy_reason = DESTROY_CONNECT_FAILED;
                     self.destroy_circuit(ctx, circ, None);
                     return;
                 }
-                let socket = self.stack.connect(ctx, target, OR_PORT);
-                let ch = self.add_channel(ctx.now(), socket, target, true, false);
-                self.chan_by_peer.insert(target, ch);
-                ch
             }
-        };
+        }
         let circ_id = self.channels[ch as usize].allocate(circ);
         let c = self.circuits[circ as usize].as_mut().unwrap();
-        c.next = Some(Side {
-            chan: ch,
-            circ_id,
-            queue: VecDeque::new(),
-        });
+        c.next = Some(Side::new(ch, circ_id, 0));
         let mut create = Cell::new(0, CellCommand::Create2);
         create.hop = c.hop + 1;
+        create.arg = u32::from(c.declared_heavy);
+        self.assign_conn(circ, true, arrived_on);
         self.queue_towards(ctx, circ, true, create);
     }
 
@@ -774,101 +1409,247 @@ impl Relay {
         );
     }
 
-    /// Moves queued cells into channel sockets: globally across channels, quietest circuit
-    /// first, within each socket's write limit and the write bucket.
+    /// Whether one of the channel's connections may take a cell in this scheduler run.
+    fn has_room(&self, ch: u32) -> bool {
+        self.channels[ch as usize].room > 0
+    }
+
+    /// Counts the channel's connections with room for a cell at the start of a scheduler run,
+    /// and under IMUX's EWMA mapping ranks them.
+    fn count_room(&mut self, ch: u32, cell_bytes: u64, now: SimTime) {
+        let chan = &mut self.channels[ch as usize];
+        let conns = &self.conns;
+        chan.room = chan
+            .conns
+            .iter()
+            .filter(|&&k| conns[k as usize].usable() && conns[k as usize].limit >= cell_bytes)
+            .count() as u32;
+        if self.design == ChannelDesign::Imux
+            && self.world.params.imux_scheduler == ImuxScheduler::Ewma
+        {
+            let clock = &self.clock;
+            let mut ranked: Vec<(f64, u32)> = chan
+                .conns
+                .iter()
+                .filter(|&&k| conns[k as usize].usable())
+                .map(|&k| (conns[k as usize].ewma.value(clock, now), k))
+                .collect();
+            ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            chan.order.clear();
+            chan.order.extend(ranked.iter().map(|&(_, k)| k));
+        }
+    }
+
+    /// The connection the next cell of `circ` goes on, among those with room in this run.
+    fn pick_conn(&mut self, ch: u32, circ: u32, now: SimTime, cell_bytes: u64) -> Option<u32> {
+        let room = |conns: &[Conn], k: u32| {
+            k != NONE && conns[k as usize].usable() && conns[k as usize].limit >= cell_bytes
+        };
+        let pinned = self.circuits[circ as usize]
+            .as_mut()
+            .unwrap()
+            .side_for(ch)
+            .conn;
+        match (self.design, self.world.params.imux_scheduler) {
+            (ChannelDesign::Imux, ImuxScheduler::ShortestQueue) => {
+                let chan = &self.channels[ch as usize];
+                let best =
+                    transport::shortest_queue(chan.conns.iter().map(|&k| {
+                        room(&self.conns, k).then(|| self.conns[k as usize].queued_bytes)
+                    }))?;
+                Some(chan.conns[best])
+            }
+            (ChannelDesign::Imux, ImuxScheduler::Ewma) => {
+                // Connections ranked at the start of the run (a run is a few milliseconds).
+                let chan = &self.channels[ch as usize];
+                let (rank, n) = chan.mux.rank(circ, now).unwrap_or((0, 1));
+                let k = transport::imux_ewma_pick(rank, n, &chan.order)?;
+                room(&self.conns, k).then_some(k)
+            }
+            (ChannelDesign::Imux, ImuxScheduler::RoundRobin) => {
+                let alive = pinned != NONE
+                    && self.channels[ch as usize].conns.contains(&pinned)
+                    && self.conns[pinned as usize].state == ConnState::Active;
+                if !alive {
+                    let chan = &mut self.channels[ch as usize];
+                    let active: Vec<u32> = chan
+                        .conns
+                        .iter()
+                        .copied()
+                        .filter(|&k| self.conns[k as usize].state == ConnState::Active)
+                        .collect();
+                    if active.is_empty() {
+                        return None;
+                    }
+                    chan.turn = (chan.turn + 1) % active.len();
+                    let k = active[chan.turn];
+                    let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
+                    side.conn = k;
+                    self.conns[k as usize].circuits += 1;
+                    return room(&self.conns, k).then_some(k);
+                }
+                room(&self.conns, pinned).then_some(pinned)
+            }
+            _ => room(&self.conns, pinned).then_some(pinned),
+        }
+    }
+
+    /// Moves queued cells into connection sockets: globally across channels, quietest
+    /// circuit first, within each socket's write limit and the write bucket.
     fn run_scheduler(&mut self, ctx: &mut Context<'_, Ev>) {
         let now = ctx.now();
         // Tor stamps the run when it ends; in simulated time that is this same instant, and
         // stamping first keeps work queued during the run from re-arming it at once.
         self.last_schedule_run = Some(now);
-        let cell_bytes = cell_wire_bytes(&self.world);
+        let base_cell_bytes = cell_wire_bytes(&self.world);
         let world = self.world.clone();
         let params = &world.params;
+        let design = self.design;
         let mut allowance = self.buckets.write_allowance(now, true);
         let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
         let mut deferred = Vec::new();
+        let mut parked = Vec::new();
         for ch in std::mem::take(&mut self.pending) {
             let chan = &mut self.channels[ch as usize];
             chan.pending = false;
             if chan.mux.is_empty() {
                 continue;
             }
-            if !chan.open || chan.blocked {
-                deferred.push(ch);
-                continue;
-            }
-            let info = self.stack.tcp_info(chan.socket);
-            chan.limit = match (params.scheduler, info) {
-                (_, None) => 0,
-                (SchedulerKind::Kist, Some(i)) => kist_write_limit(
-                    i.cwnd,
-                    i.unacked,
-                    i.mss,
-                    i.notsent,
-                    0,
-                    params.kist_sock_buf_size_factor,
-                ),
-                (SchedulerKind::KistLite, Some(_)) => {
-                    kistlite_write_limit(params.outbuf_high_bytes, 0)
+            let cell_bytes = self.chan_cell_bytes(ch);
+            for i in 0..self.channels[ch as usize].conns.len() {
+                let k = self.channels[ch as usize].conns[i];
+                let conn = &mut self.conns[k as usize];
+                if !conn.usable() {
+                    conn.limit = 0;
+                    continue;
                 }
-                // The old scheduler writes until the kernel refuses more.
-                (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
-            };
-            if chan.limit >= cell_bytes {
-                let best = chan.mux.best_value(now).unwrap_or(0.0);
+                let info = self.stack.tcp_info(conn.socket);
+                conn.limit = match (params.scheduler, info.as_ref()) {
+                    (_, None) => 0,
+                    (SchedulerKind::Kist, Some(i)) => kist_write_limit(
+                        i.cwnd,
+                        i.unacked,
+                        i.mss,
+                        i.notsent,
+                        0,
+                        params.kist_sock_buf_size_factor,
+                    ),
+                    (SchedulerKind::KistLite, Some(_)) => {
+                        kistlite_write_limit(params.outbuf_high_bytes, 0)
+                    }
+                    // The old scheduler writes until the kernel refuses more.
+                    (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
+                };
+                conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
+            }
+            self.count_room(ch, cell_bytes, now);
+            if self.has_room(ch) {
+                let best = self.channels[ch as usize]
+                    .mux
+                    .best_value(now)
+                    .unwrap_or(0.0);
                 heap.push(Reverse((ewma_key(best), ch)));
             } else {
                 deferred.push(ch);
             }
         }
-        let mut touched = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
         let mut unblocked = Vec::new();
         while let Some(Reverse((_, ch))) = heap.pop() {
+            let cell_bytes = self.chan_cell_bytes(ch);
             if allowance < cell_bytes {
                 deferred.push(ch);
                 continue;
             }
-            let chan = &mut self.channels[ch as usize];
-            let Some(circ) = chan.mux.best(now) else {
+            let Some(circ) = self.channels[ch as usize].mux.best(now) else {
                 continue;
             };
-            let c = self.circuits[circ as usize].as_mut().unwrap();
-            let side = if c.prev.chan == ch {
-                &mut c.prev
+            let empty = self.circuits[circ as usize]
+                .as_mut()
+                .unwrap()
+                .side_for(ch)
+                .queue
+                .is_empty();
+            let chosen = if empty {
+                None
             } else {
-                c.next.as_mut().unwrap()
+                self.pick_conn(ch, circ, now, cell_bytes)
             };
-            let Some(cell) = side.queue.pop_front() else {
+            let Some(k) = chosen else {
+                // Nothing queued, or its connection is full: it waits for a later run while
+                // the channel's other circuits go on.
+                let chan = &mut self.channels[ch as usize];
                 chan.mux.remove(circ);
+                if !empty {
+                    chan.parked.push(circ);
+                    if chan.parked.len() == 1 {
+                        parked.push(ch);
+                    }
+                }
                 if !chan.mux.is_empty() {
-                    let best = chan.mux.best_value(now).unwrap_or(0.0);
-                    heap.push(Reverse((ewma_key(best), ch)));
+                    if self.has_room(ch) {
+                        let best = self.channels[ch as usize]
+                            .mux
+                            .best_value(now)
+                            .unwrap_or(0.0);
+                        heap.push(Reverse((ewma_key(best), ch)));
+                    } else {
+                        deferred.push(ch);
+                    }
                 }
                 continue;
             };
-            if !self
-                .stack
-                .write_message(chan.socket, cell_bytes, Wire::Cell(cell))
-            {
+            let c = self.circuits[circ as usize].as_mut().unwrap();
+            let side = c.side_for(ch);
+            let cell = side.queue.pop_front().unwrap();
+            let conn = &mut self.conns[k as usize];
+            let message = if self.channels[ch as usize].sequenced {
+                Wire::Sequenced {
+                    cell,
+                    seq: side.seq_out,
+                }
+            } else {
+                Wire::Cell(cell)
+            };
+            if !self.stack.write_message(conn.socket, cell_bytes, message) {
                 side.queue.push_front(cell);
-                chan.blocked = true;
-                deferred.push(ch);
+                conn.blocked = true;
+                // It had room (it was chosen for it); now it has none.
+                self.channels[ch as usize].room -= 1;
+                if self.has_room(ch) {
+                    let best = self.channels[ch as usize]
+                        .mux
+                        .best_value(now)
+                        .unwrap_or(0.0);
+                    heap.push(Reverse((ewma_key(best), ch)));
+                } else {
+                    deferred.push(ch);
+                }
                 continue;
             }
+            side.seq_out += 1;
+            conn.limit -= cell_bytes;
+            if conn.limit < cell_bytes {
+                self.channels[ch as usize].room -= 1;
+            }
+            conn.queued_bytes += cell_bytes;
+            conn.last_used = now;
+            if design != ChannelDesign::Vanilla {
+                conn.ewma.note_cells(&self.clock, 1, now);
+            }
             let emptied = side.queue.is_empty();
+            let own = side.queue.len() as u64 + 1;
             if let Some(exit) = c.exit.as_mut() {
-                if exit.edge_blocked && side.queue.len() <= params.circuit_queue_low_cells as usize
-                {
+                if exit.edge_blocked && own - 1 <= params.circuit_queue_low_cells as u64 {
                     exit.edge_blocked = false;
                     unblocked.push(circ);
                 }
             }
-            let own = side.queue.len() as u64 + 1;
+            let chan = &mut self.channels[ch as usize];
             c.stats.cells += 1;
             c.stats.overtaken += chan.queued - own;
             chan.queued -= 1;
             self.queued_cells -= 1;
-            chan.limit -= cell_bytes;
             allowance -= cell_bytes;
             self.buckets.note_written(cell_bytes, true);
             self.now_counters.cells_out += 1;
@@ -877,12 +1658,18 @@ impl Relay {
             if emptied {
                 chan.mux.remove(circ);
             }
-            if !touched.contains(&ch) {
-                touched.push(ch);
+            if !touched.contains(&k) {
+                touched.push(k);
             }
-            if !chan.mux.is_empty() {
-                if chan.limit >= cell_bytes {
-                    let best = chan.mux.best_value(now).unwrap_or(0.0);
+            if design == ChannelDesign::Torchestra {
+                self.classify_torchestra(ctx, ch, circ, now);
+            }
+            if !self.channels[ch as usize].mux.is_empty() {
+                if self.has_room(ch) {
+                    let best = self.channels[ch as usize]
+                        .mux
+                        .best_value(now)
+                        .unwrap_or(0.0);
                     heap.push(Reverse((ewma_key(best), ch)));
                 } else {
                     self.write_limit_hits += 1;
@@ -891,8 +1678,8 @@ impl Relay {
             }
         }
         if params.scheduler == SchedulerKind::Kist {
-            for &ch in &touched {
-                let socket = self.channels[ch as usize].socket;
+            for &k in &touched {
+                let socket = self.conns[k as usize].socket;
                 if let Some(i) = self.stack.tcp_info(socket) {
                     let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
                     let space = (cwnd - unacked).max(0) * mss;
@@ -903,14 +1690,21 @@ impl Relay {
                 }
             }
         }
-        for &ch in &touched {
-            let socket = self.channels[ch as usize].socket;
+        for &k in &touched {
+            let socket = self.conns[k as usize].socket;
             self.stack.flush(ctx, socket);
+        }
+        for ch in parked {
+            let chan = &mut self.channels[ch as usize];
+            for circ in std::mem::take(&mut chan.parked) {
+                chan.mux.add_active(circ);
+            }
+            deferred.push(ch);
         }
         for circ in unblocked {
             self.package(ctx, circ);
         }
-        let out_of_tokens = allowance < cell_bytes;
+        let out_of_tokens = allowance < base_cell_bytes;
         for ch in deferred {
             let chan = &mut self.channels[ch as usize];
             if !chan.pending && !chan.mux.is_empty() {
@@ -926,35 +1720,199 @@ impl Relay {
         }
     }
 
+    /// Torchestra: after a cell of `circ` left on channel `ch`, moves the circuit between
+    /// the light and the heavy connection if its EWMA crossed the threshold, and tells the
+    /// peer so it moves the circuit's other direction too.
+    fn classify_torchestra(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, circ: u32, now: SimTime) {
+        let chan = &self.channels[ch as usize];
+        let (light, heavy) = (chan.light, chan.heavy);
+        if light == NONE || heavy == NONE {
+            return;
+        }
+        let Some(ewma) = chan.mux.value(circ, now) else {
+            return;
+        };
+        // The average over the light connection's circuits that carry traffic (at least
+        // TORCHESTRA_MIN_HEAVY_CELLS recently): idle circuits would dilute it, and a web
+        // circuit's burst would then look heavy.
+        let (mut sum, mut n) = (0.0, 0u32);
+        for (c, value) in chan.mux.values(now) {
+            if value < TORCHESTRA_MIN_HEAVY_CELLS {
+                continue;
+            }
+            let on_light = self.circuits[c as usize]
+                .as_ref()
+                .map(|cc| {
+                    if cc.prev.chan == ch {
+                        &cc.prev
+                    } else {
+                        cc.next.as_ref().unwrap_or(&cc.prev)
+                    }
+                })
+                .is_some_and(|side| side.conn == light);
+            if on_light {
+                sum += value;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            // No light circuit is waiting: nothing to protect, the class stays.
+            return;
+        }
+        let average = sum / n as f64;
+        if !was_heavy_now(self, circ, ch) && ewma < TORCHESTRA_MIN_HEAVY_CELLS {
+            // A handful of cells (a circuit being built) is no bulk transfer.
+            return;
+        }
+        let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
+        let was_heavy = side.heavy;
+        let heavy_now = transport::torchestra_heavy(
+            was_heavy,
+            ewma,
+            average,
+            self.world.params.torchestra_threshold,
+        );
+        if heavy_now == was_heavy {
+            return;
+        }
+        let circ_id = side.circ_id;
+        let target = if heavy_now { heavy } else { light };
+        self.pin_torchestra(circ, ch, circ_id, heavy_now, target);
+        if heavy_now {
+            self.channel_stats.switched_heavy += 1;
+        } else {
+            self.channel_stats.switched_light += 1;
+        }
+        let socket = self.conns[light as usize].socket;
+        let bytes = cell_wire_bytes(&self.world);
+        if self.stack.write_message(
+            socket,
+            bytes,
+            Wire::Switch {
+                circ_id,
+                heavy: heavy_now,
+            },
+        ) {
+            self.stack.flush(ctx, socket);
+        }
+    }
+
+    /// IMUX's once-a-second housekeeping: sizes every channel's set of connections by its
+    /// share of the relay's circuits (`getMaxConns`), opening connections on channels this
+    /// relay opened and closing the surplus on any.
+    fn manage_connections(&mut self, ctx: &mut Context<'_, Ev>) {
+        let p = &self.world.params;
+        let (tau, limit) = (p.imux_tau, self.conn_limit);
+        let mut ages = Vec::new();
+        let mut close = Vec::new();
+        for ch in 0..self.channels.len() as u32 {
+            let chan = &self.channels[ch as usize];
+            if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token == NONE {
+                continue;
+            }
+            let nconns = chan.conns.len() as u32;
+            let target = transport::imux_max_conns(
+                nconns,
+                chan.ncircs,
+                self.live_circuits,
+                limit,
+                tau,
+                self.open_sockets,
+            );
+            if target > nconns && chan.opener {
+                for _ in nconns..target {
+                    // Growth stops quietly at the cap: that is the design, not a refusal.
+                    if self.open_sockets >= self.socket_limit()
+                        || self.open_conn(ctx, ch, 0).is_none()
+                    {
+                        break;
+                    }
+                }
+            } else if target < nconns {
+                let chan = &self.channels[ch as usize];
+                ages.clear();
+                ages.extend(chan.conns.iter().map(|&k| {
+                    let c = &self.conns[k as usize];
+                    ConnAge {
+                        open: c.open,
+                        created: c.created,
+                        last_used: c.last_used,
+                    }
+                }));
+                transport::imux_close_order(&ages, (nconns - target) as usize, &mut close);
+                let victims: Vec<u32> = close.iter().map(|&i| chan.conns[i]).collect();
+                for k in victims {
+                    self.begin_closing(ctx, k);
+                }
+            }
+        }
+    }
+
     fn destroy_circuit(
         &mut self,
         ctx: &mut Context<'_, Ev>,
         circ: u32,
         came_from_prev: Option<bool>,
     ) {
+        let reason = std::mem::take(&mut self.destroy_reason);
         let Some(c) = self.circuits[circ as usize].take() else {
             return;
         };
         self.free_circuits.push(circ);
+        self.live_circuits -= 1;
         let mut sides = vec![(c.prev, came_from_prev != Some(true))];
         if let Some(next) = c.next {
             sides.push((next, came_from_prev != Some(false)));
         }
+        let cell_bytes = cell_wire_bytes(&self.world);
         for (side, notify) in sides {
             self.queued_cells -= side.queue.len() as u64;
             let chan = &mut self.channels[side.chan as usize];
             chan.queued -= side.queue.len() as u64;
             chan.mux.detach(circ);
+            chan.parked.retain(|&x| x != circ);
             chan.release(side.circ_id);
-            if notify && chan.open {
-                let destroy = Cell::new(side.circ_id, CellCommand::Destroy);
-                let cell_bytes = cell_wire_bytes(&self.world);
-                if self
-                    .stack
-                    .write_message(chan.socket, cell_bytes, Wire::Cell(destroy))
-                {
-                    self.stack.flush(ctx, chan.socket);
+            // The connection the DESTROY goes on: the circuit's own, else any usable one.
+            let conn = if side.conn != NONE && chan.conns.contains(&side.conn) {
+                side.conn
+            } else {
+                chan.conns
+                    .iter()
+                    .copied()
+                    .find(|&k| self.conns[k as usize].state == ConnState::Active)
+                    .unwrap_or(NONE)
+            };
+            if side.conn != NONE && chan.conns.contains(&side.conn) {
+                let pinned = &mut self.conns[side.conn as usize].circuits;
+                *pinned = pinned.saturating_sub(1);
+            }
+            let sequenced_chan = chan.sequenced;
+            if notify && conn != NONE && self.conns[conn as usize].open {
+                let mut destroy = Cell::new(side.circ_id, CellCommand::Destroy);
+                destroy.arg = reason;
+                let message = if sequenced_chan {
+                    Wire::Sequenced {
+                        cell: destroy,
+                        seq: side.seq_out,
+                    }
+                } else {
+                    Wire::Cell(destroy)
+                };
+                let socket = self.conns[conn as usize].socket;
+                if self.stack.write_message(socket, cell_bytes, message) {
+                    self.stack.flush(ctx, socket);
                 }
+            }
+            // PCTCP: the circuit's connection goes with it (the opener closes it).
+            if self.design == ChannelDesign::Pctcp
+                && side.conn != NONE
+                && self.channels[side.chan as usize].opener
+                && self.channels[side.chan as usize].conns.contains(&side.conn)
+                && self.conns[side.conn as usize].circuits == 0
+            {
+                let socket = self.conns[side.conn as usize].socket;
+                self.drop_conn(side.conn);
+                self.stack.close(ctx, socket);
             }
         }
         if let Some(exit) = c.exit {
@@ -970,11 +1928,13 @@ impl Relay {
 
     fn close_channel(&mut self, ctx: &mut Context<'_, Ev>, ch: u32) {
         let chan = &mut self.channels[ch as usize];
-        if chan.socket.slot == NONE {
+        if chan.closed {
             return;
         }
-        let socket = chan.socket;
+        chan.closed = true;
         let peer = chan.peer;
+        let token = chan.token;
+        let opener = chan.opener;
         let circuits: Vec<u32> = chan
             .ours
             .iter()
@@ -982,13 +1942,18 @@ impl Relay {
             .copied()
             .filter(|&c| c != NONE)
             .collect();
-        chan.open = false;
-        chan.socket.slot = NONE;
-        self.chan_by_socket[socket.slot as usize] = NONE;
+        let conns = std::mem::take(&mut chan.conns);
+        let mut sockets = Vec::with_capacity(conns.len());
+        for &k in &conns {
+            sockets.push(self.conns[k as usize].socket);
+            self.drop_conn(k);
+        }
         if self.chan_by_peer.get(&peer) == Some(&ch) {
             self.chan_by_peer.remove(&peer);
         }
-        self.open_sockets -= 1;
+        if !opener && self.chan_by_token.get(&(peer, token)) == Some(&ch) {
+            self.chan_by_token.remove(&(peer, token));
+        }
         for circ in circuits {
             let from_prev = self.circuits[circ as usize]
                 .as_ref()
@@ -997,8 +1962,10 @@ impl Relay {
                 self.destroy_circuit(ctx, circ, Some(from_prev));
             }
         }
-        if self.stack.is_open(socket) {
-            self.stack.abort(ctx, socket);
+        for socket in sockets {
+            if self.stack.is_open(socket) {
+                self.stack.abort(ctx, socket);
+            }
         }
     }
 
@@ -1038,7 +2005,7 @@ impl Relay {
             self.queue_towards(ctx, circ, false, end);
             return;
         }
-        if self.open_sockets >= self.world.params.conn_limit {
+        if self.open_sockets >= self.socket_limit() {
             self.now_counters.conn_limit_refusals += 1;
             let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
             end.arg = 1;
@@ -1048,7 +2015,7 @@ impl Relay {
         let now = ctx.now();
         let socket = self.stack.connect(ctx, cell.arg as HostId, HTTP_PORT);
         self.stack.set_auto_read(socket, false);
-        self.open_sockets += 1;
+        self.note_socket_opened();
         let params = &self.world.params;
         let stream = ExitStream {
             circ,
@@ -1132,7 +2099,7 @@ impl Relay {
         if cell.stream_id == 0 {
             let blocked = {
                 let c = self.circuits[circ as usize].as_ref().unwrap();
-                self.channels[c.prev.chan as usize].blocked
+                c.prev.conn != NONE && self.conns[c.prev.conn as usize].blocked
             };
             let increment = match self.world.params.flow_control {
                 FlowControl::Sendme => self.world.params.circuit_sendme_increment,
@@ -1266,6 +2233,38 @@ impl Relay {
         let mut end = Cell::relay(0, RelayCommand::End, hop, s.stream_id);
         end.arg = failed as u32;
         self.queue_towards(ctx, s.circ, false, end);
+    }
+
+    /// The channels that are open or opening.
+    pub fn channel_views(&self) -> Vec<ChannelView> {
+        self.channels
+            .iter()
+            .filter(|c| !c.closed && !c.conns.is_empty())
+            .map(|c| ChannelView {
+                peer: c.peer,
+                opener: c.opener,
+                conns: c.conns.len(),
+                circuits: c.ncircs,
+            })
+            .collect()
+    }
+
+    /// The circuits open here.
+    pub fn circuit_views(&self) -> Vec<CircuitView> {
+        self.circuits
+            .iter()
+            .flatten()
+            .map(|c| CircuitView {
+                cells: c.stats.cells,
+                heavy: c.prev.heavy || c.next.as_ref().is_some_and(|n| n.heavy),
+                declared_heavy: c.declared_heavy,
+            })
+            .collect()
+    }
+
+    /// The socket limit this relay works under (ConnLimit, or `ConnLimit * tau` under IMUX).
+    pub fn effective_socket_limit(&self) -> u32 {
+        self.socket_limit()
     }
 
     /// Cells queued in all circuit queues (for tests and samples).

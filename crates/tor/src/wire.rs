@@ -1,11 +1,36 @@
-//! What the model's TCP streams carry: Tor cells between relays and clients, and the requests
-//! and responses between exits and file servers.
+//! What the model's TCP streams carry: Tor cells between relays and clients, the control
+//! messages of channels that span several connections, and the requests and responses
+//! between exits and file servers.
 
 use onionlab_torcore::Cell;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wire {
     Cell(Cell),
+    /// A cell of a channel whose circuits' cells may travel over different connections
+    /// (IMUX, Torchestra): its position in its circuit's direction, for the receiver to
+    /// restore the order.
+    Sequenced {
+        cell: Cell,
+        seq: u32,
+    },
+    /// The first message on a connection of a multi-connection channel: which of the
+    /// opener's channels it belongs to (the stand-in for the channel identity a real design
+    /// puts in its handshake), and for Torchestra whether it is the heavy connection.
+    Join {
+        channel: u32,
+        heavy: bool,
+    },
+    /// IMUX's closing handshake: the sender writes nothing more on this connection.
+    ClosingBegin,
+    /// The answer to `ClosingBegin`: everything for this connection has been written; close.
+    ClosingEnd,
+    /// Torchestra: the sender moved the circuit to its heavy (or back to its light)
+    /// connection; the receiver moves the circuit's other direction likewise.
+    Switch {
+        circ_id: u32,
+        heavy: bool,
+    },
     /// An HTTP-like request for `bytes` of response.
     Request {
         bytes: u32,

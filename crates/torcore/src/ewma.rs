@@ -247,6 +247,27 @@ impl CircuitMux {
         Some(e.ewma.value(&self.clock, now))
     }
 
+    /// Every circuit the mux knows (active or idle) with its count at `now`.
+    pub fn values(&self, now: SimTime) -> impl Iterator<Item = (u32, f64)> + '_ {
+        self.active
+            .iter()
+            .chain(self.idle.iter())
+            .map(move |e| (e.circ, e.ewma.value(&self.clock, now)))
+    }
+
+    /// Where `circ` stands among every circuit the mux knows (active or idle), quietest first:
+    /// `(circuits quieter than it, circuits in all)`. For designs that place circuits by their
+    /// rank (IMUX's EWMA mapping); linear in the circuits of the channel.
+    pub fn rank(&self, circ: u32, now: SimTime) -> Option<(usize, usize)> {
+        let own = self.value(circ, now)?;
+        let all = self.active.iter().chain(self.idle.iter());
+        let quieter = all
+            .clone()
+            .filter(|e| e.circ != circ && e.ewma.value(&self.clock, now) < own)
+            .count();
+        Some((quieter, self.active.len() + self.idle.len()))
+    }
+
     pub fn is_active(&self, circ: u32) -> bool {
         self.active_pos(circ).is_some()
     }

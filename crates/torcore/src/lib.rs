@@ -19,7 +19,10 @@ pub use cbt::BuildTimeEstimator;
 pub use cell::{Cell, CellCommand, RelayCommand, CELL_BYTES, RELAY_DATA_BYTES};
 pub use ewma::{CircuitEwma, CircuitMux, EwmaClock};
 pub use kist::{kist_socket_can_write, kist_write_limit, kistlite_write_limit};
-pub use params::{format_real, FlowControl, ParamRange, ParamValue, SchedulerKind, TorParams};
+pub use params::{
+    format_real, ChannelDesign, FlowControl, ImuxScheduler, ParamRange, ParamValue, SchedulerKind,
+    TorParams,
+};
 pub use sendme::{DeliverWindow, PackageWindow, SendmeError};
 pub use token_bucket::{RelayBuckets, TokenBucket};
 pub use vegas::VegasCc;

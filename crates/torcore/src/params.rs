@@ -20,6 +20,39 @@ pub enum SchedulerKind {
     Vanilla,
 }
 
+/// How relays carry circuits between each other (the "channel" design under study).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelDesign {
+    /// One connection per relay pair; every circuit between the pair shares it.
+    #[default]
+    Vanilla,
+    /// Two connections per relay pair, light and heavy; a circuit whose cell rate (EWMA) rises
+    /// past `torchestra_threshold` times the light connection's average moves to the heavy one.
+    Torchestra,
+    /// Torchestra where the client declares each circuit's class when it builds it.
+    TorchestraIdeal,
+    /// One connection per circuit.
+    Pctcp,
+    /// A set of connections per relay pair, sized by the channel's share of circuits, with a
+    /// relay-wide cap of `conn_limit * imux_tau`.
+    Imux,
+}
+
+/// Which connection of an IMUX channel a cell goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ImuxScheduler {
+    /// Each circuit is pinned to one connection, assigned in turn.
+    RoundRobin,
+    /// Circuits and connections ranked by EWMA; a circuit at percentile p uses the connection
+    /// whose percentile band holds p (quiet circuits share the least loaded connections).
+    #[default]
+    Ewma,
+    /// The connection with the least data queued (Tor's buffer plus the kernel's).
+    ShortestQueue,
+}
+
 /// End-to-end flow control of circuits and streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -103,11 +136,22 @@ pub struct TorParams {
     /// Edge output buffer size (cells) above which a stream sends XOFF.
     pub xoff_threshold_cells: u32,
 
+    // --- channels between relays ---
+    pub channel: ChannelDesign,
+    /// Torchestra: a light circuit whose EWMA exceeds this multiple of the light connection's
+    /// average per circuit moves to the heavy connection.
+    pub torchestra_threshold: f64,
+    pub imux_scheduler: ImuxScheduler,
+    /// IMUX: the share of `conn_limit` a relay may fill with channel connections.
+    pub imux_tau: f64,
+
     // --- relay limits ---
     /// Token bucket refill interval (`TokenBucketRefillInterval`).
     pub token_bucket_refill_ms: u64,
-    /// The number of sockets a relay may have open (Tor refuses connections beyond it). Tor's
-    /// effective limit is the process file limit; Debian's tor service raises it to 65536.
+    /// The number of sockets a relay may have open, counting OR connections in both directions
+    /// and exit connections (tor refuses to connect or accept beyond it). Tor's effective limit
+    /// is the process file limit: 4096 is a common default (Debian's tor service raises it to
+    /// 65536).
     pub conn_limit: u32,
     /// Bytes Tor counts per cell for TLS framing (its own estimate).
     pub tls_overhead_per_cell: u32,
@@ -178,8 +222,12 @@ impl Default for TorParams {
             vegas_gamma_onion: 248,
             vegas_delta_onion: 434,
             xoff_threshold_cells: 500,
+            channel: ChannelDesign::Vanilla,
+            torchestra_threshold: 1.5,
+            imux_scheduler: ImuxScheduler::Ewma,
+            imux_tau: 0.9,
             token_bucket_refill_ms: 100,
-            conn_limit: 65536,
+            conn_limit: 4096,
             tls_overhead_per_cell: 29,
             max_circuit_dirtiness_s: 600,
             new_circuit_period_s: 30,
@@ -425,6 +473,21 @@ impl TorParams {
             1,
             10_000,
             "tor's range for cc_xoff_client and cc_xoff_exit"
+        ),
+        // --- channels between relays ---
+        real!(
+            torchestra_threshold,
+            1.0,
+            1000.0,
+            "a multiple of the light connection's average EWMA; below 1 every circuit would \
+             count as heavy"
+        ),
+        real!(
+            imux_tau,
+            0.01,
+            1.0,
+            "IMUX's share of ConnLimit for channel connections, in (0, 1]; 0.9 was the \
+             highest safe value in the IMUX paper"
         ),
         // --- relay limits ---
         whole!(

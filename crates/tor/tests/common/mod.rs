@@ -57,6 +57,7 @@ pub fn limits(rate: u64) -> RelayLimits {
         bandwidth_burst: rate,
         relay_bandwidth_rate: None,
         relay_bandwidth_burst: None,
+        conn_limit: None,
     }
 }
 

@@ -1,0 +1,1081 @@
+//! `onionlab experiment` and `onionlab reproduce`: variants of one scenario, K trials each,
+//! compared in one report.
+//!
+//! Comparing designs by hand means one scenario file per design, `run --trials` per file and a
+//! `compare` at the end; the copies drift apart, a forgotten trial skews the comparison, and a
+//! run stopped halfway starts again from nothing. An experiment file names the base scenario
+//! once and each variant only by what it changes, and the command keeps every trial it
+//! already finished for the same scenario, so a stopped or extended experiment resumes where
+//! it was.
+
+use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+use std::time::Instant;
+
+use onionlab_data::clip;
+use onionlab_report::{
+    OutputDir, TrialsManifest, CIRCUITS_CSV, DOWNLOADS_CSV, RELAYS_CSV, RUN_JSON,
+};
+use onionlab_scenario::Scenario;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::run::{
+    check_scenario, interrupt_requested, run_one, set_stop_time, thread_count, trial_seed,
+    RunOptions, INTERRUPTED, MAX_TRIALS,
+};
+use crate::Failure;
+
+/// The largest experiment file: a few dozen lines in practice, so a bigger file is a mistake
+/// (a scenario or a data file given in its place).
+const MAX_EXPERIMENT_BYTES: u64 = 1 << 20;
+
+/// The most variants one experiment compares: each is a curve in every plot and a column of
+/// the comparison, which stop being readable long before this.
+const MAX_VARIANTS: usize = 64;
+
+/// The most overrides one variant sets: a variant changes a few settings of the base scenario;
+/// one that changes hundreds is a different scenario and belongs in its own file.
+const MAX_OVERRIDES: usize = 256;
+
+/// The longest experiment or variant name; they name folders.
+const MAX_NAME_LEN: usize = onionlab_scenario::limits::MAX_NAME_LEN;
+
+/// Where the comparison of the variants goes, inside the experiment's output directory; no
+/// variant may take this name.
+const COMPARE_DIR: &str = "compare";
+
+/// The experiment's own record, beside the variants' folders.
+const EXPERIMENT_JSON: &str = "experiment.json";
+
+#[derive(clap::Args)]
+pub struct ExperimentArgs {
+    /// Experiment file (YAML): a base scenario and the variants of it to compare.
+    pub file: PathBuf,
+    /// Output directory (default: the file's `output:`, or out/<experiment name>).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub options: ExperimentOptions,
+}
+
+#[derive(clap::Args)]
+pub struct ReproduceArgs {
+    /// The reproduction to run; `--list` shows them.
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// List the reproductions and the experiment files each runs.
+    #[arg(long, conflicts_with = "name")]
+    pub list: bool,
+    /// Output directory, with one subdirectory per experiment (default: out/reproduce-<NAME>).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub options: ExperimentOptions,
+}
+
+/// The flags `experiment` and `reproduce` share.
+#[derive(clap::Args)]
+pub struct ExperimentOptions {
+    /// Worker threads per run; overrides the scenario's run.threads (default: the machine's
+    /// cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Do not draw the progress bar (the line per trial is still printed).
+    #[arg(long)]
+    pub quiet: bool,
+    /// Trials per variant; overrides the file's `trials:`.
+    #[arg(long)]
+    pub trials: Option<u32>,
+    /// Simulated time to stop every run at (e.g. 10m); overrides the file's `stop_time:`.
+    #[arg(long)]
+    pub stop_time: Option<String>,
+    /// Validate the experiment and every variant completely, as `onionlab check` does, without
+    /// running anything.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Runs the experiment in `args.file`.
+pub fn experiment(args: ExperimentArgs) -> Result<(), Failure> {
+    let file = &args.file;
+    let shown = file.display().to_string();
+    let text = read_experiment(file)?;
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let experiment = parse_experiment(&text, &shown, &stem, |s| scenario_on_disk(file, s))?;
+    let out = args
+        .output
+        .clone()
+        .or_else(|| experiment.output.clone())
+        .unwrap_or_else(|| PathBuf::from("out").join(&experiment.name));
+    let plan = plan(&experiment, &args.options, threads_flag(&args.options)?)?;
+    if args.options.check {
+        return check_plan(&plan);
+    }
+    execute(&plan, &out, &args.options)
+}
+
+/// Runs every experiment of the reproduction `args.name`, or lists the reproductions.
+pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
+    if args.list {
+        print!("{}", reproduction_list());
+        return Ok(());
+    }
+    let name = args.name.as_deref().unwrap_or_default();
+    let entry = REPRODUCTIONS
+        .iter()
+        .find(|r| r.name == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = REPRODUCTIONS.iter().map(|r| r.name).collect();
+            Failure::input(clip(format!(
+                "reproduce {name}: no such reproduction (known: {}; `onionlab reproduce \
+                 --list` describes them)",
+                known.join(", ")
+            )))
+        })?;
+    // Every experiment and variant is checked before any runs, so that a broken one costs no
+    // simulation.
+    let experiments = entry
+        .experiments
+        .iter()
+        .map(parse_embedded)
+        .collect::<Result<Vec<_>, _>>()?;
+    let threads = threads_flag(&args.options)?;
+    let plans = experiments
+        .iter()
+        .map(|e| plan(e, &args.options, threads))
+        .collect::<Result<Vec<_>, _>>()?;
+    let root = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("out").join(format!("reproduce-{}", entry.name)));
+    for (i, plan) in plans.iter().enumerate() {
+        let experiment = plan.experiment;
+        println!(
+            "reproduce {}: experiment {}/{}: {} ({})",
+            entry.name,
+            i + 1,
+            plans.len(),
+            experiment.name,
+            experiment.file
+        );
+        if args.options.check {
+            check_plan(plan)?;
+        } else {
+            execute(plan, &root.join(&experiment.name), &args.options)?;
+        }
+    }
+    Ok(())
+}
+
+/// A file compiled into the binary, so that `reproduce` works from any directory: its path in
+/// the repository and its text.
+pub(crate) struct Embedded {
+    pub(crate) path: &'static str,
+    pub(crate) text: &'static str,
+}
+
+/// Embeds a file of the repository by its path from the repository's root.
+macro_rules! embed {
+    ($path:literal) => {
+        Embedded {
+            path: $path,
+            text: include_str!(concat!("../../../", $path)),
+        }
+    };
+}
+
+/// A named reproduction: experiments that together reproduce one published result.
+pub(crate) struct Reproduction {
+    pub(crate) name: &'static str,
+    /// One line for `--list`.
+    pub(crate) about: &'static str,
+    /// Run in order, each into `<output>/<experiment name>/`.
+    pub(crate) experiments: &'static [Embedded],
+}
+
+// ---------------------------------------------------------------------------------------------
+// THE TABLE OF REPRODUCTIONS. To add one: put its experiment files under examples/ (they name
+// a built-in scenario, or a scenario file by a path relative to themselves that is embedded in
+// EMBEDDED_SCENARIOS below), and add an entry here.
+// ---------------------------------------------------------------------------------------------
+pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
+    Reproduction {
+        name: "imux",
+        about: "relay-to-relay transports (vanilla, Torchestra, PCTCP, IMUX x3 schedulers, \
+                with and without KIST) on the scaled imux-small network, 3 trials each, then \
+                the socket exhaustion attack against vanilla, PCTCP, Torchestra and IMUX \
+                (victim throughput over time), 2 trials each",
+        experiments: &[
+            embed!("examples/experiments/imux-designs.yaml"),
+            embed!("examples/experiments/socket-exhaustion.yaml"),
+        ],
+    },
+    Reproduction {
+        name: "schedulers",
+        about: "KIST, KIST-lite and vanilla circuit schedulers on the toy network \
+                (3 trials each, 20 simulated minutes)",
+        experiments: &[embed!("examples/experiments/schedulers.yaml")],
+    },
+];
+
+/// Scenario files that embedded experiments may name by a relative path, besides the built-in
+/// scenarios (which they may name either way, `toy` or `../toy.yaml`). Such a scenario must not
+/// itself name files by relative path: there is no folder around it in the binary.
+pub(crate) const EMBEDDED_SCENARIOS: &[Embedded] = &[
+    // embed!("examples/experiments/imux-designs.yaml"),
+];
+
+/// What `reproduce --list` prints.
+fn reproduction_list() -> String {
+    let mut out = String::new();
+    for r in REPRODUCTIONS {
+        out.push_str(&format!("{:<12} {}\n", r.name, r.about));
+        for e in r.experiments {
+            out.push_str(&format!("{:<12}   {}\n", "", e.path));
+        }
+    }
+    out
+}
+
+/// An experiment file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExperimentFile {
+    #[serde(default)]
+    name: Option<String>,
+    scenario: String,
+    #[serde(default)]
+    trials: Option<u32>,
+    #[serde(default)]
+    stop_time: Option<String>,
+    #[serde(default)]
+    output: Option<String>,
+    /// Overrides every variant starts from, before its own.
+    #[serde(default)]
+    set: Overrides,
+    variants: Vec<VariantFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VariantFile {
+    name: String,
+    #[serde(default)]
+    set: Overrides,
+}
+
+/// A variant's `set:` in the file's order: a later path may refine what an earlier one set
+/// (`tor: {...}` then `tor.scheduler`), so the order is the meaning.
+#[derive(Default)]
+struct Overrides(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Overrides {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = Overrides;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a mapping of dotted paths to values, such as `{ tor.scheduler: vanilla }`",
+                )
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Overrides, E> {
+                Ok(Overrides::default())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Overrides, A::Error> {
+                let mut entries: Vec<(String, Value)> = Vec::new();
+                while let Some(path) = map.next_key::<String>()? {
+                    if entries.len() == MAX_OVERRIDES {
+                        return Err(de::Error::custom(format!(
+                            "more than {MAX_OVERRIDES} overrides; a variant changes a few \
+                             settings, a different scenario belongs in its own file"
+                        )));
+                    }
+                    if entries.iter().any(|(p, _)| *p == path) {
+                        return Err(de::Error::custom(format!(
+                            "`{path}` is set twice; keep one"
+                        )));
+                    }
+                    let value = map.next_value::<Value>()?;
+                    entries.push((path, value));
+                }
+                Ok(Overrides(entries))
+            }
+        }
+        d.deserialize_any(Entries)
+    }
+}
+
+/// An experiment read and checked, ready to run.
+struct Experiment {
+    /// The file, as messages name it.
+    file: String,
+    name: String,
+    /// `scenario:` as written.
+    scenario: String,
+    base: Base,
+    trials: Option<u32>,
+    stop_time: Option<String>,
+    output: Option<PathBuf>,
+    /// Overrides of every variant, applied before each variant's own.
+    common: Vec<(String, Value)>,
+    variants: Vec<Variant>,
+}
+
+struct Variant {
+    name: String,
+    set: Vec<(String, Value)>,
+}
+
+/// Where the base scenario's text comes from.
+enum Base {
+    File(PathBuf),
+    Text { text: &'static str, source: PathBuf },
+}
+
+impl Base {
+    fn source(&self) -> &Path {
+        match self {
+            Base::File(path) => path,
+            Base::Text { source, .. } => source,
+        }
+    }
+
+    fn with_overrides(
+        &self,
+        overrides: &[(String, String)],
+    ) -> Result<Scenario, onionlab_scenario::ScenarioError> {
+        match self {
+            Base::File(path) => onionlab_scenario::load_with_overrides(path, overrides),
+            Base::Text { text, source } => {
+                onionlab_scenario::parse_with_overrides(text, source, overrides)
+            }
+        }
+    }
+}
+
+/// Reads an experiment file, bounded by [`MAX_EXPERIMENT_BYTES`].
+fn read_experiment(path: &Path) -> Result<String, Failure> {
+    let cannot = |e: std::io::Error| {
+        Failure::input(format!(
+            "{}: cannot read the experiment file: {e}",
+            path.display()
+        ))
+    };
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .map_err(cannot)?
+        .take(MAX_EXPERIMENT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_EXPERIMENT_BYTES {
+        return Err(Failure::input(format!(
+            "{}: the file is larger than {} MiB; an experiment file names a scenario and a \
+             few settings per variant",
+            path.display(),
+            MAX_EXPERIMENT_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Failure::input(format!(
+            "{}: the file is not valid UTF-8: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// The base scenario of an experiment file on disk: a file relative to the experiment file's
+/// folder, or failing that a built-in scenario.
+fn scenario_on_disk(experiment: &Path, scenario: &str) -> Result<Base, String> {
+    let folder = experiment.parent().unwrap_or(Path::new(""));
+    let path = folder.join(scenario);
+    if path.exists() {
+        return Ok(Base::File(path));
+    }
+    if let Some(text) = onionlab_scenario::builtin_text(scenario) {
+        return Ok(builtin(scenario, text));
+    }
+    Err(format!(
+        "no scenario file {} in {} (a path is relative to the experiment file's folder), and \
+         not a built-in scenario (built-in: {})",
+        clip(scenario.to_string()),
+        if folder.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            folder
+        }
+        .display(),
+        onionlab_scenario::BUILTIN_NAMES.join(", ")
+    ))
+}
+
+/// A built-in scenario, named in messages as `run` names it.
+fn builtin(name: &str, text: &'static str) -> Base {
+    Base::Text {
+        text,
+        source: PathBuf::from(format!("builtin:{name}.yaml")),
+    }
+}
+
+/// The base scenario of an embedded experiment: a built-in scenario by name, or by its path
+/// (`../toy.yaml` from `examples/experiments/`), or an embedded scenario file by its path.
+fn embedded_scenario(experiment: &str, scenario: &str) -> Result<Base, String> {
+    if let Some(text) = onionlab_scenario::builtin_text(scenario) {
+        return Ok(builtin(scenario, text));
+    }
+    let folder = Path::new(experiment).parent().unwrap_or(Path::new(""));
+    let path = normalize(&folder.join(scenario));
+    for name in onionlab_scenario::BUILTIN_NAMES {
+        if path == format!("examples/{name}.yaml") {
+            if let Some(text) = onionlab_scenario::builtin_text(name) {
+                return Ok(builtin(name, text));
+            }
+        }
+    }
+    if let Some(e) = EMBEDDED_SCENARIOS.iter().find(|e| e.path == path) {
+        return Ok(Base::Text {
+            text: e.text,
+            source: PathBuf::from(format!("embedded:{}", e.path)),
+        });
+    }
+    Err(format!(
+        "{} is not compiled into onionlab: an embedded experiment names a built-in scenario \
+         ({}) or a file listed in EMBEDDED_SCENARIOS (crates/cli/src/experiment.rs)",
+        clip(path),
+        onionlab_scenario::BUILTIN_NAMES.join(", ")
+    ))
+}
+
+/// `a/b/../c.yaml` as `a/c.yaml`, with `/` between segments whatever the platform.
+fn normalize(path: &Path) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
+            _ => {}
+        }
+    }
+    parts.join("/")
+}
+
+fn parse_embedded(e: &Embedded) -> Result<Experiment, Failure> {
+    let shown = format!("embedded:{}", e.path);
+    let stem = Path::new(e.path)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parse_experiment(e.text, &shown, &stem, |s| embedded_scenario(e.path, s))
+}
+
+/// Reads an experiment file's text: every field checked, the base scenario found (by
+/// `find_scenario`, which knows where the file lives), each variant's overrides turned into
+/// YAML text for the scenario parser. `shown` names the file in errors; `stem` is the default
+/// name.
+fn parse_experiment(
+    text: &str,
+    shown: &str,
+    stem: &str,
+    find_scenario: impl Fn(&str) -> Result<Base, String>,
+) -> Result<Experiment, Failure> {
+    // Only what the file says is clipped: the file's own path may be long but is not hostile.
+    let bad = |field: &str, message: String| {
+        Failure::input(format!("{shown}: {field}: {}", clip(message)))
+    };
+    let blank = text
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+    if blank {
+        return Err(Failure::input(format!(
+            "{shown}: the experiment file is empty: expected at least `scenario:` and \
+             `variants:`"
+        )));
+    }
+    let mut path_at_error = String::new();
+    let result = serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize::<_, ExperimentFile>(de).map_err(|e| {
+            path_at_error = e.path().to_string();
+            e.into_inner()
+        })
+    });
+    let file = result.map_err(|e| yaml_error(shown, &path_at_error, &e))?;
+
+    let name = match &file.name {
+        Some(name) => {
+            check_name(name).map_err(|m| bad("name", m))?;
+            name.clone()
+        }
+        None => {
+            check_name(stem).map_err(|m| {
+                bad(
+                    "name",
+                    format!("the file's name cannot name the output folder, so give `name:`: {m}"),
+                )
+            })?;
+            stem.to_string()
+        }
+    };
+    if file.scenario.trim().is_empty() {
+        return Err(bad(
+            "scenario",
+            "expected a built-in scenario name or a scenario file path".into(),
+        ));
+    }
+    let base = find_scenario(&file.scenario).map_err(|m| bad("scenario", m))?;
+    if let Some(trials) = file.trials {
+        check_trials(trials).map_err(|m| bad("trials", m))?;
+    }
+    if let Some(stop) = &file.stop_time {
+        // Checked now, on a throwaway scenario, so that the message names this file.
+        let mut probe = placeholder_scenario();
+        set_stop_time(&mut probe, stop, "stop_time")
+            .map_err(|f| Failure::input(format!("{shown}: {}", clip(f.message))))?;
+    }
+    if let Some(output) = &file.output {
+        if output.trim().is_empty() {
+            return Err(bad("output", "expected a directory path".into()));
+        }
+    }
+    if file.variants.is_empty() {
+        return Err(bad(
+            "variants",
+            "expected at least one variant, such as `- { name: baseline }`".into(),
+        ));
+    }
+    if file.variants.len() > MAX_VARIANTS {
+        return Err(bad(
+            "variants",
+            format!(
+                "{} variants; an experiment compares at most {MAX_VARIANTS}",
+                file.variants.len()
+            ),
+        ));
+    }
+    let mut variants: Vec<Variant> = Vec::with_capacity(file.variants.len());
+    for (i, v) in file.variants.into_iter().enumerate() {
+        let field = format!("variants[{i}].name");
+        check_name(&v.name).map_err(|m| bad(&field, m))?;
+        if v.name.eq_ignore_ascii_case(COMPARE_DIR) {
+            return Err(bad(
+                &field,
+                format!("`{COMPARE_DIR}` is where the comparison goes; choose another name"),
+            ));
+        }
+        if let Some(j) = variants
+            .iter()
+            .position(|w| w.name.eq_ignore_ascii_case(&v.name))
+        {
+            return Err(bad(
+                &field,
+                format!(
+                    "{:?} is also the name of variants[{j}]; every variant needs its own name \
+                     (names differing only in case count as the same: they name folders)",
+                    v.name
+                ),
+            ));
+        }
+        variants.push(Variant {
+            name: v.name,
+            set: v.set.0,
+        });
+    }
+    Ok(Experiment {
+        file: shown.to_string(),
+        name,
+        scenario: file.scenario,
+        base,
+        trials: file.trials,
+        stop_time: file.stop_time,
+        output: file.output.map(PathBuf::from),
+        common: file.set.0,
+        variants,
+    })
+}
+
+/// A scenario to try a stop time on.
+fn placeholder_scenario() -> Scenario {
+    onionlab_scenario::builtin("toy").unwrap_or_else(|| unreachable!("toy is built in"))
+}
+
+/// Experiment and variant names name folders: letters, digits, `.`, `_`, `-`, not starting
+/// with a dot (no `..`, no hidden folders).
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        return Ok(());
+    }
+    Err(format!(
+        "expected a name of 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or '-', not starting \
+         with '.' (it names a folder), found {name:?}"
+    ))
+}
+
+fn check_trials(trials: u32) -> Result<(), String> {
+    if (1..=MAX_TRIALS).contains(&trials) {
+        Ok(())
+    } else {
+        Err(format!("expected 1 to {MAX_TRIALS} trials, found {trials}"))
+    }
+}
+
+/// A YAML or schema error in an experiment file, located by line and field.
+fn yaml_error(shown: &str, path: &str, e: &serde_saphyr::Error) -> Failure {
+    let line = e
+        .location()
+        .map(|l| l.line())
+        .filter(|&l| l > 0)
+        .map(|l| format!(":{l}"))
+        .unwrap_or_default();
+    let field: Vec<&str> = path
+        .split('.')
+        .filter(|s| *s != "?" && !s.is_empty())
+        .collect();
+    let field = if field.is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", field.join("."))
+    };
+    let mut message = e.without_snippet().to_string();
+    // The parser appends its own position; the line is given in front.
+    if let Some(i) = message.rfind(" at line ") {
+        message.truncate(i);
+    }
+    Failure::input(format!(
+        "{shown}{line}: {}",
+        clip(format!("{field}{message}"))
+    ))
+}
+
+/// A variant made concrete: its scenario (overrides and stop time applied) and threads.
+struct Prepared<'a> {
+    variant: &'a Variant,
+    scenario: Scenario,
+    threads: usize,
+}
+
+/// What a trial's folder held before this invocation.
+#[derive(Clone, Copy, PartialEq)]
+enum Previous {
+    Nothing,
+    /// A complete run of exactly this scenario and seed: kept.
+    Same,
+    Incomplete,
+    Different,
+    Unreadable,
+}
+
+/// Looks at `dir/run.json` to decide whether the trial must run.
+fn previous(dir: &Path, scenario: &Scenario) -> Previous {
+    let path = dir.join(RUN_JSON);
+    if !path.exists() {
+        return Previous::Nothing;
+    }
+    let Ok(text) = fs::read_to_string(&path) else {
+        return Previous::Unreadable;
+    };
+    let Ok(info) = serde_json::from_str::<Value>(&text) else {
+        return Previous::Unreadable;
+    };
+    if info.get("complete") != Some(&Value::Bool(true)) {
+        return Previous::Incomplete;
+    }
+    let expected = serde_json::to_value(scenario).ok().map(comparable);
+    let recorded = info.get("scenario").cloned().map(comparable);
+    if expected.is_none() || recorded != expected {
+        return Previous::Different;
+    }
+    if ![DOWNLOADS_CSV, RELAYS_CSV, CIRCUITS_CSV]
+        .iter()
+        .all(|f| dir.join(f).is_file())
+    {
+        return Previous::Incomplete;
+    }
+    Previous::Same
+}
+
+/// A recorded scenario without where it was read from: the same experiment run from another
+/// folder (or with the file given by another relative path) runs the same scenario.
+fn comparable(mut scenario: Value) -> Value {
+    if let Value::Object(map) = &mut scenario {
+        map.remove("source");
+    }
+    scenario
+}
+
+/// What happened to one trial in this invocation, for the progress line and experiment.json.
+#[derive(Clone)]
+struct TrialRecord {
+    seed: u64,
+    status: &'static str,
+    wall_seconds: Option<f64>,
+}
+
+/// An experiment made concrete for this invocation: trials per variant and every variant's
+/// scenario, all checked before anything runs.
+struct Plan<'a> {
+    experiment: &'a Experiment,
+    trials: u32,
+    variants: Vec<Prepared<'a>>,
+}
+
+/// `--threads`, checked once for every variant and experiment.
+fn threads_flag(options: &ExperimentOptions) -> Result<Option<usize>, Failure> {
+    options
+        .threads
+        .map(|t| thread_count(t, "--threads"))
+        .transpose()
+}
+
+/// Makes every variant of `experiment` concrete, printing the warnings their scenarios give.
+fn plan<'a>(
+    experiment: &'a Experiment,
+    options: &ExperimentOptions,
+    threads: Option<usize>,
+) -> Result<Plan<'a>, Failure> {
+    let trials = match (options.trials, experiment.trials) {
+        (Some(k), _) => {
+            check_trials(k).map_err(|m| Failure::input(format!("--trials: {m}")))?;
+            k
+        }
+        (None, Some(k)) => k,
+        (None, None) => 1,
+    };
+    let mut warnings: Vec<(String, Vec<&str>)> = Vec::new();
+    let mut prepared = Vec::with_capacity(experiment.variants.len());
+    for (i, variant) in experiment.variants.iter().enumerate() {
+        prepared.push(prepare(
+            experiment,
+            i,
+            variant,
+            options,
+            threads,
+            &mut warnings,
+        )?);
+    }
+    let n = prepared.len();
+    for (w, variants) in &warnings {
+        if variants.len() == n {
+            eprintln!("warning: {w}");
+        } else {
+            eprintln!("warning: {w} (variant {})", variants.join(", "));
+        }
+    }
+    Ok(Plan {
+        experiment,
+        trials,
+        variants: prepared,
+    })
+}
+
+/// Runs every check a run would make on every variant, without running.
+fn check_plan(plan: &Plan) -> Result<(), Failure> {
+    let experiment = plan.experiment;
+    let n = plan.variants.len();
+    for (i, p) in plan.variants.iter().enumerate() {
+        println!("variant {}/{n} ({}):", i + 1, p.variant.name);
+        check_scenario(&p.scenario).map_err(|f| Failure {
+            code: f.code,
+            message: format!(
+                "{}: variant {} (variants[{i}]): {}",
+                experiment.file, p.variant.name, f.message
+            ),
+        })?;
+    }
+    println!(
+        "{}: valid: {n} variant{} of {}, {} trial{} each",
+        experiment.file,
+        if n == 1 { "" } else { "s" },
+        experiment.scenario,
+        plan.trials,
+        if plan.trials == 1 { "" } else { "s" }
+    );
+    Ok(())
+}
+
+/// Runs (or resumes) the experiment of `plan` into `out`: each trial whose folder does not
+/// already hold a complete run of the same scenario and seed, then the comparison.
+fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), Failure> {
+    let (experiment, trials, prepared) = (plan.experiment, plan.trials, &plan.variants);
+    let n = prepared.len();
+    let out_dir = OutputDir::create(out).map_err(|e| Failure::input(e.to_string()))?;
+    println!(
+        "experiment {}: {n} variant{} of {}, {trials} trial{} each; results in {}",
+        experiment.name,
+        if n == 1 { "" } else { "s" },
+        experiment.scenario,
+        if trials == 1 { "" } else { "s" },
+        out.display()
+    );
+    let run_options = RunOptions {
+        quiet: options.quiet,
+        report: false,
+        // A trial that is run replaces whatever its folder held: a partial run, or one of
+        // another scenario.
+        force: true,
+        inject_fault: None,
+        summary: false,
+    };
+    let records = prepared
+        .iter()
+        .map(|p| {
+            (1..=trials)
+                .map(|k| TrialRecord {
+                    seed: trial_seed(p.scenario.run.seed, k),
+                    status: "not run",
+                    wall_seconds: None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut ledger = Ledger {
+        experiment,
+        out,
+        out_dir,
+        trials,
+        stop_time: options
+            .stop_time
+            .as_deref()
+            .or(experiment.stop_time.as_deref()),
+        records,
+    };
+    for (i, p) in prepared.iter().enumerate() {
+        let variant_dir = out.join(&p.variant.name);
+        let mut names = Vec::with_capacity(trials as usize);
+        for k in 1..=trials {
+            let label = format!(
+                "variant {}/{n} ({}) trial {k}/{trials}",
+                i + 1,
+                p.variant.name
+            );
+            if interrupt_requested() {
+                return Err(ledger.stopped(&label));
+            }
+            let mut scenario = p.scenario.clone();
+            scenario.run.seed = trial_seed(p.scenario.run.seed, k);
+            let name = format!("trial-{k}");
+            let dir = variant_dir.join(&name);
+            let before = previous(&dir, &scenario);
+            if before == Previous::Same {
+                ledger.records[i][(k - 1) as usize].status = "kept";
+                println!("{label}: kept (a complete run of the same scenario and seed)");
+            } else {
+                let started = Instant::now();
+                let result = run_one(&scenario, p.threads, &dir, &run_options);
+                let wall = started.elapsed().as_secs_f64();
+                if let Err(f) = result {
+                    if f.code == INTERRUPTED {
+                        return Err(ledger.stopped(&label));
+                    }
+                    // Best effort: the failure is what must be reported.
+                    let _ = ledger.write(false);
+                    return Err(Failure {
+                        code: f.code,
+                        message: format!("{label}: {}", f.message),
+                    });
+                }
+                let record = &mut ledger.records[i][(k - 1) as usize];
+                record.status = "ran";
+                record.wall_seconds = Some(wall);
+                let replaced = match before {
+                    Previous::Incomplete => " (replaced an incomplete run)",
+                    Previous::Different => " (replaced a run of another scenario or seed)",
+                    Previous::Unreadable => " (replaced a run whose run.json was unreadable)",
+                    Previous::Nothing | Previous::Same => "",
+                };
+                println!("{label}: ran in {wall:.1} s{replaced}");
+            }
+            names.push(name);
+        }
+        // The variant's folder is a set of trials like `run --trials` makes, so `report` and
+        // `compare` read it too; the manifest keeps trials beyond K (from a run with more) out.
+        let manifest = TrialsManifest {
+            scenario: p.scenario.name.clone(),
+            trials: names,
+            seeds: ledger.records[i].iter().map(|r| r.seed).collect(),
+        };
+        OutputDir::create(&variant_dir)
+            .and_then(|d| d.write_trials(&manifest))
+            .map_err(|e| Failure::internal(e.to_string()))?;
+        ledger.write(false)?;
+    }
+
+    let mut inputs = Vec::with_capacity(n);
+    for p in prepared {
+        let dir = out.join(&p.variant.name);
+        let input =
+            onionlab_report::load_input(&dir).map_err(|e| Failure::internal(e.to_string()))?;
+        inputs.push((p.variant.name.clone(), input));
+    }
+    let compare_dir = out.join(COMPARE_DIR);
+    let table = onionlab_report::write_comparison(&inputs, &compare_dir)
+        .map_err(|e| Failure::internal(e.to_string()))?;
+    ledger.write(true)?;
+    println!("{table}");
+    println!(
+        "comparison: {}",
+        compare_dir.join(onionlab_report::COMPARE_HTML).display()
+    );
+    Ok(())
+}
+
+/// Applies a variant's overrides and the stop time to the base scenario, and picks its
+/// threads. Warnings are collected, each once, for the caller to show.
+fn prepare<'a>(
+    experiment: &Experiment,
+    index: usize,
+    variant: &'a Variant,
+    options: &ExperimentOptions,
+    threads: Option<usize>,
+    warnings: &mut Vec<(String, Vec<&'a str>)>,
+) -> Result<Prepared<'a>, Failure> {
+    let mut warn = |w: String| match warnings.iter_mut().find(|(seen, _)| *seen == w) {
+        Some((_, variants)) => variants.push(&variant.name),
+        None => warnings.push((w, vec![&variant.name])),
+    };
+    let context = format!(
+        "{}: variant {} (variants[{index}])",
+        experiment.file, variant.name
+    );
+    let overrides: Vec<(String, String)> = experiment
+        .common
+        .iter()
+        .chain(&variant.set)
+        .map(|(path, value)| (path.clone(), value.to_string()))
+        .collect();
+    let mut scenario = experiment
+        .base
+        .with_overrides(&overrides)
+        .map_err(|e| Failure::input(format!("{context}: {e}")))?;
+    let stop = match (&options.stop_time, &experiment.stop_time) {
+        (Some(text), _) => Some((text, "--stop-time".to_string())),
+        (None, Some(text)) => Some((text, format!("{}: stop_time", experiment.file))),
+        (None, None) => None,
+    };
+    if let Some((text, what)) = stop {
+        if let Some(w) = set_stop_time(&mut scenario, text, &what)? {
+            warn(w);
+        }
+    }
+    for w in onionlab_scenario::warnings(&scenario) {
+        warn(w.to_string());
+    }
+    let threads = match (threads, scenario.run.threads) {
+        (Some(t), _) => t,
+        (None, Some(t)) => thread_count(
+            t as usize,
+            &format!(
+                "{context}: {}: run.threads",
+                experiment.base.source().display()
+            ),
+        )?,
+        (None, None) => onionlab_engine::default_threads(),
+    };
+    Ok(Prepared {
+        variant,
+        scenario,
+        threads,
+    })
+}
+
+/// Where an experiment stands, written to `experiment.json` after every variant and when it
+/// stops, so that the folder always says what it holds.
+struct Ledger<'a> {
+    experiment: &'a Experiment,
+    out: &'a Path,
+    out_dir: OutputDir,
+    /// Trials per variant and the stop time, as this invocation runs them.
+    trials: u32,
+    stop_time: Option<&'a str>,
+    /// Per variant, per trial.
+    records: Vec<Vec<TrialRecord>>,
+}
+
+impl Ledger<'_> {
+    /// Writes `experiment.json`: the experiment as run and what each trial did in this
+    /// invocation (`ran`, `kept`, or `not run` when it was stopped first).
+    fn write(&self, complete: bool) -> Result<(), Failure> {
+        let variants: Vec<Value> = self
+            .experiment
+            .variants
+            .iter()
+            .zip(&self.records)
+            .map(|(v, trials)| {
+                let set: Vec<Value> = v
+                    .set
+                    .iter()
+                    .map(|(path, value)| json!({ "path": path, "value": value }))
+                    .collect();
+                let runs: Vec<Value> = trials
+                    .iter()
+                    .enumerate()
+                    .map(|(k, t)| {
+                        json!({
+                            "dir": format!("{}/trial-{}", v.name, k + 1),
+                            "seed": t.seed,
+                            "status": t.status,
+                            "wall_seconds": t.wall_seconds,
+                        })
+                    })
+                    .collect();
+                json!({ "name": v.name, "dir": v.name, "set": set, "trials": runs })
+            })
+            .collect();
+        let experiment = self.experiment;
+        let common: Vec<Value> = experiment
+            .common
+            .iter()
+            .map(|(path, value)| json!({ "path": path, "value": value }))
+            .collect();
+        let record = json!({
+            "name": experiment.name,
+            "file": experiment.file,
+            "scenario": experiment.scenario,
+            "scenario_source": experiment.base.source().display().to_string(),
+            "trials": self.trials,
+            "stop_time": self.stop_time,
+            "output": self.out.display().to_string(),
+            "set": common,
+            "version": env!("CARGO_PKG_VERSION"),
+            "commit": env!("ONIONLAB_COMMIT"),
+            "variants": variants,
+            "compare": if complete { Some(COMPARE_DIR) } else { None },
+            "complete": complete,
+        });
+        let mut text = serde_json::to_string_pretty(&record)
+            .map_err(|e| Failure::internal(format!("{EXPERIMENT_JSON}: {e}")))?;
+        text.push('\n');
+        self.out_dir
+            .write_bytes(EXPERIMENT_JSON, text.as_bytes())
+            .map_err(|e| Failure::internal(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The failure of an experiment stopped by Ctrl-C, SIGTERM or SIGHUP at `label`, after
+    /// recording where it got to.
+    fn stopped(&self, label: &str) -> Failure {
+        // Best effort: the interruption is what must be reported.
+        let _ = self.write(false);
+        Failure {
+            code: INTERRUPTED,
+            message: format!(
+                "experiment interrupted at {label}; the finished trials stay in {}, and the \
+                 same command continues from there",
+                self.out.display()
+            ),
+        }
+    }
+}

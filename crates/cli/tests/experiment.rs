@@ -1,0 +1,535 @@
+//! `onionlab experiment` and `onionlab reproduce`: variants of a scenario run as trials, kept
+//! across invocations, and compared in one report.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::SystemTime;
+
+fn onionlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(args)
+        .output()
+        .expect("onionlab runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("onionlab-exp-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn streams(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(out: &Output) -> String {
+    let (stdout, stderr) = streams(out);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status.code()
+    );
+    stdout
+}
+
+/// A network small enough that a run takes a second or two.
+const TINY: &str = r#"
+name: tiny
+run: { seed: 7, stop_time: 2m, bootstrap: 1m }
+network: { graph: builtin, builtin: { latency: 20ms, bandwidth: 1 Gbit } }
+authorities: 1
+relays:
+  generate: { guard: 3, exit: 2, guard_exit: 1, middle: 2, bandwidth: { fixed: 2 MiB/s } }
+servers: [ { name: web, count: 2, bandwidth: 1 Gbit } ]
+clients:
+  - { name: web, count: 4, workload: { web: { size: 320 KiB, pause: [1s, 10s] } }, bandwidth: 50 Mbit }
+  - { name: bulk, count: 1, workload: { bulk: { size: 5 MiB } }, bandwidth: 50 Mbit }
+"#;
+
+/// An experiment comparing the KIST and vanilla schedulers on [`TINY`], two trials each.
+fn experiment(vanilla_interval: u32) -> String {
+    format!(
+        r#"
+name: sched
+scenario: tiny.yaml
+trials: 2
+variants:
+  - name: kist
+    set: {{}}
+  - name: vanilla
+    set:
+      tor.scheduler: vanilla
+      tor.kist_run_interval_ms: {vanilla_interval}
+"#
+    )
+}
+
+/// Writes the tiny scenario and an experiment file into `dir`; returns the experiment's path.
+fn setup(dir: &Path, experiment_text: &str) -> PathBuf {
+    fs::write(dir.join("tiny.yaml"), TINY).unwrap();
+    let path = dir.join("sched.yaml");
+    fs::write(&path, experiment_text).unwrap();
+    path
+}
+
+fn trial_dirs(out: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for variant in ["kist", "vanilla"] {
+        for k in 1..=2 {
+            dirs.push(out.join(variant).join(format!("trial-{k}")));
+        }
+    }
+    dirs
+}
+
+/// run.json's content and modification time, per trial.
+fn snapshot(out: &Path) -> Vec<(String, SystemTime)> {
+    trial_dirs(out)
+        .iter()
+        .map(|d| {
+            let p = d.join("run.json");
+            (
+                fs::read_to_string(&p).unwrap(),
+                fs::metadata(&p).unwrap().modified().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn lines_with<'a>(stdout: &'a str, word: &str) -> Vec<&'a str> {
+    stdout.lines().filter(|l| l.contains(word)).collect()
+}
+
+#[test]
+fn an_experiment_runs_compares_and_resumes() {
+    let dir = tmp("resume");
+    let file = setup(&dir, &experiment(10));
+    let out = dir.join("out");
+    let run = || {
+        onionlab(&[
+            "experiment",
+            file.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--quiet",
+        ])
+    };
+
+    // (a) Every variant's trials run, and one comparison covers them.
+    let stdout = ok(&run());
+    assert_eq!(lines_with(&stdout, ": ran in ").len(), 4, "{stdout}");
+    assert!(
+        stdout.contains("variant 2/2 (vanilla) trial 1/2: ran in"),
+        "{stdout}"
+    );
+    for d in trial_dirs(&out) {
+        let info: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(d.join("run.json")).unwrap()).unwrap();
+        assert_eq!(info["complete"], true, "{}", d.display());
+        for f in ["downloads.csv", "relays.csv", "circuits.csv"] {
+            assert!(d.join(f).is_file(), "{}/{f}", d.display());
+        }
+    }
+    // Paired trials: the same seeds in every variant, different from trial to trial.
+    let seed = |v: &str, k: u32| {
+        let p = out.join(v).join(format!("trial-{k}")).join("run.json");
+        let info: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(p).unwrap()).unwrap();
+        info["seed"].as_u64().unwrap()
+    };
+    assert_eq!(seed("kist", 1), seed("vanilla", 1));
+    assert_ne!(seed("kist", 1), seed("kist", 2));
+    let scheduler = |v: &str| {
+        let p = out.join(v).join("trial-1").join("run.json");
+        let info: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(p).unwrap()).unwrap();
+        info["scenario"]["tor"]["scheduler"].clone()
+    };
+    assert_eq!(scheduler("kist"), "kist");
+    assert_eq!(scheduler("vanilla"), "vanilla");
+    let compare = out.join("compare");
+    assert!(compare.join("compare.html").is_file());
+    let csv = fs::read_to_string(compare.join("comparison.csv")).unwrap();
+    assert!(csv.contains(",kist,") && csv.contains(",vanilla,"), "{csv}");
+    let html = fs::read_to_string(compare.join("compare.html")).unwrap();
+    assert!(html.contains("kist vs vanilla"), "baseline first");
+    for v in ["kist", "vanilla"] {
+        assert!(out.join(v).join("trials.json").is_file());
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("experiment.json")).unwrap()).unwrap();
+    assert_eq!(record["name"], "sched");
+    assert_eq!(record["trials"], 2);
+    assert_eq!(record["complete"], true);
+    assert_eq!(record["variants"][1]["name"], "vanilla");
+    assert_eq!(record["variants"][1]["set"][0]["path"], "tor.scheduler");
+    assert_eq!(record["variants"][1]["set"][0]["value"], "vanilla");
+    assert_eq!(record["variants"][1]["set"][1]["value"], 10);
+    assert_eq!(record["variants"][0]["trials"][1]["status"], "ran");
+
+    // (b) Again: nothing runs, nothing is rewritten, the comparison is made again.
+    let before = snapshot(&out);
+    let stdout = ok(&run());
+    assert_eq!(lines_with(&stdout, ": kept").len(), 4, "{stdout}");
+    assert!(lines_with(&stdout, ": ran in ").is_empty(), "{stdout}");
+    assert_eq!(snapshot(&out), before);
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("experiment.json")).unwrap()).unwrap();
+    assert_eq!(record["variants"][0]["trials"][0]["status"], "kept");
+
+    // The same experiment started from another folder (a different path to the same files)
+    // still finds its trials.
+    let moved = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["experiment", "sched.yaml", "-o", "out", "--quiet"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stdout = ok(&moved);
+    assert_eq!(lines_with(&stdout, ": kept").len(), 4, "{stdout}");
+
+    // (c) One variant changed: only its trials run again.
+    fs::write(&file, experiment(20)).unwrap();
+    let stdout = ok(&run());
+    let ran = lines_with(&stdout, ": ran in ");
+    assert_eq!(ran.len(), 2, "{stdout}");
+    assert!(ran.iter().all(|l| l.contains("(vanilla)")), "{stdout}");
+    assert!(ran[0].contains("another scenario"), "{stdout}");
+    let kept = lines_with(&stdout, ": kept");
+    assert_eq!(kept.len(), 2, "{stdout}");
+    assert!(kept.iter().all(|l| l.contains("(kist)")), "{stdout}");
+    let after = snapshot(&out);
+    assert_eq!(after[..2], before[..2], "kist's trials untouched");
+    assert_ne!(after[2].0, before[2].0, "vanilla's trials rerun");
+
+    // An incomplete trial (a run that was stopped) runs again; the others are kept.
+    let partial = out.join("kist").join("trial-2").join("run.json");
+    let text = fs::read_to_string(&partial).unwrap();
+    fs::write(
+        &partial,
+        text.replace("\"complete\": true", "\"complete\": false"),
+    )
+    .unwrap();
+    let stdout = ok(&run());
+    let ran = lines_with(&stdout, ": ran in ");
+    assert_eq!(ran.len(), 1, "{stdout}");
+    assert!(
+        ran[0].contains("(kist) trial 2/2") && ran[0].contains("incomplete"),
+        "{stdout}"
+    );
+
+    // --trials 3 adds a third trial per variant and keeps the first two.
+    let stdout = ok(&onionlab(&[
+        "experiment",
+        file.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--trials",
+        "3",
+    ]));
+    assert_eq!(lines_with(&stdout, ": kept").len(), 4, "{stdout}");
+    assert_eq!(lines_with(&stdout, ": ran in ").len(), 2, "{stdout}");
+    assert!(out
+        .join("vanilla")
+        .join("trial-3")
+        .join("run.json")
+        .is_file());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Ctrl-C during the second trial (the signal handler must reach every run of the process, not
+/// only the first) stops the experiment with exit 130, keeps the first trial and marks the
+/// second partial; the same command then keeps the first and runs the second again.
+#[test]
+fn an_interrupted_experiment_keeps_its_finished_trials() {
+    use std::io::{BufRead, BufReader};
+    let dir = tmp("interrupt");
+    let file = setup(
+        &dir,
+        "scenario: tiny.yaml\ntrials: 2\nstop_time: 10m\nvariants:\n  - name: only\n",
+    );
+    let out = dir.join("out");
+    let args = [
+        "experiment",
+        file.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("trial 1/2: ran in") {
+            break;
+        }
+    }
+    assert!(seen.contains("trial 1/2: ran in"), "{seen}");
+    // SAFETY: signalling a child process this test started and has not yet waited for.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}{rest:?}\n{stderr}");
+    assert!(
+        stderr.contains("experiment interrupted at variant 1/1 (only) trial 2/2"),
+        "{stderr}"
+    );
+    let info = |k: u32| -> serde_json::Value {
+        let p = out.join("only").join(format!("trial-{k}")).join("run.json");
+        serde_json::from_str(&fs::read_to_string(p).unwrap()).unwrap()
+    };
+    assert_eq!(info(1)["complete"], true);
+    assert_eq!(info(2)["complete"], false);
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("experiment.json")).unwrap()).unwrap();
+    assert_eq!(record["complete"], false);
+    assert_eq!(record["variants"][0]["trials"][0]["status"], "ran");
+    assert_eq!(record["variants"][0]["trials"][1]["status"], "not run");
+    assert!(!out.join("compare").exists());
+
+    let stdout = ok(&onionlab(&args));
+    assert!(stdout.contains("trial 1/2: kept"), "{stdout}");
+    assert!(
+        stdout.contains("trial 2/2: ran in") && stdout.contains("replaced an incomplete run"),
+        "{stdout}"
+    );
+    assert_eq!(info(2)["complete"], true);
+    assert!(out.join("compare").join("compare.html").is_file());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Runs `experiment FILE --check` on `text` (beside the tiny scenario) and expects exit 2
+/// with an error naming the file and containing every one of `expect`.
+fn refused(dir: &Path, name: &str, text: &str, expect: &[&str]) {
+    fs::write(dir.join("tiny.yaml"), TINY).unwrap();
+    let path = dir.join(format!("{name}.yaml"));
+    fs::write(&path, text).unwrap();
+    for check in [true, false] {
+        let mut args = vec!["experiment", path.to_str().unwrap(), "--quiet"];
+        let out_dir = dir.join(format!("out-{name}"));
+        args.extend(["-o", out_dir.to_str().unwrap()]);
+        if check {
+            args.push("--check");
+        }
+        let out = onionlab(&args);
+        let (_, stderr) = streams(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{name}.yaml")),
+            "{name}: the error does not name the file: {stderr}"
+        );
+        for e in expect {
+            assert!(stderr.contains(e), "{name}: expected `{e}` in {stderr}");
+        }
+        assert!(
+            !out_dir.exists(),
+            "{name}: nothing is written for bad input"
+        );
+    }
+}
+
+#[test]
+fn bad_experiments_exit_2_naming_the_file_and_field() {
+    let dir = tmp("bad");
+    let variants = |set: &str| {
+        format!("scenario: tiny.yaml\nvariants:\n  - name: base\n  - name: other\n    set: {set}\n")
+    };
+    refused(
+        &dir,
+        "unknown-key",
+        &variants("{ tor.shceduler: vanilla }"),
+        &[
+            "variant other",
+            "tor.shceduler",
+            "unknown field `shceduler`",
+        ],
+    );
+    refused(
+        &dir,
+        "bad-value",
+        &variants("{ tor.scheduler: fast }"),
+        &["variant other", "tor.scheduler", "kist, kist_lite, vanilla"],
+    );
+    refused(
+        &dir,
+        "through-a-list",
+        &variants("{ clients.count: 3 }"),
+        &["variant other", "clients.count", "`clients` is a list"],
+    );
+    refused(
+        &dir,
+        "bad-name",
+        "scenario: tiny.yaml\nvariants:\n  - name: base\n  - name: ../escape\n",
+        &["variants[1].name", "letters, digits"],
+    );
+    refused(
+        &dir,
+        "duplicate-names",
+        "scenario: tiny.yaml\nvariants:\n  - name: base\n  - name: Base\n",
+        &["variants[1].name", "also the name of variants[0]"],
+    );
+    refused(
+        &dir,
+        "reserved-name",
+        "scenario: tiny.yaml\nvariants:\n  - name: compare\n",
+        &["variants[0].name", "where the comparison goes"],
+    );
+    refused(
+        &dir,
+        "missing-scenario",
+        "scenario: nowhere.yaml\nvariants:\n  - name: base\n",
+        &["scenario", "nowhere.yaml", "not a built-in scenario"],
+    );
+    refused(
+        &dir,
+        "no-scenario",
+        "variants:\n  - name: base\n",
+        &["missing field `scenario`"],
+    );
+    refused(
+        &dir,
+        "zero-trials",
+        "scenario: tiny.yaml\ntrials: 0\nvariants:\n  - name: base\n",
+        &["trials", "expected 1 to 1000 trials, found 0"],
+    );
+    refused(
+        &dir,
+        "misspelt-field",
+        "scenario: tiny.yaml\ntrails: 3\nvariants:\n  - name: base\n",
+        &[":2: trails", "unknown field `trails`"],
+    );
+    refused(
+        &dir,
+        "no-variants",
+        "scenario: tiny.yaml\nvariants: []\n",
+        &["variants", "at least one variant"],
+    );
+    refused(
+        &dir,
+        "bad-stop-time",
+        "scenario: tiny.yaml\nstop_time: 5\nvariants:\n  - name: base\n",
+        &["stop_time"],
+    );
+    refused(
+        &dir,
+        "twice",
+        "scenario: tiny.yaml\nvariants:\n  - name: base\n    set: { run.seed: 1, run.seed: 2 }\n",
+        &["run.seed"],
+    );
+    let many: String = (0..65).map(|i| format!("  - name: v{i}\n")).collect();
+    refused(
+        &dir,
+        "too-many",
+        &format!("scenario: tiny.yaml\nvariants:\n{many}"),
+        &["variants", "at most 64"],
+    );
+    fs::write(dir.join("huge.yaml"), "#".repeat(2 << 20)).unwrap();
+    let out = onionlab(&["experiment", dir.join("huge.yaml").to_str().unwrap()]);
+    let (_, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("huge.yaml") && stderr.contains("larger than 1 MiB"),
+        "{stderr}"
+    );
+
+    let out = onionlab(&["experiment", dir.join("absent.yaml").to_str().unwrap()]);
+    let (_, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("absent.yaml"), "{stderr}");
+
+    let good = setup(&dir, &experiment(10));
+    for (flag, value, expect) in [
+        ("--trials", "0", "--trials: expected 1 to 1000"),
+        (
+            "--stop-time",
+            "0s",
+            "--stop-time: expected a positive duration",
+        ),
+        ("--threads", "0", "--threads"),
+    ] {
+        let out = onionlab(&["experiment", good.to_str().unwrap(), flag, value, "--check"]);
+        let (_, stderr) = streams(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(expect), "{flag}: {stderr}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reproductions_are_listed_and_valid_from_any_folder() {
+    let dir = tmp("reproduce");
+    let list = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["reproduce", "--list"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stdout = ok(&list);
+    assert!(stdout.contains("schedulers"), "{stdout}");
+    assert!(
+        stdout.contains("examples/experiments/schedulers.yaml"),
+        "{stdout}"
+    );
+    let names: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(!names.is_empty());
+    for name in names {
+        let out = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+            .args(["reproduce", name, "--check"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let stdout = ok(&out);
+        assert!(stdout.contains(": valid: "), "{name}: {stdout}");
+        let (_, stderr) = streams(&out);
+        assert!(!stderr.contains("warning"), "{name}: {stderr}");
+    }
+    let out = onionlab(&["reproduce", "nothing-of-that-name"]);
+    let (_, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no such reproduction") && stderr.contains("schedulers"),
+        "{stderr}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The shipped experiment file is the one `reproduce` embeds, and runs as a file too.
+#[test]
+fn the_shipped_experiment_file_checks_on_its_own() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let file = repo.join("examples/experiments/schedulers.yaml");
+    let stdout = ok(&onionlab(&[
+        "experiment",
+        file.to_str().unwrap(),
+        "--check",
+    ]));
+    assert!(
+        stdout.contains("valid: 3 variants of toy, 3 trials each"),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,448 @@
+//! The relay-to-relay transport designs (`tor.channel`): PCTCP, IMUX, Torchestra, ConnLimit,
+//! the socket exhaustion attack, and determinism of each design.
+
+mod common;
+
+use common::*;
+use onionlab_engine::time::{millis, secs};
+use onionlab_engine::Simulation;
+use onionlab_net::NetworkConfig;
+use onionlab_netdir::{Consensus, RelayFlags};
+use onionlab_tor::attack::AttackPlan;
+use onionlab_tor::build::{build, HostRole, HostSpec, TorNetwork};
+use onionlab_tor::measure::DownloadOutcome;
+use onionlab_tor::relay::DESTROY_CONNECT_FAILED;
+use onionlab_tor::transport::imux_socket_cap;
+use onionlab_tor::TorHost;
+use onionlab_torcore::{ChannelDesign, ImuxScheduler, TorParams};
+use onionlab_traffic::Workload;
+
+const MIB: u64 = 1 << 20;
+const GUARD: u32 = 0;
+const MIDDLE: u32 = 1;
+const EXIT: u32 = 2;
+
+fn design(channel: ChannelDesign) -> TorParams {
+    TorParams {
+        channel,
+        ..TorParams::default()
+    }
+}
+
+fn bulk(size: u64) -> Workload {
+    Workload::Bulk {
+        size_bytes: size,
+        timeout: secs(120),
+    }
+}
+
+fn web() -> Workload {
+    Workload::Web {
+        size_bytes: 50 * 1024,
+        pause_min: secs(1),
+        pause_max: secs(3),
+        timeout: secs(60),
+    }
+}
+
+fn fast() -> (u64, u64) {
+    (100 * MIB, 1000 * MBIT)
+}
+
+fn all_ok(sim: &Simulation<TorHost>, clients: std::ops::Range<u32>) -> usize {
+    let mut n = 0;
+    for h in clients {
+        let c = client(sim, h);
+        assert_eq!(c.window_violations, 0);
+        for d in &c.finished {
+            assert_eq!(d.outcome, DownloadOutcome::Ok, "client {h}: {d:?}");
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn pctcp_gives_every_circuit_its_own_connection_and_closes_it_with_the_circuit() {
+    let mut params = design(ChannelDesign::Pctcp);
+    // Circuits retire quickly, so that many open and close during the test.
+    params.max_circuit_dirtiness_s = 10;
+    let clients = vec![bulk(2 * MIB), bulk(2 * MIB), web(), web()];
+    let mut sim = three_relays_with(params, [fast(); 3], clients, 1);
+    let mut most = 0;
+    for t in 1..=60 {
+        sim.run_until(secs(t));
+        for host in [GUARD, MIDDLE] {
+            for ch in relay_host(&sim, host).channel_views() {
+                if ch.opener {
+                    // One connection per circuit: a connection opens with its circuit and
+                    // closes with it.
+                    assert_eq!(ch.conns as u32, ch.circuits, "t={t} relay {host}: {ch:?}");
+                    most = most.max(ch.conns);
+                }
+            }
+        }
+    }
+    assert!(
+        most >= 4,
+        "the guard-middle channel never held several circuits: {most}"
+    );
+    assert!(all_ok(&sim, 4..8) > 10);
+}
+
+fn imux(scheduler: ImuxScheduler, conn_limit: u32) -> TorParams {
+    TorParams {
+        channel: ChannelDesign::Imux,
+        imux_scheduler: scheduler,
+        conn_limit,
+        max_circuit_dirtiness_s: 10,
+        ..TorParams::default()
+    }
+}
+
+fn imux_run(scheduler: ImuxScheduler, threads: usize) -> Simulation<TorHost> {
+    let clients = vec![
+        bulk(4 * MIB),
+        bulk(4 * MIB),
+        bulk(4 * MIB),
+        web(),
+        web(),
+        web(),
+    ];
+    let mut sim = three_relays_with(imux(scheduler, 40), [fast(); 3], clients, threads);
+    sim.run_until(secs(60));
+    sim
+}
+
+#[test]
+fn imux_sizes_channels_within_the_cap_and_keeps_every_circuit_in_order() {
+    let mut closed = 0;
+    for scheduler in [
+        ImuxScheduler::RoundRobin,
+        ImuxScheduler::Ewma,
+        ImuxScheduler::ShortestQueue,
+    ] {
+        let sim = imux_run(scheduler, 1);
+        let cap = imux_socket_cap(40, 0.9);
+        let mut reordered = 0;
+        for host in [GUARD, MIDDLE, EXIT] {
+            let r = relay_host(&sim, host);
+            let s = r.channel_stats;
+            eprintln!("{scheduler:?} relay {host}: {s:?}");
+            // The relay never holds more than ConnLimit * tau sockets.
+            assert!(s.max_open_sockets <= cap, "{scheduler:?}: {s:?}");
+            // Cells that overtook each other on different connections were put back in
+            // order; none was handed on out of order.
+            assert_eq!(s.order_violations, 0);
+            reordered += s.cells_reordered;
+        }
+        let guard = relay_host(&sim, GUARD);
+        // The channel grew beyond one connection, and shrank again by the closing handshake.
+        assert!(guard.channel_stats.conns_opened > 2, "{scheduler:?}");
+        closed += relay_host(&sim, GUARD).channel_stats.conns_closed
+            + relay_host(&sim, MIDDLE).channel_stats.conns_closed;
+        if scheduler != ImuxScheduler::RoundRobin {
+            // Cells of one circuit travelled over several connections.
+            assert!(reordered > 0, "{scheduler:?}: nothing arrived out of order");
+        }
+        // No cell was lost or duplicated: every download completed with its exact size.
+        assert!(all_ok(&sim, 4..10) > 6, "{scheduler:?}");
+    }
+    // Connections the cap refused went away without losing a cell (the downloads above).
+    eprintln!("connections closed by the handshake: {closed}");
+}
+
+#[test]
+fn imux_connections_follow_the_share_of_circuits() {
+    let mut sim = three_relays_with(
+        imux(ImuxScheduler::Ewma, 4096),
+        [fast(); 3],
+        vec![bulk(4 * MIB), web()],
+        1,
+    );
+    sim.run_until(secs(20));
+    let views = relay_host(&sim, GUARD).channel_views();
+    let to_middle = views.iter().find(|c| c.peer == MIDDLE).unwrap();
+    // Half of the guard's circuit ends are on this channel: it may hold half of the cap,
+    // growing at most twofold a second, so after 19 seconds of management it is well past 1.
+    assert!(to_middle.conns > 8, "{to_middle:?}");
+    assert!(to_middle.conns as u32 <= imux_socket_cap(4096, 0.9) / 2 + 1);
+}
+
+#[test]
+fn torchestra_moves_a_bulk_circuit_to_the_heavy_connection_and_keeps_web_light() {
+    let clients = vec![bulk(50 * MIB), web(), web(), web()];
+    let mut sim = three_relays_with(design(ChannelDesign::Torchestra), [fast(); 3], clients, 1);
+    sim.run_until(secs(30));
+    let middle = relay_host(&sim, MIDDLE);
+    let mut circuits = middle.circuit_views();
+    circuits.sort_by_key(|c| std::cmp::Reverse(c.cells));
+    eprintln!("{circuits:?} {:?}", middle.channel_stats);
+    // The busiest circuit (the bulk download) is heavy; quiet ones are light.
+    assert!(circuits[0].heavy, "{circuits:?}");
+    assert!(circuits[0].cells > 10 * circuits[1].cells.max(1));
+    assert!(circuits
+        .iter()
+        .skip(1)
+        .filter(|c| c.cells > 0)
+        .all(|c| !c.heavy));
+    assert!(middle.channel_stats.switched_heavy > 0);
+    assert!(all_ok(&sim, 4..8) > 0);
+}
+
+#[test]
+fn idealised_torchestra_never_misclassifies() {
+    let clients = vec![bulk(50 * MIB), web(), web(), web()];
+    let mut sim = three_relays_with(
+        design(ChannelDesign::TorchestraIdeal),
+        [fast(); 3],
+        clients,
+        1,
+    );
+    for t in 1..=30 {
+        sim.run_until(secs(t));
+        for host in [GUARD, MIDDLE, EXIT] {
+            let r = relay_host(&sim, host);
+            for c in r.circuit_views() {
+                // Declared bulk circuits are heavy from the start, the others never.
+                assert_eq!(c.heavy, c.declared_heavy, "t={t} relay {host}: {c:?}");
+            }
+            assert_eq!(r.channel_stats.switched_heavy, 0);
+        }
+    }
+    assert!(relay_host(&sim, MIDDLE)
+        .circuit_views()
+        .iter()
+        .any(|c| c.declared_heavy));
+}
+
+#[test]
+fn at_conn_limit_an_extend_that_needs_a_connection_fails_with_connect_failed() {
+    // The guard may hold 2 sockets: its client's connection and one more, so the channel to
+    // the middle opens, but under PCTCP the second circuit's connection cannot.
+    let relays = vec![
+        relay("guard", 1, RelayFlags::GUARD, 1000),
+        relay("middle", 2, RelayFlags::default(), 1000),
+        relay("exit", 3, RelayFlags::EXIT, 1000),
+    ];
+    let mut hosts: Vec<HostSpec> = relays
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut l = limits(100 * MIB);
+            if i == 0 {
+                l.conn_limit = Some(2);
+            }
+            HostSpec {
+                name: r.nickname.clone(),
+                placement: at(1000 * MBIT, 1000 * MBIT),
+                role: HostRole::Relay {
+                    relay: i,
+                    limits: l,
+                },
+            }
+        })
+        .collect();
+    hosts.push(HostSpec {
+        name: "server".into(),
+        placement: at(1000 * MBIT, 1000 * MBIT),
+        role: HostRole::Server {
+            group: "web".into(),
+        },
+    });
+    hosts.push(HostSpec {
+        name: "client".into(),
+        placement: at(100 * MBIT, 100 * MBIT),
+        role: HostRole::Client {
+            workload: web(),
+            servers: "web".into(),
+            start: secs(1),
+        },
+    });
+    let network = TorNetwork {
+        graph: switch(10),
+        hosts,
+        consensus: Consensus::from_relays(relays),
+        params: design(ChannelDesign::Pctcp),
+        net: NetworkConfig::default(),
+        seed: 1,
+        threads: 1,
+    };
+    let mut sim = build(network).unwrap().0;
+    sim.run_until(secs(20));
+    let c = client(&sim, 4);
+    assert!(
+        c.destroy_reasons.contains(&DESTROY_CONNECT_FAILED),
+        "{:?}",
+        c.destroy_reasons
+    );
+    let guard = relay_host(&sim, GUARD);
+    assert!(
+        guard
+            .samples
+            .iter()
+            .map(|s| s.conn_limit_refusals)
+            .sum::<u64>()
+            > 0
+    );
+    assert!(guard.channel_stats.max_open_sockets <= 2);
+}
+
+/// Three relays, the middle the victim with `conn_limit` sockets, bulk clients, and an
+/// attacker building `per_burst` circuits through the victim every second from 20 s to 50 s.
+fn attack(channel: ChannelDesign, threads: usize) -> Simulation<TorHost> {
+    let relays = vec![
+        relay("guard", 1, RelayFlags::GUARD, 1000),
+        relay("middle", 2, RelayFlags::default(), 1000),
+        relay("exit", 3, RelayFlags::EXIT, 1000),
+    ];
+    let mut hosts: Vec<HostSpec> = relays
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut l = limits(100 * MIB);
+            if i == 1 {
+                l.conn_limit = Some(100);
+            }
+            HostSpec {
+                name: r.nickname.clone(),
+                placement: at(1000 * MBIT, 1000 * MBIT),
+                role: HostRole::Relay {
+                    relay: i,
+                    limits: l,
+                },
+            }
+        })
+        .collect();
+    hosts.push(HostSpec {
+        name: "server".into(),
+        placement: at(1000 * MBIT, 1000 * MBIT),
+        role: HostRole::Server {
+            group: "web".into(),
+        },
+    });
+    for i in 0..4 {
+        hosts.push(HostSpec {
+            name: format!("client{i}"),
+            placement: at(100 * MBIT, 100 * MBIT),
+            role: HostRole::Client {
+                workload: bulk(2 * MIB),
+                servers: "web".into(),
+                start: secs(1),
+            },
+        });
+    }
+    hosts.push(HostSpec {
+        name: "attacker".into(),
+        placement: at(1000 * MBIT, 1000 * MBIT),
+        role: HostRole::Attacker(AttackPlan {
+            victim: 1,
+            start: secs(20),
+            end: secs(50),
+            circuits: 10,
+            every: millis(1000),
+        }),
+    });
+    let params = TorParams {
+        channel,
+        max_circuit_dirtiness_s: 10,
+        ..TorParams::default()
+    };
+    let network = TorNetwork {
+        graph: switch(10),
+        hosts,
+        consensus: Consensus::from_relays(relays),
+        params,
+        net: NetworkConfig::default(),
+        seed: 3,
+        threads,
+    };
+    let mut sim = build(network).unwrap().0;
+    sim.run_until(secs(70));
+    sim
+}
+
+/// The victim's bytes written per second, averaged over [from, to).
+fn victim_rate(sim: &Simulation<TorHost>, from: u64, to: u64) -> f64 {
+    let r = relay_host(sim, MIDDLE);
+    let sum: u64 = r
+        .samples
+        .iter()
+        .filter(|s| s.second >= from && s.second < to)
+        .map(|s| s.bytes_written)
+        .sum();
+    sum as f64 / (to - from) as f64
+}
+
+#[test]
+fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
+    let sim = attack(ChannelDesign::Pctcp, 1);
+    let victim = relay_host(&sim, MIDDLE);
+    let at_limit = victim
+        .samples
+        .iter()
+        .filter(|s| s.second >= 30 && s.second < 50)
+        .all(|s| s.open_sockets == 100);
+    let refused: u64 = victim.samples.iter().map(|s| s.conn_limit_refusals).sum();
+    eprintln!(
+        "pctcp: refusals {refused}, rate before {:.0} during {:.0}",
+        victim_rate(&sim, 5, 20),
+        victim_rate(&sim, 30, 50)
+    );
+    // The victim sits at its ConnLimit for the rest of the attack and refuses connections;
+    // the clients' new circuits through it fail.
+    assert!(
+        at_limit,
+        "the PCTCP victim holds its ConnLimit while attacked"
+    );
+    assert!(refused > 100);
+    let failed_during = (4..8)
+        .flat_map(|h| client(&sim, h).circuit_log.iter())
+        .filter(|l| l.start >= secs(30) && l.start < secs(50))
+        .filter(|l| l.outcome != onionlab_tor::measure::CircuitOutcome::Built)
+        .count();
+    assert!(failed_during > 10, "{failed_during}");
+    // Afterwards the attacker's circuits are gone and the sockets with them.
+    assert!(victim.samples.last().unwrap().open_sockets < 100);
+
+    let sim = attack(ChannelDesign::Imux, 1);
+    let victim = relay_host(&sim, MIDDLE);
+    let peak = victim.samples.iter().map(|s| s.open_sockets).max().unwrap();
+    eprintln!(
+        "imux: peak sockets {peak}, rate before {:.0} during {:.0}",
+        victim_rate(&sim, 5, 20),
+        victim_rate(&sim, 30, 50)
+    );
+    assert!(peak <= imux_socket_cap(100, 0.9));
+    assert!(victim.channel_stats.max_open_sockets <= imux_socket_cap(100, 0.9));
+}
+
+fn fingerprint(sim: &Simulation<TorHost>) -> String {
+    let mut out = String::new();
+    for h in 0..sim.host_count() as u32 {
+        match sim.host(h) {
+            TorHost::Relay(r) => out.push_str(&format!("{:?}{:?}\n", r.samples, r.channel_stats)),
+            TorHost::Client(c) => out.push_str(&format!("{:?}{:?}\n", c.finished, c.circuit_log)),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn every_design_is_deterministic_across_thread_counts() {
+    for channel in [
+        ChannelDesign::Vanilla,
+        ChannelDesign::Torchestra,
+        ChannelDesign::TorchestraIdeal,
+        ChannelDesign::Pctcp,
+        ChannelDesign::Imux,
+    ] {
+        let one = fingerprint(&attack(channel, 1));
+        let two = fingerprint(&attack(channel, 2));
+        assert!(one == two, "{channel:?} differs between 1 and 2 threads");
+    }
+    for scheduler in [ImuxScheduler::RoundRobin, ImuxScheduler::ShortestQueue] {
+        assert!(fingerprint(&imux_run(scheduler, 1)) == fingerprint(&imux_run(scheduler, 2)));
+    }
+}
