@@ -229,7 +229,7 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
 /// scenarios (which they may name either way, `toy` or `../toy.yaml`). Such a scenario must not
 /// itself name files by relative path: there is no folder around it in the binary.
 pub(crate) const EMBEDDED_SCENARIOS: &[Embedded] = &[
-    // embed!("examples/experiments/imux-designs.yaml"),
+    // For example: embed!("examples/some-scenario.yaml"),
 ];
 
 /// What `reproduce --list` prints.
