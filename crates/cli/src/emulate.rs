@@ -105,6 +105,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
     let complete = measured.stopped_early.is_none();
     let bootstrap = scenario.run.bootstrap.0;
     let info = RunInfo {
+        plot_relays: crate::run::plot_relays(&scenario),
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(&scenario).unwrap_or(serde_json::Value::Null),
         seed: scenario.run.seed,
@@ -161,7 +162,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         out_dir.display()
     );
     if !args.no_report {
-        if let Err(e) = report(&out_dir) {
+        if let Err(e) = report(&out_dir, &[]) {
             eprintln!("warning: no report: {}", e.message);
         }
     }

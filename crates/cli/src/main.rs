@@ -50,6 +50,10 @@ enum Command {
     Report {
         /// A run directory (or a directory of trials made by `run --trials`).
         dir: PathBuf,
+        /// Also plot this relay's throughput and sockets over time (repeatable; relays the
+        /// scenario names, such as attack victims, are plotted anyway).
+        #[arg(long, value_name = "NAME")]
+        relay: Vec<String>,
     },
     /// Run an experiment: variants of one scenario, K trials each, compared in one report;
     /// trials finished earlier for the same scenario are kept.
@@ -66,6 +70,9 @@ enum Command {
         /// A label for each directory, in order (default: the scenario names).
         #[arg(long)]
         label: Vec<String>,
+        /// Also overlay this relay's throughput and sockets over time (repeatable).
+        #[arg(long, value_name = "NAME")]
+        relay: Vec<String>,
     },
 }
 
@@ -142,12 +149,13 @@ fn main() -> ExitCode {
         Command::Check { scenario } => run::check(&scenario),
         Command::Experiment(args) => experiment::experiment(args),
         Command::Reproduce(args) => experiment::reproduce(args),
-        Command::Report { dir } => run::report(&dir),
+        Command::Report { dir, relay } => run::report(&dir, &relay),
         Command::Compare {
             dirs,
             output,
             label,
-        } => run::compare(&dirs, &label, &output),
+            relay,
+        } => run::compare(&dirs, &label, &output, &relay),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -205,7 +205,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     out.write_trials(&manifest)
         .map_err(|e| Failure::internal(e.to_string()))?;
     if !args.no_report {
-        report(&out_dir)?;
+        report(&out_dir, &[])?;
     }
     Ok(())
 }
@@ -256,10 +256,34 @@ pub(crate) fn trial_seed(base: u64, k: u32) -> u64 {
 }
 
 /// Writes the plots and report.html of a run or trials directory.
-pub fn report(dir: &Path) -> Result<(), Failure> {
+/// A report error: bad input (an unknown relay, a malformed file) exits 2, anything else 1.
+fn report_failure(e: onionlab_report::ReportError) -> Failure {
+    if e.is_bad_input() {
+        Failure::input(e.to_string())
+    } else {
+        Failure::internal(e.to_string())
+    }
+}
+
+/// The relays a scenario asks reports to plot over time: attack victims, then `report.relays`.
+pub(crate) fn plot_relays(scenario: &Scenario) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let wanted = scenario.attacks.iter().map(|a| &a.victim);
+    for name in wanted.chain(scenario.report.relays.iter()) {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
+pub fn report(dir: &Path, relays: &[String]) -> Result<(), Failure> {
     let input = onionlab_report::load_input(dir).map_err(|e| Failure::input(e.to_string()))?;
+    let options = onionlab_report::ReportOptions {
+        relays: relays.to_vec(),
+    };
     let files =
-        onionlab_report::write_report(&input, dir).map_err(|e| Failure::internal(e.to_string()))?;
+        onionlab_report::write_report_with(&input, dir, &options).map_err(report_failure)?;
     println!(
         "report: {} ({} files)",
         dir.join("report.html").display(),
@@ -269,7 +293,12 @@ pub fn report(dir: &Path) -> Result<(), Failure> {
 }
 
 /// Overlays several runs or trial sets.
-pub fn compare(dirs: &[PathBuf], labels: &[String], out: &Path) -> Result<(), Failure> {
+pub fn compare(
+    dirs: &[PathBuf],
+    labels: &[String],
+    out: &Path,
+    relays: &[String],
+) -> Result<(), Failure> {
     if dirs.len() < 2 {
         return Err(Failure::input("compare: give at least two run directories"));
     }
@@ -294,8 +323,11 @@ pub fn compare(dirs: &[PathBuf], labels: &[String], out: &Path) -> Result<(), Fa
         }
         inputs.push((label, input));
     }
-    let table = onionlab_report::write_comparison(&inputs, out)
-        .map_err(|e| Failure::internal(e.to_string()))?;
+    let options = onionlab_report::ReportOptions {
+        relays: relays.to_vec(),
+    };
+    let table =
+        onionlab_report::write_comparison_with(&inputs, out, &options).map_err(report_failure)?;
     println!("{table}");
     println!("comparison: {}", out.join("compare.html").display());
     Ok(())
@@ -344,6 +376,7 @@ pub(crate) fn run_one(
     let bootstrap = scenario.run.bootstrap.0;
     let write = |e: onionlab_report::ReportError| Failure::internal(e.to_string());
     let mut info = RunInfo {
+        plot_relays: plot_relays(scenario),
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
@@ -474,7 +507,7 @@ pub(crate) fn run_one(
     }
     if options.report {
         // A report that cannot be made does not lose the results already written.
-        if let Err(e) = report(out_dir) {
+        if let Err(e) = report(out_dir, &[]) {
             eprintln!("warning: no report: {}", e.message);
         }
     }

@@ -11,6 +11,9 @@ use crate::stats::{ecdf, mean_cdf_band, mean_ci, thin, PLOT_POINTS};
 pub struct Named {
     pub stem: String,
     pub figure: Figure,
+    /// How to read the figure, where its title cannot say it all; shown after the title in the
+    /// page's caption. Empty for none.
+    pub caption: String,
 }
 
 /// A CDF curve: the step ECDF for one run, or the mean CDF with its 95% band for trials.
@@ -29,6 +32,7 @@ pub fn cdf_line(label: String, color: usize, per_trial: &[Vec<f64>]) -> Line {
             color,
             points: steps,
             band: Vec::new(),
+            faint: false,
         };
     }
     let band = mean_cdf_band(per_trial);
@@ -47,11 +51,12 @@ pub fn cdf_line(label: String, color: usize, per_trial: &[Vec<f64>]) -> Line {
         color,
         points,
         band: polygon,
+        faint: false,
     }
 }
 
 /// A time series averaged over trials at each x, with its 95% band when there are trials.
-fn mean_series(label: String, color: usize, per_trial: &[BTreeMap<u64, f64>]) -> Line {
+pub(crate) fn mean_series(label: String, color: usize, per_trial: &[BTreeMap<u64, f64>]) -> Line {
     let mut xs: Vec<u64> = per_trial.iter().flat_map(|m| m.keys().copied()).collect();
     xs.sort_unstable();
     xs.dedup();
@@ -76,6 +81,7 @@ fn mean_series(label: String, color: usize, per_trial: &[BTreeMap<u64, f64>]) ->
         color,
         points: cis.iter().map(|(x, c)| (*x, c.mean)).collect(),
         band,
+        faint: false,
     }
 }
 
@@ -108,7 +114,12 @@ fn goodput_per_second(run: &RunData) -> BTreeMap<u64, f64> {
 }
 
 fn bootstrap_marker(runs: &[RunData]) -> Option<(f64, String)> {
-    let b = runs.first()?.info.bootstrap_seconds;
+    bootstrap_end(runs.first()?)
+}
+
+/// The end of `run`'s bootstrap period as a marker for plots over time; none without one.
+pub(crate) fn bootstrap_end(run: &RunData) -> Option<(f64, String)> {
+    let b = run.info.bootstrap_seconds;
     (b > 0.0).then(|| (b, "end of bootstrap".to_string()))
 }
 
@@ -140,6 +151,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 &format!("{name} (s)"),
                 lines,
             ),
+            caption: String::new(),
         });
         let lines = sizes
             .iter()
@@ -159,6 +171,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 &format!("{name} (s)"),
                 lines,
             ),
+            caption: String::new(),
         });
     }
 
@@ -180,6 +193,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
             "median time to last byte (s)",
             lines,
         ),
+        caption: String::new(),
     });
 
     out.push(Named {
@@ -193,6 +207,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 &by(&analysis::circuit_build_times),
             )],
         ),
+        caption: String::new(),
     });
 
     let per_trial: Vec<BTreeMap<u64, f64>> = runs.iter().map(goodput_per_second).collect();
@@ -207,6 +222,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
             marker: bootstrap_marker(runs),
             legend: Legend::LowerRight,
         }),
+        caption: String::new(),
     });
 
     if let Some(first) = runs.first() {
@@ -224,6 +240,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                     .map(|r| (r.second as f64, r.bytes_written as f64 / MIB))
                     .collect(),
                 band: Vec::new(),
+                faint: false,
             })
             .collect();
         let which = if runs.len() > 1 {
@@ -242,6 +259,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 marker: bootstrap_marker(runs),
                 legend: Legend::UpperRight,
             }),
+            caption: String::new(),
         });
     }
 
@@ -255,6 +273,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 ("timeouts".into(), 1, runs, ErrorKind::Timeouts),
             ],
         ),
+        caption: String::new(),
     });
 
     let lines = runs
@@ -275,6 +294,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 color: i,
                 points,
                 band: Vec::new(),
+                faint: false,
             }
         })
         .collect();
@@ -289,6 +309,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
             marker: None,
             legend: Legend::UpperLeft,
         }),
+        caption: String::new(),
     });
 
     let workers = runs.iter().map(|r| r.info.workers.len()).max().unwrap_or(0);
@@ -320,6 +341,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 intervals: cis.iter().map(|c| Some((c.low()?, c.high()?))).collect(),
             }],
         }),
+        caption: String::new(),
     });
     out
 }
@@ -429,6 +451,7 @@ pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
             "time to first byte (s)",
             per_input(&|r| analysis::ttfb(r, &|_, _| true)),
         ),
+        caption: String::new(),
     });
     for size in &sizes {
         out.push(Named {
@@ -444,6 +467,7 @@ pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
                 "time to last byte (s)",
                 per_input(&|r| analysis::ttlb(r, &|_, s| s == *size)),
             ),
+            caption: String::new(),
         });
     }
     for group in &groups {
@@ -454,6 +478,7 @@ pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
                 "median time to last byte (s)",
                 per_input(&|r| analysis::client_medians(r, |g| g == group)),
             ),
+            caption: String::new(),
         });
     }
     out.push(Named {
@@ -463,6 +488,7 @@ pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
             "circuit build time (s)",
             per_input(&analysis::circuit_build_times),
         ),
+        caption: String::new(),
     });
     let lines = inputs
         .iter()
@@ -483,6 +509,7 @@ pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
             marker: inputs.first().and_then(|(_, i)| bootstrap_marker(i.runs())),
             legend: Legend::UpperRight,
         }),
+        caption: String::new(),
     });
     out.push(Named {
         stem: "compare_error_rates".into(),
@@ -495,6 +522,7 @@ pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
                 .map(|(i, (label, input))| (label.clone(), i, input.runs(), ErrorKind::Both))
                 .collect(),
         ),
+        caption: String::new(),
     });
     out
 }

@@ -6,7 +6,8 @@
 //!
 //! Reports read run directories back ([`RunData::load`], [`load_input`]), draw plots as SVG and
 //! PNG and write a self-contained HTML page ([`write_report`]) or overlay several runs or sets
-//! of trials ([`write_comparison`]). The statistics are described in [`stats`].
+//! of trials ([`write_comparison`]); [`write_report_with`] and [`write_comparison_with`] also
+//! plot chosen relays over time ([`ReportOptions`]). The statistics are described in [`stats`].
 
 mod analysis;
 mod figures;
@@ -14,6 +15,7 @@ mod load;
 mod output;
 mod plot;
 mod records;
+mod relay_plots;
 mod report;
 pub mod stats;
 mod summary;
@@ -28,7 +30,8 @@ pub use records::{
     CircuitRecord, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo, WorkerRecord,
 };
 pub use report::{
-    relative_change, write_comparison, write_report, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
+    relative_change, write_comparison, write_comparison_with, write_report, write_report_with,
+    ReportOptions, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
 };
 pub use summary::{
     percentiles, render_summary, summarize, summary_table, total_goodput, GroupSummary, Percentiles,

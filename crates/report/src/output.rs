@@ -126,6 +126,23 @@ pub enum ReportError {
     Plot { file: String, message: String },
 }
 
+impl ReportError {
+    /// Whether the error lies in what the caller gave (directories that are not runs, files
+    /// that do not parse, inconsistent trials, relays to plot that a run does not have) rather
+    /// than in writing the results, so a command line can answer "bad input" (exit 2) instead of
+    /// an internal failure without matching every variant.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            ReportError::NoSuchDirectory(_)
+                | ReportError::NotARunDirectory(_)
+                | ReportError::MissingFile(_)
+                | ReportError::Malformed { .. }
+                | ReportError::Invalid { .. }
+        )
+    }
+}
+
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ReportError + '_ {
     move |source| ReportError::Io {
         path: path.to_path_buf(),
@@ -533,6 +550,7 @@ mod tests {
             interrupted_reason: None,
             progress: vec![(0.0, 0.0), (12.5, 3600.0)],
             emulation: None,
+            plot_relays: Vec::new(),
         }
     }
 
@@ -644,6 +662,16 @@ mod tests {
         }
         let back: RunInfo = serde_json::from_value(v).unwrap();
         assert_eq!(back, run_info());
+        // An empty list of relays to plot is left out, so run.json of runs that name none is
+        // byte-identical to before the field existed.
+        assert!(!text.contains("plot_relays"), "{text}");
+        let mut info = run_info();
+        info.plot_relays = vec!["middle1".into(), "guard2".into()];
+        let path = out.write_run(&info).unwrap();
+        let text = fs::read_to_string(path).unwrap();
+        assert!(text.contains("\"plot_relays\": [\n    \"middle1\",\n    \"guard2\"\n  ]"));
+        let back: RunInfo = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, info);
     }
 
     #[test]

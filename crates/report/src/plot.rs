@@ -49,6 +49,9 @@ pub struct Line {
     pub color: usize,
     pub points: Vec<(f64, f64)>,
     pub band: Vec<(f64, f64)>,
+    /// Drawn thin and pale beneath every other curve, and left out of the legend: one trial
+    /// behind the mean over trials, so the spread between trials shows without hiding the mean.
+    pub faint: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,8 +217,18 @@ fn draw_lines(
                 .map_err(plot_err(file))?;
         }
     }
+    // Faint curves next, so the bold ones are drawn over them.
+    for line in c.lines.iter().filter(|l| l.faint) {
+        let points: Vec<(f64, f64)> = line.points.iter().copied().filter(finite).collect();
+        chart
+            .draw_series(LineSeries::new(
+                points,
+                color(line.color).mix(0.3).stroke_width(1),
+            ))
+            .map_err(plot_err(file))?;
+    }
     let mut labelled = false;
-    for line in &c.lines {
+    for line in c.lines.iter().filter(|l| !l.faint) {
         let points: Vec<(f64, f64)> = line.points.iter().copied().filter(finite).collect();
         let col = color(line.color);
         let series = chart

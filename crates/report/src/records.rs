@@ -177,4 +177,10 @@ pub struct RunInfo {
     /// For `mode: emulation`: the tor version, set-up time and the switch's packet counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulation: Option<serde_json::Value>,
+    /// Relays the run's author wants plotted over time in the report (attack victims and the
+    /// scenario's `report.relays`), in the order given. Left out of run.json when empty, so the
+    /// run.json of every run that names none stays as it was, and defaulted so that older
+    /// run.json files load.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plot_relays: Vec<String>,
 }

@@ -11,6 +11,7 @@ use crate::figures::{self, compare_figures, report_figures, Named};
 use crate::load::{Input, RunData};
 use crate::output::{fixed, OutputDir, ReportError};
 use crate::plot::{render_svg, Rasterizer, FONT_PATHS, HEIGHT, WIDTH};
+use crate::relay_plots;
 use crate::stats::MeanCi;
 use crate::summary::{summarize, summary_table, total_goodput};
 
@@ -92,10 +93,15 @@ fn write_figures(
         files.push(dir.write_bytes(&svg_name, svg.as_bytes())?);
         files.push(dir.write_bytes(&png_name, &png)?);
         let title = html_escape(f.figure.title());
+        let caption = if f.caption.is_empty() {
+            String::new()
+        } else {
+            format!("{} ", html_escape(&f.caption))
+        };
         let _ = write!(
             html,
             "<figure id=\"{stem}\">\n<img src=\"{svg}\" alt=\"{title}\" width=\"{WIDTH}\" \
-             height=\"{HEIGHT}\">\n<figcaption>{title}. <a href=\"{svg}\">SVG</a>, \
+             height=\"{HEIGHT}\">\n<figcaption>{title}. {caption}<a href=\"{svg}\">SVG</a>, \
              <a href=\"{png}\">PNG</a></figcaption>\n</figure>\n",
             stem = html_escape(&f.stem),
             svg = html_escape(&svg_name),
@@ -318,11 +324,60 @@ fn change_cell(change: Option<f64>) -> String {
     }
 }
 
+/// What a report or comparison shows beyond what the runs' run.json ask for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReportOptions {
+    /// Relays to plot over time (throughput and open sockets per second), after those in the
+    /// runs' `plot_relays`; a name given twice is plotted once. Each must be in relays.csv:
+    /// a relay that no run has is an error, since a misspelt name would otherwise silently
+    /// plot nothing.
+    pub relays: Vec<String>,
+}
+
+/// The page section for relays plotted over time; empty when there are none, so pages that
+/// plot no relay stay exactly as they were.
+fn relays_section(figures_html: &str, notes: &[String]) -> String {
+    if figures_html.is_empty() && notes.is_empty() {
+        return String::new();
+    }
+    let mut html = String::from(
+        "<h3>Relays over time</h3>\n<p class=\"note\">Relays named by the scenario (attack \
+         victims, <code>report: { relays }</code>) or on the command line, per simulated \
+         second.</p>\n",
+    );
+    for n in notes {
+        let _ = writeln!(html, "<p class=\"note\">{}</p>", html_escape(n));
+    }
+    html.push_str(figures_html);
+    html
+}
+
 /// Writes plots (SVG and PNG) and `report.html` into `out`; returns the files written.
+///
+/// Relays named in run.json's `plot_relays` are plotted over time; see [`write_report_with`].
 pub fn write_report(input: &Input, out: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    write_report_with(input, out, &ReportOptions::default())
+}
+
+/// [`write_report`], also plotting `options.relays` over time.
+///
+/// Each relay in run.json's `plot_relays` or `options.relays` gets `relay_<name>_throughput`
+/// (bytes written and read per second) and, where the runs counted sockets,
+/// `relay_<name>_sockets` (open sockets per second), after the other plots; for trials, each
+/// trial faintly under the mean with its 95% band. A relay that no run has is
+/// [`ReportError::Invalid`] (see [`ReportError::is_bad_input`]), found before anything is
+/// written.
+pub fn write_report_with(
+    input: &Input,
+    out: &Path,
+    options: &ReportOptions,
+) -> Result<Vec<PathBuf>, ReportError> {
+    let relays = relay_plots::report_relays(input, &options.relays)?;
     let dir = OutputDir::create(out)?;
     let raster = Rasterizer::new();
     let (mut files, figures_html) = write_figures(&report_figures(input), &dir, &raster)?;
+    let (relay_files, relay_html) = write_figures(&relays.figures, &dir, &raster)?;
+    files.extend(relay_files);
 
     let label = input.label();
     let mut html = page_start(&format!("onionlab report: {label}"));
@@ -386,6 +441,7 @@ pub fn write_report(input: &Input, out: &Path) -> Result<Vec<PathBuf>, ReportErr
     html.push_str("<h2>Plots</h2>\n");
     html.push_str(&font_note(&raster));
     html.push_str(&figures_html);
+    html.push_str(&relays_section(&relay_html, &relays.notes));
     html.push_str("</body>\n</html>\n");
     files.push(dir.write_bytes(REPORT_HTML, html.as_bytes())?);
     Ok(files)
@@ -563,7 +619,26 @@ impl Comparison {
 
 /// Overlays several inputs in the same plots and writes `compare.html`, the plots and
 /// `comparison.csv` into `out`; returns the comparison table as text.
+///
+/// Relays named in the inputs' `plot_relays` are plotted over time; see
+/// [`write_comparison_with`].
 pub fn write_comparison(inputs: &[(String, Input)], out: &Path) -> Result<String, ReportError> {
+    write_comparison_with(inputs, out, &ReportOptions::default())
+}
+
+/// [`write_comparison`], also plotting `options.relays` over time.
+///
+/// Each relay in any input's `plot_relays` or in `options.relays` gets
+/// `compare_relay_<name>_throughput` (bytes written per second) and, where counted,
+/// `compare_relay_<name>_sockets`, every input that has the relay overlaid as the mean over
+/// its trials with the 95% band. An input without the relay is left out of its plots, and the
+/// page says so; a relay that no input has is [`ReportError::Invalid`], found before anything
+/// is written.
+pub fn write_comparison_with(
+    inputs: &[(String, Input)],
+    out: &Path,
+    options: &ReportOptions,
+) -> Result<String, ReportError> {
     let invalid = |message: String| ReportError::Invalid {
         path: out.to_path_buf(),
         message,
@@ -579,6 +654,7 @@ pub fn write_comparison(inputs: &[(String, Input)], out: &Path) -> Result<String
             )));
         }
     }
+    let relays = relay_plots::compare_relays(inputs, &options.relays, out)?;
     let dir = OutputDir::create(out)?;
     let comparison = Comparison::new(inputs);
     let text = comparison.text();
@@ -590,6 +666,7 @@ pub fn write_comparison(inputs: &[(String, Input)], out: &Path) -> Result<String
 
     let raster = Rasterizer::new();
     let (_, figures_html) = write_figures(&compare_figures(inputs), &dir, &raster)?;
+    let (_, relay_html) = write_figures(&relays.figures, &dir, &raster)?;
     let title = format!("onionlab comparison: {}", comparison.labels.join(" vs "));
     let mut html = page_start(&title);
     html.push_str("<h2>Inputs</h2>\n");
@@ -637,6 +714,7 @@ pub fn write_comparison(inputs: &[(String, Input)], out: &Path) -> Result<String
     html.push_str("<h2>Plots</h2>\n");
     html.push_str(&font_note(&raster));
     html.push_str(&figures_html);
+    html.push_str(&relays_section(&relay_html, &relays.notes));
     html.push_str("</body>\n</html>\n");
     dir.write_bytes(COMPARE_HTML, html.as_bytes())?;
     Ok(text)

@@ -5,9 +5,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use onionlab_report::{
-    load_input, write_comparison, write_report, CircuitRecord, DownloadRecord, Input, Outcome,
-    OutputDir, RelaySample, RunData, RunInfo, TrialsManifest, WorkerRecord, COMPARE_HTML,
-    COMPARISON_CSV, REPORT_HTML,
+    load_input, write_comparison, write_comparison_with, write_report, write_report_with,
+    CircuitRecord, DownloadRecord, Input, Outcome, OutputDir, RelaySample, ReportOptions, RunData,
+    RunInfo, TrialsManifest, WorkerRecord, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
 };
 
 struct TempDir(PathBuf);
@@ -83,6 +83,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
         interrupted_reason: None,
         progress: vec![(0.0, 0.0), (1.0, 30.0), (2.2, 70.0), (3.5, 120.0)],
         emulation: None,
+        plot_relays: Vec::new(),
     }
 }
 
@@ -526,4 +527,309 @@ fn older_run_json_without_progress_loads() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(names.contains("diagnostics_progress.png"));
+}
+
+/// Turns the run in `dir` into one under the socket exhaustion attack: from second 40 to 89
+/// middle1 opens sockets (40 more each second, up to a limit of 1000) and writes a quarter of
+/// what it did before. run.json asks for `plot` to be plotted over time.
+fn attack(dir: &Path, plot: &[&str]) {
+    let mut data = RunData::load(dir).unwrap();
+    for r in data.relays.iter_mut().filter(|r| r.relay == "middle1") {
+        if (40..90).contains(&r.second) {
+            r.open_sockets = Some(((r.second - 39) as u32 * 40).min(1000));
+            r.bytes_written /= 4;
+        }
+    }
+    data.info.plot_relays = plot.iter().map(|s| s.to_string()).collect();
+    let out = OutputDir::create(dir).unwrap();
+    out.write_relays(&data.relays).unwrap();
+    out.write_run(&data.info).unwrap();
+}
+
+/// A text element of an SVG holding exactly `s`, as plotters writes it.
+fn text(s: &str) -> String {
+    format!(">\n{s}\n</text>")
+}
+
+fn relay_options(relays: &[&str]) -> ReportOptions {
+    ReportOptions {
+        relays: relays.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn relay_files(dir: &Path) -> BTreeSet<String> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("relay_") && !n.contains("goodput") && !n.contains("busiest"))
+        .collect()
+}
+
+#[test]
+fn report_plots_named_relays_over_time() {
+    let tmp = TempDir::new("relays");
+    write_run(&tmp.0, "attack", 1);
+    attack(&tmp.0, &["middle1"]);
+    let input = load_input(&tmp.0).unwrap();
+    assert_eq!(input.runs()[0].info.plot_relays, ["middle1"]);
+
+    // run.json's relay, then the caller's; middle1 named twice is plotted once.
+    let files = write_report_with(&input, &tmp.0, &relay_options(&["guard2", "middle1"])).unwrap();
+    let stems = [
+        "relay_middle1_throughput",
+        "relay_middle1_sockets",
+        "relay_guard2_throughput",
+        "relay_guard2_sockets",
+    ];
+    let mut expected = BTreeSet::new();
+    for stem in stems {
+        for ext in ["svg", "png"] {
+            let path = tmp.0.join(format!("{stem}.{ext}"));
+            assert!(files.contains(&path), "{stem}.{ext} not returned");
+            expected.insert(format!("{stem}.{ext}"));
+        }
+    }
+    assert_eq!(relay_files(&tmp.0), expected);
+    let html = fs::read_to_string(tmp.0.join(REPORT_HTML)).unwrap();
+    assert_eq!(
+        check_links(&tmp.0, &html),
+        (REPORT_PLOTS.len() + stems.len()) * 3
+    );
+    let at = |needle: &str| {
+        html.find(needle)
+            .unwrap_or_else(|| panic!("report.html lacks {needle}"))
+    };
+    // After the other plots, in the order asked for, with captions.
+    assert!(at("diagnostics_workers.svg") < at("Relays over time"));
+    let positions: Vec<usize> = stems
+        .iter()
+        .map(|s| at(&format!("src=\"{s}.svg\"")))
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    at("Bytes relay middle1 wrote and read in each simulated second.");
+    at("Sockets the relay held open");
+
+    let throughput = fs::read_to_string(tmp.0.join("relay_middle1_throughput.svg")).unwrap();
+    for needle in [
+        "Relay middle1 over time: throughput",
+        "written",
+        "read",
+        "MiB/s",
+    ] {
+        assert!(
+            throughput.contains(needle),
+            "throughput plot lacks {needle}"
+        );
+    }
+    let sockets = fs::read_to_string(tmp.0.join("relay_middle1_sockets.svg")).unwrap();
+    assert!(sockets.contains("Relay middle1 over time: open sockets"));
+    // One run: no band, no faint lines.
+    assert!(!sockets.contains("<polygon") && !sockets.contains("opacity=\"0.3\""));
+
+    // write_report plots the relays run.json names, and no others.
+    for f in relay_files(&tmp.0) {
+        fs::remove_file(tmp.0.join(f)).unwrap();
+    }
+    write_report(&input, &tmp.0).unwrap();
+    let only: BTreeSet<String> = stems[..2]
+        .iter()
+        .flat_map(|s| [format!("{s}.svg"), format!("{s}.png")])
+        .collect();
+    assert_eq!(relay_files(&tmp.0), only);
+}
+
+#[test]
+fn trials_report_plots_each_trial_faintly_under_the_mean() {
+    let tmp = TempDir::new("relay-trials");
+    write_trials(&tmp.0, "attack", &[1, 2, 3]);
+    for t in 1..=3 {
+        attack(&tmp.0.join(format!("trial-{t}")), &["middle1"]);
+    }
+    let input = load_input(&tmp.0).unwrap();
+    write_report(&input, &tmp.0).unwrap();
+    let html = fs::read_to_string(tmp.0.join(REPORT_HTML)).unwrap();
+    check_links(&tmp.0, &html);
+    assert!(html.contains("faint: each trial"), "{html}");
+    let throughput = fs::read_to_string(tmp.0.join("relay_middle1_throughput.svg")).unwrap();
+    assert!(throughput.contains("mean of 3 trials"));
+    // Bands for written and read, and each of the 3 trials faintly for both.
+    assert_eq!(throughput.matches("<polygon").count(), 2);
+    assert_eq!(throughput.matches("opacity=\"0.3\"").count(), 6);
+    let sockets = fs::read_to_string(tmp.0.join("relay_middle1_sockets.svg")).unwrap();
+    assert!(sockets.contains("mean of 3 trials"));
+    assert_eq!(sockets.matches("opacity=\"0.3\"").count(), 3);
+
+    // A relay one trial lacks is plotted from the others, and the page says so.
+    let trial = tmp.0.join("trial-2");
+    let mut data = RunData::load(&trial).unwrap();
+    data.relays.retain(|r| r.relay != "middle1");
+    OutputDir::create(&trial)
+        .unwrap()
+        .write_relays(&data.relays)
+        .unwrap();
+    let input = load_input(&tmp.0).unwrap();
+    write_report(&input, &tmp.0).unwrap();
+    let html = fs::read_to_string(tmp.0.join(REPORT_HTML)).unwrap();
+    assert!(
+        html.contains("Relay &quot;middle1&quot; is not in relays.csv of trial-2"),
+        "{html}"
+    );
+    let throughput = fs::read_to_string(tmp.0.join("relay_middle1_throughput.svg")).unwrap();
+    assert!(throughput.contains("mean of 2 trials"));
+}
+
+#[test]
+fn comparison_overlays_named_relays() {
+    let tmp = TempDir::new("relay-compare");
+    let (one, many, other) = (tmp.0.join("one"), tmp.0.join("many"), tmp.0.join("other"));
+    write_run(&one, "vanilla", 1);
+    attack(&one, &["middle1"]);
+    write_trials(&many, "pctcp", &[11, 12, 13]);
+    for t in 1..=3 {
+        attack(&many.join(format!("trial-{t}")), &["middle1"]);
+    }
+    write_run(&other, "imux", 2);
+    // This design's relays have other names, so middle1 is missing from it.
+    let mut data = RunData::load(&other).unwrap();
+    for r in &mut data.relays {
+        r.relay = r.relay.replace("middle", "mid");
+    }
+    OutputDir::create(&other)
+        .unwrap()
+        .write_relays(&data.relays)
+        .unwrap();
+    let inputs: Vec<(String, Input)> = [("vanilla", &one), ("pctcp", &many), ("imux", &other)]
+        .into_iter()
+        .map(|(l, d)| (l.to_string(), load_input(d).unwrap()))
+        .collect();
+    let out = tmp.0.join("cmp");
+    write_comparison_with(&inputs, &out, &relay_options(&["exit1"])).unwrap();
+    let html = fs::read_to_string(out.join(COMPARE_HTML)).unwrap();
+    check_links(&out, &html);
+    assert!(
+        html.contains("Relay &quot;middle1&quot; is not in relays.csv of &quot;imux&quot;"),
+        "{html}"
+    );
+    for (stem, labels) in [
+        (
+            "compare_relay_middle1_throughput",
+            &["vanilla", "pctcp"][..],
+        ),
+        ("compare_relay_middle1_sockets", &["vanilla", "pctcp"]),
+        (
+            "compare_relay_exit1_throughput",
+            &["vanilla", "pctcp", "imux"],
+        ),
+        ("compare_relay_exit1_sockets", &["vanilla", "pctcp", "imux"]),
+    ] {
+        assert!(html.contains(&format!("src=\"{stem}.svg\"")), "{stem}");
+        let svg = fs::read_to_string(out.join(format!("{stem}.svg"))).unwrap();
+        for label in labels {
+            assert!(svg.contains(&text(label)), "{stem} lacks {label}");
+        }
+        // The means with the trials' band, no single trials.
+        assert_eq!(svg.matches("<polygon").count(), 1, "{stem}");
+        assert!(!svg.contains("opacity=\"0.3\""), "{stem}");
+        assert_eq!(
+            svg.contains(&text("imux")),
+            labels.contains(&"imux"),
+            "{stem}: imux"
+        );
+    }
+
+    // A relay that no input has is an error naming it, and nothing is written.
+    let fresh = tmp.0.join("cmp2");
+    let err = write_comparison_with(&inputs, &fresh, &relay_options(&["victim9"])).unwrap_err();
+    assert!(err.is_bad_input());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"victim9\"") && msg.contains("middle1") && msg.contains("imux"),
+        "{msg}"
+    );
+    assert!(!fresh.exists());
+}
+
+#[test]
+fn unknown_relays_are_errors_naming_them() {
+    let tmp = TempDir::new("relay-unknown");
+    write_run(&tmp.0, "attack", 1);
+    let input = load_input(&tmp.0).unwrap();
+    let err = write_report_with(&input, &tmp.0, &relay_options(&["victim9"])).unwrap_err();
+    assert!(err.is_bad_input());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("relays.csv")
+            && msg.contains("\"victim9\"")
+            && msg.contains("exit1, exit2, guard1, guard2 and middle1"),
+        "{msg}"
+    );
+    // Checked before anything is written.
+    assert!(!tmp.0.join(REPORT_HTML).exists());
+
+    let msg = write_report_with(&input, &tmp.0, &relay_options(&["Middle1"]))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("did you mean \"middle1\"?"), "{msg}");
+
+    // A name in run.json says where it came from; in trials the error names the trials.
+    attack(&tmp.0, &["middle9"]);
+    let msg = write_report(&load_input(&tmp.0).unwrap(), &tmp.0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("\"middle9\"") && msg.contains("plot_relays"),
+        "{msg}"
+    );
+    let trials = tmp.0.join("trials");
+    write_trials(&trials, "toy", &[1, 2]);
+    let input = load_input(&trials).unwrap();
+    let msg = write_report_with(&input, &trials, &relay_options(&["nope"]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("\"nope\"") && msg.contains("any of the 2 trials"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn naming_no_relays_leaves_reports_unchanged() {
+    let tmp = TempDir::new("relay-none");
+    let (a, b) = (tmp.0.join("a"), tmp.0.join("b"));
+    write_run(&a, "toy", 4);
+    write_run(&b, "toy", 4);
+    // An empty list is left out of run.json, as before the field existed.
+    assert!(!fs::read_to_string(a.join("run.json"))
+        .unwrap()
+        .contains("plot_relays"));
+    let input = load_input(&a).unwrap();
+    let plain = write_report(&input, &a).unwrap();
+    let html = fs::read(a.join(REPORT_HTML)).unwrap();
+    let with = write_report_with(&load_input(&b).unwrap(), &b, &ReportOptions::default()).unwrap();
+    assert_eq!(plain.len(), with.len());
+    assert_eq!(plain.len(), REPORT_PLOTS.len() * 2 + 1);
+    assert!(relay_files(&a).is_empty());
+    for (p, q) in plain.iter().zip(&with) {
+        assert_eq!(p.file_name(), q.file_name());
+        assert!(
+            fs::read(p).unwrap() == fs::read(q).unwrap(),
+            "{p:?} differs"
+        );
+    }
+    let text = String::from_utf8(html).unwrap();
+    assert!(!text.contains("Relays over time"));
+
+    let inputs = vec![
+        ("x".to_string(), load_input(&a).unwrap()),
+        ("y".to_string(), load_input(&b).unwrap()),
+    ];
+    let (c1, c2) = (tmp.0.join("c1"), tmp.0.join("c2"));
+    let t1 = write_comparison(&inputs, &c1).unwrap();
+    let t2 = write_comparison_with(&inputs, &c2, &ReportOptions::default()).unwrap();
+    assert_eq!(t1, t2);
+    assert_eq!(
+        fs::read(c1.join(COMPARE_HTML)).unwrap(),
+        fs::read(c2.join(COMPARE_HTML)).unwrap()
+    );
+    assert!(relay_files(&c1).is_empty());
 }
