@@ -97,6 +97,11 @@ impl ScenarioError {
 
 /// Reads and validates a scenario file.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    parse(&read_text(path)?, path)
+}
+
+/// A scenario file's text, refused beyond [`limits::MAX_SCENARIO_BYTES`] or when not UTF-8.
+pub(crate) fn read_text(path: &Path) -> Result<String, ScenarioError> {
     use std::io::Read;
     let cannot =
         |e: std::io::Error| ScenarioError::new(path, "", format!("cannot read scenario file: {e}"));
@@ -119,9 +124,8 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
             ),
         ));
     }
-    let text = String::from_utf8(bytes)
-        .map_err(|e| ScenarioError::new(path, "", format!("file is not valid UTF-8: {e}")))?;
-    parse(&text, path)
+    String::from_utf8(bytes)
+        .map_err(|e| ScenarioError::new(path, "", format!("file is not valid UTF-8: {e}")))
 }
 
 /// Parses and validates scenario text; `source` names the file in errors and anchors relative

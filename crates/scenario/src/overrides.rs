@@ -8,12 +8,11 @@
 //! validation a scenario file does: a misspelt key (`tor.shceduler`) is refused as unknown, a
 //! value out of range is refused with its range, just as if it had been written in the file.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::{limits, parse, Scenario, ScenarioError};
+use crate::{parse, Scenario, ScenarioError};
 
 /// The most segments one override path may have: the deepest scenario key
 /// (`relays.list[0].flags[0]`) has five, so anything near this is a mistake.
@@ -25,27 +24,7 @@ pub fn load_with_overrides(
     path: &Path,
     overrides: &[(String, String)],
 ) -> Result<Scenario, ScenarioError> {
-    let cannot =
-        |e: std::io::Error| ScenarioError::new(path, "", format!("cannot read scenario file: {e}"));
-    // One byte past the limit, rather than the reported size, which a device does not give.
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(cannot)?
-        .take(limits::MAX_SCENARIO_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
-    if bytes.len() as u64 > limits::MAX_SCENARIO_BYTES {
-        return Err(ScenarioError::new(
-            path,
-            "",
-            format!(
-                "the file is larger than {} MiB, the most a scenario file may be",
-                limits::MAX_SCENARIO_BYTES >> 20
-            ),
-        ));
-    }
-    let text = String::from_utf8(bytes)
-        .map_err(|e| ScenarioError::new(path, "", format!("file is not valid UTF-8: {e}")))?;
+    let text = crate::read_text(path)?;
     parse_with_overrides(&text, path, overrides)
 }
 

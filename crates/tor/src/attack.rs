@@ -11,14 +11,14 @@
 //! running many tor clients would.
 
 use onionlab_engine::time::{SimDuration, SimTime};
-use onionlab_engine::{Context, HostId};
+use onionlab_engine::Context;
 use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
 use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand, CELL_BYTES};
 use rand::RngExt;
 use std::sync::Arc;
 
 use crate::host::Ev;
-use crate::wire::Wire;
+use crate::wire::{Wire, INITIATOR_BIT};
 use crate::world::{TorWorld, OR_PORT};
 
 /// What the attacker does, in simulation units.
@@ -128,8 +128,8 @@ impl Attacker {
                     s
                 }
             };
-            let circ_id = self.next_circ_id | (1 << 31);
-            self.next_circ_id = (self.next_circ_id + 1) & !(1 << 31);
+            let circ_id = self.next_circ_id | INITIATOR_BIT;
+            self.next_circ_id = (self.next_circ_id + 1) & !INITIATOR_BIT;
             let mut create = Cell::new(circ_id, CellCommand::Create2);
             create.hop = 1;
             // Extend to any relay but the victim.
@@ -145,10 +145,5 @@ impl Attacker {
             self.stack.flush(ctx, socket);
             self.circuits_built += 1;
         }
-    }
-
-    /// The victim's host.
-    pub fn victim_host(&self) -> HostId {
-        self.world.relay_hosts[self.plan.victim]
     }
 }

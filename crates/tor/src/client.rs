@@ -28,7 +28,7 @@ use rand::RngExt;
 use crate::flow::{CircuitReceiver, StreamReceiver};
 use crate::host::Ev;
 use crate::measure::{CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
-use crate::wire::{Wire, REQUEST_BYTES};
+use crate::wire::{Wire, INITIATOR_BIT, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
 
 #[derive(Clone, Copy, Debug)]
@@ -60,7 +60,6 @@ enum NoCircuit {
     TooManyPending,
 }
 
-const INITIATOR_BIT: u32 = 1 << 31;
 /// How many DESTROY reasons a client keeps (for tests and diagnosis; bounded memory).
 const MAX_DESTROY_REASONS: usize = 1024;
 const NONE: u32 = u32::MAX;

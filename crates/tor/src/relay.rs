@@ -33,7 +33,7 @@ use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::measure::RelaySample;
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
-use crate::wire::{Wire, REQUEST_BYTES};
+use crate::wire::{Wire, INITIATOR_BIT, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
 
 /// Timers of a relay.
@@ -64,17 +64,6 @@ const NONE: u32 = u32::MAX;
 /// tor's END_CIRC_REASON_CONNECTFAILED: the next hop's connection could not be made (tor
 /// closes a circuit so when ConnLimit keeps it from connecting).
 pub const DESTROY_CONNECT_FAILED: u32 = 6;
-/// Torchestra: a circuit whose count is below this many cells never turns heavy, however
-/// quiet the light connection (our choice: a circuit being built sends a few cells).
-const TORCHESTRA_MIN_HEAVY_CELLS: f64 = 32.0;
-
-fn was_heavy_now(relay: &mut Relay, circ: u32, ch: u32) -> bool {
-    relay.circuits[circ as usize]
-        .as_mut()
-        .is_some_and(|c| c.side_for(ch).heavy)
-}
-/// Circuit ids chosen by the side that opened the channel have the top bit set.
-const INITIATOR_BIT: u32 = 1 << 31;
 
 /// One direction of a circuit: the channel it leaves on, its id there, and its queue.
 struct Side {
@@ -159,6 +148,15 @@ impl Circuit {
                 .expect("a circuit queued on a channel has a side there")
         }
     }
+
+    /// As [`Circuit::side_for`], to read.
+    fn side_on_chan(&self, ch: u32) -> &Side {
+        if self.prev.chan == ch {
+            &self.prev
+        } else {
+            self.next.as_ref().unwrap_or(&self.prev)
+        }
+    }
 }
 
 /// What the last hop keeps for a circuit that carries streams.
@@ -223,7 +221,7 @@ struct Conn {
     /// Order of creation, and when a cell last left (IMUX's closing rule).
     created: u64,
     last_used: SimTime,
-    /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping).
+    /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping; kept under IMUX only).
     ewma: CircuitEwma,
 }
 
@@ -460,8 +458,6 @@ pub struct Relay {
     /// KIST's limits as the sockets saw them.
     pub kist_audit: KistAudit,
     pub channel_stats: ChannelStats,
-    /// The reason the next DESTROY this relay sends gives (then back to none).
-    destroy_reason: u32,
 }
 
 /// One channel as tests and diagnostics see it.
@@ -556,7 +552,6 @@ impl Relay {
             write_limit_hits: 0,
             kist_audit: KistAudit::default(),
             channel_stats: ChannelStats::default(),
-            destroy_reason: 0,
         }
     }
 
@@ -1320,8 +1315,7 @@ impl Relay {
             return;
         }
         let Some(ch) = self.channel_to(ctx, target) else {
-            self.destroy_reason = DESTROY_CONNECT_FAILED;
-            self.destroy_circuit(ctx, circ, None);
+            self.destroy_circuit_because(ctx, circ, None, DESTROY_CONNECT_FAILED);
             return;
         };
         let mut arrived_on = NONE;
@@ -1332,8 +1326,7 @@ impl Relay {
                     if self.channels[ch as usize].conns.is_empty() {
                         self.close_channel(ctx, ch);
                     }
-                    self.destroy_reason = DESTROY_CONNECT_FAILED;
-                    self.destroy_circuit(ctx, circ, None);
+                    self.destroy_circuit_because(ctx, circ, None, DESTROY_CONNECT_FAILED);
                     return;
                 }
             }
@@ -1409,9 +1402,16 @@ impl Relay {
         );
     }
 
-    /// Whether one of the channel's connections may take a cell in this scheduler run.
-    fn has_room(&self, ch: u32) -> bool {
-        self.channels[ch as usize].room > 0
+    /// Puts a channel back in the scheduler's heap, keyed by its quietest circuit, if one of
+    /// its connections may still take a cell in this run; false if none may.
+    fn requeue(&self, ch: u32, now: SimTime, heap: &mut BinaryHeap<Reverse<(u64, u32)>>) -> bool {
+        let chan = &self.channels[ch as usize];
+        if chan.room == 0 {
+            return false;
+        }
+        let best = chan.mux.best_value(now).unwrap_or(0.0);
+        heap.push(Reverse((ewma_key(best), ch)));
+        true
     }
 
     /// Counts the channel's connections with room for a cell at the start of a scheduler run,
@@ -1543,13 +1543,7 @@ impl Relay {
                 conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
             }
             self.count_room(ch, cell_bytes, now);
-            if self.has_room(ch) {
-                let best = self.channels[ch as usize]
-                    .mux
-                    .best_value(now)
-                    .unwrap_or(0.0);
-                heap.push(Reverse((ewma_key(best), ch)));
-            } else {
+            if !self.requeue(ch, now, &mut heap) {
                 deferred.push(ch);
             }
         }
@@ -1586,16 +1580,8 @@ impl Relay {
                         parked.push(ch);
                     }
                 }
-                if !chan.mux.is_empty() {
-                    if self.has_room(ch) {
-                        let best = self.channels[ch as usize]
-                            .mux
-                            .best_value(now)
-                            .unwrap_or(0.0);
-                        heap.push(Reverse((ewma_key(best), ch)));
-                    } else {
-                        deferred.push(ch);
-                    }
+                if !chan.mux.is_empty() && !self.requeue(ch, now, &mut heap) {
+                    deferred.push(ch);
                 }
                 continue;
             };
@@ -1616,13 +1602,7 @@ impl Relay {
                 conn.blocked = true;
                 // It had room (it was chosen for it); now it has none.
                 self.channels[ch as usize].room -= 1;
-                if self.has_room(ch) {
-                    let best = self.channels[ch as usize]
-                        .mux
-                        .best_value(now)
-                        .unwrap_or(0.0);
-                    heap.push(Reverse((ewma_key(best), ch)));
-                } else {
+                if !self.requeue(ch, now, &mut heap) {
                     deferred.push(ch);
                 }
                 continue;
@@ -1634,7 +1614,7 @@ impl Relay {
             }
             conn.queued_bytes += cell_bytes;
             conn.last_used = now;
-            if design != ChannelDesign::Vanilla {
+            if design == ChannelDesign::Imux {
                 conn.ewma.note_cells(&self.clock, 1, now);
             }
             let emptied = side.queue.is_empty();
@@ -1664,17 +1644,9 @@ impl Relay {
             if design == ChannelDesign::Torchestra {
                 self.classify_torchestra(ctx, ch, circ, now);
             }
-            if !self.channels[ch as usize].mux.is_empty() {
-                if self.has_room(ch) {
-                    let best = self.channels[ch as usize]
-                        .mux
-                        .best_value(now)
-                        .unwrap_or(0.0);
-                    heap.push(Reverse((ewma_key(best), ch)));
-                } else {
-                    self.write_limit_hits += 1;
-                    deferred.push(ch);
-                }
+            if !self.channels[ch as usize].mux.is_empty() && !self.requeue(ch, now, &mut heap) {
+                self.write_limit_hits += 1;
+                deferred.push(ch);
             }
         }
         if params.scheduler == SchedulerKind::Kist {
@@ -1732,49 +1704,41 @@ impl Relay {
         let Some(ewma) = chan.mux.value(circ, now) else {
             return;
         };
+        let was_heavy = self.circuits[circ as usize]
+            .as_ref()
+            .is_some_and(|c| c.side_on_chan(ch).heavy);
+        if !was_heavy && ewma < transport::TORCHESTRA_MIN_HEAVY_CELLS {
+            // Checked before the scan below: most cells are of circuits that stay light.
+            return;
+        }
         // The average over the light connection's circuits that carry traffic (at least
         // TORCHESTRA_MIN_HEAVY_CELLS recently): idle circuits would dilute it, and a web
         // circuit's burst would then look heavy.
         let (mut sum, mut n) = (0.0, 0u32);
         for (c, value) in chan.mux.values(now) {
-            if value < TORCHESTRA_MIN_HEAVY_CELLS {
-                continue;
-            }
-            let on_light = self.circuits[c as usize]
-                .as_ref()
-                .map(|cc| {
-                    if cc.prev.chan == ch {
-                        &cc.prev
-                    } else {
-                        cc.next.as_ref().unwrap_or(&cc.prev)
-                    }
-                })
-                .is_some_and(|side| side.conn == light);
+            let on_light = value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
+                && self.circuits[c as usize]
+                    .as_ref()
+                    .is_some_and(|cc| cc.side_on_chan(ch).conn == light);
             if on_light {
                 sum += value;
                 n += 1;
             }
         }
         if n == 0 {
-            // No light circuit is waiting: nothing to protect, the class stays.
+            // No light circuit carries traffic: nothing to protect, the class stays.
             return;
         }
-        let average = sum / n as f64;
-        if !was_heavy_now(self, circ, ch) && ewma < TORCHESTRA_MIN_HEAVY_CELLS {
-            // A handful of cells (a circuit being built) is no bulk transfer.
-            return;
-        }
-        let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
-        let was_heavy = side.heavy;
         let heavy_now = transport::torchestra_heavy(
             was_heavy,
             ewma,
-            average,
+            sum / n as f64,
             self.world.params.torchestra_threshold,
         );
         if heavy_now == was_heavy {
             return;
         }
+        let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
         let circ_id = side.circ_id;
         let target = if heavy_now { heavy } else { light };
         self.pin_torchestra(circ, ch, circ_id, heavy_now, target);
@@ -1854,7 +1818,18 @@ impl Relay {
         circ: u32,
         came_from_prev: Option<bool>,
     ) {
-        let reason = std::mem::take(&mut self.destroy_reason);
+        self.destroy_circuit_because(ctx, circ, came_from_prev, 0);
+    }
+
+    /// Tears a circuit down, telling the sides it did not come from with DESTROY cells that
+    /// give `reason` (tor's END_CIRC_REASON number; 0 = none).
+    fn destroy_circuit_because(
+        &mut self,
+        ctx: &mut Context<'_, Ev>,
+        circ: u32,
+        came_from_prev: Option<bool>,
+        reason: u32,
+    ) {
         let Some(c) = self.circuits[circ as usize].take() else {
             return;
         };

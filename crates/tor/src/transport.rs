@@ -96,6 +96,10 @@ pub fn shortest_queue(queued: impl IntoIterator<Item = Option<u64>>) -> Option<u
     best.map(|(_, i)| i)
 }
 
+/// Torchestra: a circuit whose count is below this many cells never turns heavy, however
+/// quiet the light connection (our choice: a circuit being built sends a few cells).
+pub const TORCHESTRA_MIN_HEAVY_CELLS: f64 = 32.0;
+
 /// Torchestra's classification of a circuit from its EWMA cell rate and the average EWMA per
 /// circuit on the light connection: a light circuit turns heavy above `threshold` times the
 /// average; a heavy one turns light again once it is no busier than the average (the gap

@@ -37,5 +37,9 @@ pub enum Wire {
     },
 }
 
+/// Circuit ids chosen by the side that opened the channel (a client, or the relay that
+/// connected) have the top bit set, so the two sides never pick the same id.
+pub const INITIATOR_BIT: u32 = 1 << 31;
+
 /// Bytes an HTTP GET with its headers takes on the wire (request to a file server).
 pub const REQUEST_BYTES: u64 = 200;

@@ -220,55 +220,14 @@ fn idealised_torchestra_never_misclassifies() {
 fn at_conn_limit_an_extend_that_needs_a_connection_fails_with_connect_failed() {
     // The guard may hold 2 sockets: its client's connection and one more, so the channel to
     // the middle opens, but under PCTCP the second circuit's connection cannot.
-    let relays = vec![
-        relay("guard", 1, RelayFlags::GUARD, 1000),
-        relay("middle", 2, RelayFlags::default(), 1000),
-        relay("exit", 3, RelayFlags::EXIT, 1000),
-    ];
-    let mut hosts: Vec<HostSpec> = relays
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let mut l = limits(100 * MIB);
-            if i == 0 {
-                l.conn_limit = Some(2);
-            }
-            HostSpec {
-                name: r.nickname.clone(),
-                placement: at(1000 * MBIT, 1000 * MBIT),
-                role: HostRole::Relay {
-                    relay: i,
-                    limits: l,
-                },
-            }
-        })
-        .collect();
-    hosts.push(HostSpec {
-        name: "server".into(),
-        placement: at(1000 * MBIT, 1000 * MBIT),
-        role: HostRole::Server {
-            group: "web".into(),
-        },
-    });
-    hosts.push(HostSpec {
-        name: "client".into(),
-        placement: at(100 * MBIT, 100 * MBIT),
-        role: HostRole::Client {
-            workload: web(),
-            servers: "web".into(),
-            start: secs(1),
-        },
-    });
-    let network = TorNetwork {
-        graph: switch(10),
-        hosts,
-        consensus: Consensus::from_relays(relays),
-        params: design(ChannelDesign::Pctcp),
-        net: NetworkConfig::default(),
-        seed: 1,
-        threads: 1,
-    };
-    let mut sim = build(network).unwrap().0;
+    let mut sim = guard_middle_exit(
+        design(ChannelDesign::Pctcp),
+        (GUARD, 2),
+        vec![web()],
+        None,
+        1,
+        1,
+    );
     sim.run_until(secs(20));
     let c = client(&sim, 4);
     assert!(
@@ -291,6 +250,40 @@ fn at_conn_limit_an_extend_that_needs_a_connection_fails_with_connect_failed() {
 /// Three relays, the middle the victim with `conn_limit` sockets, bulk clients, and an
 /// attacker building `per_burst` circuits through the victim every second from 20 s to 50 s.
 fn attack(channel: ChannelDesign, threads: usize) -> Simulation<TorHost> {
+    let params = TorParams {
+        channel,
+        max_circuit_dirtiness_s: 10,
+        ..TorParams::default()
+    };
+    let attacker = AttackPlan {
+        victim: 1,
+        start: secs(20),
+        end: secs(50),
+        circuits: 10,
+        every: millis(1000),
+    };
+    let mut sim = guard_middle_exit(
+        params,
+        (MIDDLE, 100),
+        vec![bulk(2 * MIB); 4],
+        Some(attacker),
+        3,
+        threads,
+    );
+    sim.run_until(secs(70));
+    sim
+}
+
+/// Guard, middle and exit (100 MiB/s, 1 Gbit/s), one server, `clients` (host ids from 4) and
+/// optionally an attacker (last), 10 ms apart; relay `limited.0` has ConnLimit `limited.1`.
+fn guard_middle_exit(
+    params: TorParams,
+    limited: (u32, u32),
+    clients: Vec<Workload>,
+    attacker: Option<AttackPlan>,
+    seed: u64,
+    threads: usize,
+) -> Simulation<TorHost> {
     let relays = vec![
         relay("guard", 1, RelayFlags::GUARD, 1000),
         relay("middle", 2, RelayFlags::default(), 1000),
@@ -301,8 +294,8 @@ fn attack(channel: ChannelDesign, threads: usize) -> Simulation<TorHost> {
         .enumerate()
         .map(|(i, r)| {
             let mut l = limits(100 * MIB);
-            if i == 1 {
-                l.conn_limit = Some(100);
+            if i as u32 == limited.0 {
+                l.conn_limit = Some(limited.1);
             }
             HostSpec {
                 name: r.nickname.clone(),
@@ -321,45 +314,34 @@ fn attack(channel: ChannelDesign, threads: usize) -> Simulation<TorHost> {
             group: "web".into(),
         },
     });
-    for i in 0..4 {
+    for (i, workload) in clients.into_iter().enumerate() {
         hosts.push(HostSpec {
             name: format!("client{i}"),
             placement: at(100 * MBIT, 100 * MBIT),
             role: HostRole::Client {
-                workload: bulk(2 * MIB),
+                workload,
                 servers: "web".into(),
                 start: secs(1),
             },
         });
     }
-    hosts.push(HostSpec {
-        name: "attacker".into(),
-        placement: at(1000 * MBIT, 1000 * MBIT),
-        role: HostRole::Attacker(AttackPlan {
-            victim: 1,
-            start: secs(20),
-            end: secs(50),
-            circuits: 10,
-            every: millis(1000),
-        }),
-    });
-    let params = TorParams {
-        channel,
-        max_circuit_dirtiness_s: 10,
-        ..TorParams::default()
-    };
+    if let Some(plan) = attacker {
+        hosts.push(HostSpec {
+            name: "attacker".into(),
+            placement: at(1000 * MBIT, 1000 * MBIT),
+            role: HostRole::Attacker(plan),
+        });
+    }
     let network = TorNetwork {
         graph: switch(10),
         hosts,
         consensus: Consensus::from_relays(relays),
         params,
         net: NetworkConfig::default(),
-        seed: 3,
+        seed,
         threads,
     };
-    let mut sim = build(network).unwrap().0;
-    sim.run_until(secs(70));
-    sim
+    build(network).unwrap().0
 }
 
 /// The victim's bytes written per second, averaged over [from, to).
