@@ -7,6 +7,7 @@
 
 pub mod attack;
 pub mod build;
+mod circ_ids;
 pub mod client;
 mod flow;
 pub mod host;

@@ -29,6 +29,7 @@ use onionlab_torcore::{
     CELL_BYTES, RELAY_DATA_BYTES,
 };
 
+use crate::circ_ids::CircIdTable;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::measure::RelaySample;
@@ -223,6 +224,10 @@ struct Conn {
     last_used: SimTime,
     /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping; kept under IMUX only).
     ewma: CircuitEwma,
+    /// The scheduler wrote to it in the current run (it is flushed at the end of the run).
+    touched: bool,
+    /// The scheduler run whose `limit` and `queued_bytes` these are.
+    limit_run: u32,
 }
 
 impl Conn {
@@ -243,11 +248,14 @@ struct Channel {
     /// Torchestra's light and heavy connections (`NONE` until they exist).
     light: u32,
     heavy: u32,
-    /// Circuits by the id the peer chose (index = id without the initiator bit).
-    theirs: Vec<u32>,
+    /// Circuits by the id the peer chose (without the initiator bit).
+    theirs: CircIdTable,
     /// Circuits by the id this relay chose.
-    ours: Vec<u32>,
+    ours: CircIdTable,
+    /// Ids of ours that may be given out again (single-connection channels only).
     ours_free: Vec<u32>,
+    /// The lowest id of ours never given out.
+    next_id: u32,
     /// Circuits bound to the channel.
     ncircs: u32,
     /// Circuits with cells queued for this channel.
@@ -269,6 +277,10 @@ struct Channel {
     /// Cells on it carry sequence numbers (a multi-connection channel of a design whose
     /// circuits may change connection; never a client's channel).
     sequenced: bool,
+    /// IMUX, channels we opened: the most connections the peer has let us keep, learnt when
+    /// it refused or closed one (`u32::MAX` until it does), and until when we hold to it.
+    peer_cap: u32,
+    peer_hold_until: SimTime,
     closed: bool,
 }
 
@@ -282,8 +294,9 @@ impl Channel {
             conns: Vec::new(),
             light: NONE,
             heavy: NONE,
-            theirs: Vec::new(),
-            ours: Vec::new(),
+            theirs: CircIdTable::default(),
+            ours: CircIdTable::default(),
+            next_id: 0,
             ours_free: Vec::new(),
             ncircs: 0,
             mux: CircuitMux::new(clock, now),
@@ -295,6 +308,8 @@ impl Channel {
             room: 0,
             order: Vec::new(),
             sequenced: false,
+            peer_cap: u32::MAX,
+            peer_hold_until: 0,
             closed: false,
         }
     }
@@ -306,31 +321,31 @@ impl Channel {
         } else {
             &self.theirs
         };
-        table
-            .get((circ_id & !INITIATOR_BIT) as usize)
-            .copied()
-            .filter(|&c| c != NONE)
+        table.get(circ_id & !INITIATOR_BIT)
     }
 
     fn bind_theirs(&mut self, circ_id: u32, circ: u32) -> bool {
-        let i = (circ_id & !INITIATOR_BIT) as usize;
-        if self.theirs.len() <= i {
-            self.theirs.resize(i + 1, NONE);
-        }
-        if self.theirs[i] != NONE {
+        let i = circ_id & !INITIATOR_BIT;
+        if !self.theirs.is_free(i) {
             return false;
         }
-        self.theirs[i] = circ;
+        self.theirs.set(i, circ);
         self.ncircs += 1;
         true
     }
 
+    /// A new id of ours for `circ`. A sequenced channel never reuses one (see `circ_ids`);
+    /// the others reuse the last freed first, as before.
     fn allocate(&mut self, circ: u32) -> u32 {
-        let i = self.ours_free.pop().unwrap_or_else(|| {
-            self.ours.push(NONE);
-            (self.ours.len() - 1) as u32
-        });
-        self.ours[i as usize] = circ;
+        let i = match self.ours_free.pop() {
+            Some(i) if !self.sequenced => i,
+            _ => {
+                let i = self.next_id;
+                self.next_id = (self.next_id + 1) & !INITIATOR_BIT;
+                i
+            }
+        };
+        self.ours.set(i, circ);
         self.ncircs += 1;
         i | if self.initiator { INITIATOR_BIT } else { 0 }
     }
@@ -338,18 +353,16 @@ impl Channel {
     fn release(&mut self, circ_id: u32) {
         let chosen_by_initiator = circ_id & INITIATOR_BIT != 0;
         let i = circ_id & !INITIATOR_BIT;
-        let slot = if chosen_by_initiator == self.initiator {
-            self.ours.get_mut(i as usize)
+        let ours = chosen_by_initiator == self.initiator;
+        let had = if ours {
+            self.ours.clear(i)
         } else {
-            self.theirs.get_mut(i as usize)
+            self.theirs.clear(i)
         };
-        if let Some(slot) = slot {
-            if *slot != NONE {
-                *slot = NONE;
-                self.ncircs -= 1;
-                if chosen_by_initiator == self.initiator {
-                    self.ours_free.push(i);
-                }
+        if had {
+            self.ncircs -= 1;
+            if ours && !self.sequenced {
+                self.ours_free.push(i);
             }
         }
         self.reorder.forget(circ_id);
@@ -420,6 +433,9 @@ pub struct Relay {
     design: ChannelDesign,
     conn_limit: u32,
     channels: Vec<Channel>,
+    /// Provisional channels of accepted connections that joined another channel: they never
+    /// carried a circuit and nothing refers to them, so their slots are reused.
+    free_channels: Vec<u32>,
     conns: Vec<Conn>,
     free_conns: Vec<u32>,
     conn_by_socket: Vec<u32>,
@@ -458,6 +474,11 @@ pub struct Relay {
     /// KIST's limits as the sockets saw them.
     pub kist_audit: KistAudit,
     pub channel_stats: ChannelStats,
+    /// Reused by IMUX's EWMA mapping to rank a channel's connections in each scheduler run.
+    rank_scratch: Vec<(f64, u32)>,
+    /// Counts scheduler runs, so a connection's write limit is read once per run, when first
+    /// needed (a multi-connection channel may hold hundreds and use a few in one run).
+    run_stamp: u32,
 }
 
 /// One channel as tests and diagnostics see it.
@@ -525,6 +546,7 @@ impl Relay {
             conn_limit,
             world,
             channels: Vec::new(),
+            free_channels: Vec::new(),
             conns: Vec::new(),
             free_conns: Vec::new(),
             conn_by_socket: Vec::new(),
@@ -552,6 +574,8 @@ impl Relay {
             write_limit_hits: 0,
             kist_audit: KistAudit::default(),
             channel_stats: ChannelStats::default(),
+            rank_scratch: Vec::new(),
+            run_stamp: 0,
         }
     }
 
@@ -688,14 +712,34 @@ impl Relay {
     }
 
     fn add_channel(&mut self, now: SimTime, peer: HostId, initiator: bool) -> u32 {
-        let idx = self.channels.len() as u32;
+        let idx = self
+            .free_channels
+            .pop()
+            .unwrap_or(self.channels.len() as u32);
         let mut chan = Channel::new(peer, initiator, initiator, &self.clock, now);
         if initiator {
             chan.token = idx;
             chan.sequenced = sequenced(self.design);
         }
-        self.channels.push(chan);
+        if idx as usize == self.channels.len() {
+            self.channels.push(chan);
+        } else {
+            self.channels[idx as usize] = chan;
+        }
         idx
+    }
+
+    /// IMUX: the peer refused or closed a connection of a channel we opened, so its own
+    /// share for the channel is below ours. Hold the channel at what is left for
+    /// `IMUX_PEER_HOLD`, then probe one connection a second: without this the opener reopens
+    /// every refused connection each second and both relays churn thousands of handshakes.
+    fn peer_pushback(&mut self, ch: u32, now: SimTime, remaining: usize) {
+        let chan = &mut self.channels[ch as usize];
+        if self.design != ChannelDesign::Imux || !chan.opener {
+            return;
+        }
+        chan.peer_cap = (remaining as u32).max(1);
+        chan.peer_hold_until = now.saturating_add(transport::IMUX_PEER_HOLD);
     }
 
     /// Adds a connection (its socket already made) to a channel.
@@ -713,6 +757,8 @@ impl Relay {
             created: self.conns_created,
             last_used: now,
             ewma: CircuitEwma::new(&self.clock, now),
+            touched: false,
+            limit_run: 0,
         };
         self.conns_created += 1;
         let k = match self.free_conns.pop() {
@@ -876,8 +922,10 @@ impl Relay {
     /// fail with it; a PCTCP connection that carries no circuit (its circuit's DESTROY came
     /// first) and an IMUX connection of a channel with others left just go.
     fn conn_lost(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
+        let ch = self.conns[k as usize].chan;
+        let remaining = self.channels[ch as usize].conns.len().saturating_sub(1);
+        self.peer_pushback(ch, ctx.now(), remaining);
         let conn = &self.conns[k as usize];
-        let ch = conn.chan;
         let quiet = match self.design {
             ChannelDesign::Pctcp => conn.circuits == 0,
             ChannelDesign::Imux => self.channels[ch as usize].conns.len() > 1,
@@ -898,10 +946,7 @@ impl Relay {
             let socket = conn.socket;
             let chan = &self.channels[ch as usize];
             let mut pinned = Vec::new();
-            for &circ in chan.ours.iter().chain(chan.theirs.iter()) {
-                if circ == NONE {
-                    continue;
-                }
+            for circ in chan.ours.circuits().chain(chan.theirs.circuits()) {
                 if let Some(c) = self.circuits[circ as usize].as_mut() {
                     if c.side_for(ch).conn == k {
                         pinned.push((circ, c.prev.chan == ch));
@@ -933,6 +978,9 @@ impl Relay {
             }
             Wire::Join { channel, heavy } => self.join(ctx, k, channel, heavy),
             Wire::ClosingBegin => {
+                let ch = self.conns[k as usize].chan;
+                let remaining = self.channels[ch as usize].conns.len().saturating_sub(1);
+                self.peer_pushback(ch, ctx.now(), remaining);
                 // Everything we wrote on it is in the socket already: answer and close.
                 let conn = &mut self.conns[k as usize];
                 conn.state = ConnState::Closing;
@@ -975,6 +1023,7 @@ impl Relay {
             let chan = &mut self.channels[own as usize];
             chan.conns.clear();
             chan.closed = true;
+            self.free_channels.push(own);
             self.conns[k as usize].chan = ch;
             self.channels[ch as usize].conns.push(k);
         }
@@ -1414,9 +1463,8 @@ impl Relay {
         true
     }
 
-    /// Counts the channel's connections with room for a cell at the start of a scheduler run,
-    /// and under IMUX's EWMA mapping ranks them.
-    fn count_room(&mut self, ch: u32, cell_bytes: u64, now: SimTime) {
+    /// Counts the channel's connections with room for a cell at the start of a scheduler run.
+    fn count_room(&mut self, ch: u32, cell_bytes: u64) {
         let chan = &mut self.channels[ch as usize];
         let conns = &self.conns;
         chan.room = chan
@@ -1424,17 +1472,56 @@ impl Relay {
             .iter()
             .filter(|&&k| conns[k as usize].usable() && conns[k as usize].limit >= cell_bytes)
             .count() as u32;
+    }
+
+    /// Reads connection `k`'s write limit (KIST's, from its socket) and queue for this
+    /// scheduler run, unless this run already did.
+    fn refresh_limit(&mut self, k: u32) {
+        let params = &self.world.params;
+        let conn = &mut self.conns[k as usize];
+        if conn.limit_run == self.run_stamp {
+            return;
+        }
+        conn.limit_run = self.run_stamp;
+        if !conn.usable() {
+            conn.limit = 0;
+            return;
+        }
+        let info = self.stack.tcp_info(conn.socket);
+        conn.limit = match (params.scheduler, info.as_ref()) {
+            (_, None) => 0,
+            (SchedulerKind::Kist, Some(i)) => kist_write_limit(
+                i.cwnd,
+                i.unacked,
+                i.mss,
+                i.notsent,
+                0,
+                params.kist_sock_buf_size_factor,
+            ),
+            (SchedulerKind::KistLite, Some(_)) => kistlite_write_limit(params.outbuf_high_bytes, 0),
+            // The old scheduler writes until the kernel refuses more.
+            (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
+        };
+        conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
+    }
+
+    /// Under IMUX's EWMA mapping, ranks the channel's usable connections, quietest first.
+    fn rank_conns(&mut self, ch: u32, now: SimTime) {
         if self.design == ChannelDesign::Imux
             && self.world.params.imux_scheduler == ImuxScheduler::Ewma
         {
+            let chan = &mut self.channels[ch as usize];
+            let conns = &self.conns;
             let clock = &self.clock;
-            let mut ranked: Vec<(f64, u32)> = chan
-                .conns
-                .iter()
-                .filter(|&&k| conns[k as usize].usable())
-                .map(|&k| (conns[k as usize].ewma.value(clock, now), k))
-                .collect();
-            ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let ranked = &mut self.rank_scratch;
+            ranked.clear();
+            ranked.extend(
+                chan.conns
+                    .iter()
+                    .filter(|&&k| conns[k as usize].usable())
+                    .map(|&k| (conns[k as usize].ewma.value(clock, now), k)),
+            );
+            ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             chan.order.clear();
             chan.order.extend(ranked.iter().map(|&(_, k)| k));
         }
@@ -1450,48 +1537,52 @@ impl Relay {
             .unwrap()
             .side_for(ch)
             .conn;
-        match (self.design, self.world.params.imux_scheduler) {
+        let k = match (self.design, self.world.params.imux_scheduler) {
             (ChannelDesign::Imux, ImuxScheduler::ShortestQueue) => {
+                // Every connection's queue was read at the start of the run.
                 let chan = &self.channels[ch as usize];
                 let best =
                     transport::shortest_queue(chan.conns.iter().map(|&k| {
                         room(&self.conns, k).then(|| self.conns[k as usize].queued_bytes)
                     }))?;
-                Some(chan.conns[best])
+                return Some(chan.conns[best]);
             }
             (ChannelDesign::Imux, ImuxScheduler::Ewma) => {
                 // Connections ranked at the start of the run (a run is a few milliseconds).
                 let chan = &self.channels[ch as usize];
                 let (rank, n) = chan.mux.rank(circ, now).unwrap_or((0, 1));
-                let k = transport::imux_ewma_pick(rank, n, &chan.order)?;
-                room(&self.conns, k).then_some(k)
+                transport::imux_ewma_pick(rank, n, &chan.order)?
             }
             (ChannelDesign::Imux, ImuxScheduler::RoundRobin) => {
-                let alive = pinned != NONE
-                    && self.channels[ch as usize].conns.contains(&pinned)
-                    && self.conns[pinned as usize].state == ConnState::Active;
-                if !alive {
+                // A freed slot has no socket; a reused one may sit on another channel.
+                let alive = pinned != NONE && {
+                    let c = &self.conns[pinned as usize];
+                    c.chan == ch && c.socket.slot != NONE && c.state == ConnState::Active
+                };
+                if alive {
+                    pinned
+                } else {
+                    let conns = &self.conns;
                     let chan = &mut self.channels[ch as usize];
-                    let active: Vec<u32> = chan
-                        .conns
-                        .iter()
-                        .copied()
-                        .filter(|&k| self.conns[k as usize].state == ConnState::Active)
-                        .collect();
-                    if active.is_empty() {
+                    let is_active = |k: &&u32| conns[**k as usize].state == ConnState::Active;
+                    let active = chan.conns.iter().filter(is_active).count();
+                    if active == 0 {
                         return None;
                     }
-                    chan.turn = (chan.turn + 1) % active.len();
-                    let k = active[chan.turn];
+                    chan.turn = (chan.turn + 1) % active;
+                    let k = *chan.conns.iter().filter(is_active).nth(chan.turn).unwrap();
                     let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
                     side.conn = k;
                     self.conns[k as usize].circuits += 1;
-                    return room(&self.conns, k).then_some(k);
+                    k
                 }
-                room(&self.conns, pinned).then_some(pinned)
             }
-            _ => room(&self.conns, pinned).then_some(pinned),
+            _ => pinned,
+        };
+        if k != NONE {
+            self.refresh_limit(k);
         }
+        room(&self.conns, k).then_some(k)
     }
 
     /// Moves queued cells into connection sockets: globally across channels, quietest
@@ -1501,6 +1592,7 @@ impl Relay {
         // Tor stamps the run when it ends; in simulated time that is this same instant, and
         // stamping first keeps work queued during the run from re-arming it at once.
         self.last_schedule_run = Some(now);
+        self.run_stamp = self.run_stamp.wrapping_add(1);
         let base_cell_bytes = cell_wire_bytes(&self.world);
         let world = self.world.clone();
         let params = &world.params;
@@ -1516,33 +1608,22 @@ impl Relay {
                 continue;
             }
             let cell_bytes = self.chan_cell_bytes(ch);
-            for i in 0..self.channels[ch as usize].conns.len() {
-                let k = self.channels[ch as usize].conns[i];
-                let conn = &mut self.conns[k as usize];
-                if !conn.usable() {
-                    conn.limit = 0;
-                    continue;
+            let lazy = self.channels[ch as usize].conns.len() > 1
+                && !(design == ChannelDesign::Imux
+                    && params.imux_scheduler == ImuxScheduler::ShortestQueue);
+            if lazy {
+                // Limits are read as connections are tried; running out of room shows as
+                // the channel's circuits parking one by one.
+                self.channels[ch as usize].room = u32::MAX;
+                self.rank_conns(ch, now);
+            } else {
+                for i in 0..self.channels[ch as usize].conns.len() {
+                    let k = self.channels[ch as usize].conns[i];
+                    self.refresh_limit(k);
                 }
-                let info = self.stack.tcp_info(conn.socket);
-                conn.limit = match (params.scheduler, info.as_ref()) {
-                    (_, None) => 0,
-                    (SchedulerKind::Kist, Some(i)) => kist_write_limit(
-                        i.cwnd,
-                        i.unacked,
-                        i.mss,
-                        i.notsent,
-                        0,
-                        params.kist_sock_buf_size_factor,
-                    ),
-                    (SchedulerKind::KistLite, Some(_)) => {
-                        kistlite_write_limit(params.outbuf_high_bytes, 0)
-                    }
-                    // The old scheduler writes until the kernel refuses more.
-                    (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
-                };
-                conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
+                self.count_room(ch, cell_bytes);
+                self.rank_conns(ch, now);
             }
-            self.count_room(ch, cell_bytes, now);
             if !self.requeue(ch, now, &mut heap) {
                 deferred.push(ch);
             }
@@ -1638,7 +1719,8 @@ impl Relay {
             if emptied {
                 chan.mux.remove(circ);
             }
-            if !touched.contains(&k) {
+            if !self.conns[k as usize].touched {
+                self.conns[k as usize].touched = true;
                 touched.push(k);
             }
             if design == ChannelDesign::Torchestra {
@@ -1663,6 +1745,7 @@ impl Relay {
             }
         }
         for &k in &touched {
+            self.conns[k as usize].touched = false;
             let socket = self.conns[k as usize].socket;
             self.stack.flush(ctx, socket);
         }
@@ -1767,12 +1850,16 @@ impl Relay {
     fn manage_connections(&mut self, ctx: &mut Context<'_, Ev>) {
         let p = &self.world.params;
         let (tau, limit) = (p.imux_tau, self.conn_limit);
+        let now = ctx.now();
         let mut ages = Vec::new();
         let mut close = Vec::new();
         for ch in 0..self.channels.len() as u32 {
-            let chan = &self.channels[ch as usize];
+            let chan = &mut self.channels[ch as usize];
             if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token == NONE {
                 continue;
+            }
+            if chan.peer_cap != u32::MAX && now >= chan.peer_hold_until {
+                chan.peer_cap += 1;
             }
             let nconns = chan.conns.len() as u32;
             let target = transport::imux_max_conns(
@@ -1782,7 +1869,8 @@ impl Relay {
                 limit,
                 tau,
                 self.open_sockets,
-            );
+            )
+            .min(chan.peer_cap.max(nconns));
             if target > nconns && chan.opener {
                 for _ in nconns..target {
                     // Growth stops quietly at the cap: that is the design, not a refusal.
@@ -1910,13 +1998,7 @@ impl Relay {
         let peer = chan.peer;
         let token = chan.token;
         let opener = chan.opener;
-        let circuits: Vec<u32> = chan
-            .ours
-            .iter()
-            .chain(chan.theirs.iter())
-            .copied()
-            .filter(|&c| c != NONE)
-            .collect();
+        let circuits: Vec<u32> = chan.ours.circuits().chain(chan.theirs.circuits()).collect();
         let conns = std::mem::take(&mut chan.conns);
         let mut sockets = Vec::with_capacity(conns.len());
         for &k in &conns {

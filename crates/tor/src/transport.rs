@@ -7,11 +7,17 @@
 //! against the design's description (REFERENCE.md section 1) directly; the relay applies the
 //! decisions to its connections.
 
-use onionlab_engine::time::SimTime;
+use onionlab_engine::time::{SimTime, NANOS_PER_SEC};
 use onionlab_torcore::Cell;
 
 /// Bytes each cell carries on an IMUX channel for its sequence number.
 pub const IMUX_SEQ_BYTES: u64 = 8;
+
+/// How long an IMUX opener keeps a channel at the size its peer last allowed (by refusing or
+/// closing a connection) before probing for more. REFERENCE.md's manager only sizes by the
+/// relay's own circuits; both ends size the same channel from different shares, so the
+/// opener needs some memory of the peer's answer. Ten manager rounds is our choice.
+pub const IMUX_PEER_HOLD: SimTime = 10 * NANOS_PER_SEC;
 
 /// IMUX's `getMaxConns`: how many connections a channel with `nconns` connections and
 /// `ncircs` circuits may hold, on a relay with `total_circs` circuits and `open_sockets`

@@ -170,6 +170,29 @@ fn imux_connections_follow_the_share_of_circuits() {
 }
 
 #[test]
+fn an_imux_opener_holds_a_channel_at_what_its_peer_allows_instead_of_reopening() {
+    // The guard could hold about 1,800 connections to the middle; the middle allows 18 sockets
+    // in all and refuses or closes the rest. The guard learns that instead of reconnecting
+    // every second: it opens at most a few connections per 10-second hold beyond the first fill.
+    let params = imux(ImuxScheduler::Ewma, 4096);
+    let mut sim = guard_middle_exit(
+        params,
+        (MIDDLE, 20),
+        vec![bulk(4 * MIB), web(), web()],
+        None,
+        5,
+        1,
+    );
+    sim.run_until(secs(60));
+    let guard = relay_host(&sim, GUARD).channel_stats;
+    let middle = relay_host(&sim, MIDDLE);
+    eprintln!("guard {guard:?}; middle {:?}", middle.channel_stats);
+    assert!(middle.channel_stats.max_open_sockets <= imux_socket_cap(20, 0.9));
+    assert!(guard.conns_opened < 100, "{guard:?}");
+    assert!(all_ok(&sim, 4..7) > 3);
+}
+
+#[test]
 fn torchestra_moves_a_bulk_circuit_to_the_heavy_connection_and_keeps_web_light() {
     let clients = vec![bulk(50 * MIB), web(), web(), web()];
     let mut sim = three_relays_with(design(ChannelDesign::Torchestra), [fast(); 3], clients, 1);
