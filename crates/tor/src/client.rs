@@ -45,6 +45,11 @@ pub enum ClientTimer {
     },
     /// Try again to attach the streams waiting without a circuit.
     RetryPending,
+    /// The circuit has been dirty for `MaxCircuitDirtiness`: close it once no stream uses it.
+    Expire {
+        circuit: u32,
+        generation: u32,
+    },
 }
 
 /// How often streams waiting without a circuit are tried again (tor's once-a-second
@@ -244,6 +249,17 @@ impl Client {
                 self.retry_armed = false;
                 self.attach_pending(ctx);
             }
+            ClientTimer::Expire {
+                circuit,
+                generation,
+            } => {
+                let idle = self.circuits[circuit as usize]
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation && c.downloads.is_empty());
+                if idle {
+                    self.close_circuit(ctx, circuit, CircuitOutcome::Built, true);
+                }
+            }
             ClientTimer::BuildTimeout {
                 circuit,
                 generation,
@@ -437,6 +453,17 @@ impl Client {
         let c = self.circuits[circ as usize].as_mut().unwrap();
         let was_clean = c.first_used.is_none();
         c.first_used.get_or_insert(now);
+        if was_clean {
+            // Tor closes a circuit dirty for longer than MaxCircuitDirtiness once its last
+            // stream is gone (circuit_expire_old_circuits_clientside); without this PCTCP
+            // relays would keep a connection for every circuit a client ever used.
+            let expire = ClientTimer::Expire {
+                circuit: circ,
+                generation: c.generation,
+            };
+            let at = now.saturating_add(secs(self.world.params.max_circuit_dirtiness_s));
+            ctx.schedule_at(at, Ev::Client(expire));
+        }
         c.next_stream = c.next_stream.wrapping_add(1).max(1);
         c.streams_opened += 1;
         let stream_id = c.next_stream;
@@ -480,10 +507,17 @@ impl Client {
                 path = Some(c.path);
                 build = c.build;
                 circuit = Some(c.id);
+                let dirtiness = secs(self.world.params.max_circuit_dirtiness_s);
+                let expired = c.downloads.is_empty()
+                    && c.first_used
+                        .is_some_and(|t| now >= t.saturating_add(dirtiness));
                 if outcome != DownloadOutcome::Ok && d.state != DlState::Waiting {
                     // Tell the exit to stop sending.
                     let end = Cell::relay(0, RelayCommand::End, 3, d.stream_id);
                     self.send_on_circuit(ctx, circ, end);
+                }
+                if expired {
+                    self.close_circuit(ctx, circ, CircuitOutcome::Built, true);
                 }
             }
         }
