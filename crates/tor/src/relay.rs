@@ -733,12 +733,14 @@ impl Relay {
     /// share for the channel is below ours. Hold the channel at what is left for
     /// `IMUX_PEER_HOLD`, then probe one connection a second: without this the opener reopens
     /// every refused connection each second and both relays churn thousands of handshakes.
-    fn peer_pushback(&mut self, ch: u32, now: SimTime, remaining: usize) {
+    /// Called while the refused or closed connection is still one of the channel's.
+    fn peer_pushback(&mut self, ch: u32, now: SimTime) {
         let chan = &mut self.channels[ch as usize];
         if self.design != ChannelDesign::Imux || !chan.opener {
             return;
         }
-        chan.peer_cap = (remaining as u32).max(1);
+        let remaining = chan.conns.len().saturating_sub(1) as u32;
+        chan.peer_cap = remaining.max(1);
         chan.peer_hold_until = now.saturating_add(transport::IMUX_PEER_HOLD);
     }
 
@@ -923,8 +925,7 @@ impl Relay {
     /// first) and an IMUX connection of a channel with others left just go.
     fn conn_lost(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
         let ch = self.conns[k as usize].chan;
-        let remaining = self.channels[ch as usize].conns.len().saturating_sub(1);
-        self.peer_pushback(ch, ctx.now(), remaining);
+        self.peer_pushback(ch, ctx.now());
         let conn = &self.conns[k as usize];
         let quiet = match self.design {
             ChannelDesign::Pctcp => conn.circuits == 0,
@@ -978,9 +979,7 @@ impl Relay {
             }
             Wire::Join { channel, heavy } => self.join(ctx, k, channel, heavy),
             Wire::ClosingBegin => {
-                let ch = self.conns[k as usize].chan;
-                let remaining = self.channels[ch as usize].conns.len().saturating_sub(1);
-                self.peer_pushback(ch, ctx.now(), remaining);
+                self.peer_pushback(self.conns[k as usize].chan, ctx.now());
                 // Everything we wrote on it is in the socket already: answer and close.
                 let conn = &mut self.conns[k as usize];
                 conn.state = ConnState::Closing;

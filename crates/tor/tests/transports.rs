@@ -6,10 +6,9 @@ mod common;
 use common::*;
 use onionlab_engine::time::{millis, secs};
 use onionlab_engine::Simulation;
-use onionlab_net::NetworkConfig;
-use onionlab_netdir::{Consensus, RelayFlags};
+use onionlab_netdir::RelayFlags;
 use onionlab_tor::attack::AttackPlan;
-use onionlab_tor::build::{build, HostRole, HostSpec, TorNetwork};
+use onionlab_tor::build::{build, HostRole, HostSpec};
 use onionlab_tor::measure::DownloadOutcome;
 use onionlab_tor::relay::DESTROY_CONNECT_FAILED;
 use onionlab_tor::transport::imux_socket_cap;
@@ -344,59 +343,19 @@ fn guard_middle_exit(
         relay("middle", 2, RelayFlags::default(), 1000),
         relay("exit", 3, RelayFlags::EXIT, 1000),
     ];
-    let mut hosts: Vec<HostSpec> = relays
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let mut l = limits(100 * MIB);
-            if i as u32 == limited.0 {
-                l.conn_limit = Some(limited.1);
-            }
-            HostSpec {
-                name: r.nickname.clone(),
-                placement: at(1000 * MBIT, 1000 * MBIT),
-                role: HostRole::Relay {
-                    relay: i,
-                    limits: l,
-                },
-            }
-        })
-        .collect();
-    hosts.push(HostSpec {
-        name: "server".into(),
-        placement: at(1000 * MBIT, 1000 * MBIT),
-        role: HostRole::Server {
-            group: "web".into(),
-        },
-    });
-    for (i, workload) in clients.into_iter().enumerate() {
-        hosts.push(HostSpec {
-            name: format!("client{i}"),
-            placement: at(100 * MBIT, 100 * MBIT),
-            role: HostRole::Client {
-                workload,
-                servers: "web".into(),
-                start: secs(1),
-            },
-        });
+    let mut spec = network_spec(params, relays, vec![fast(); 3], clients, threads);
+    spec.seed = seed;
+    if let HostRole::Relay { limits, .. } = &mut spec.hosts[limited.0 as usize].role {
+        limits.conn_limit = Some(limited.1);
     }
     if let Some(plan) = attacker {
-        hosts.push(HostSpec {
+        spec.hosts.push(HostSpec {
             name: "attacker".into(),
             placement: at(1000 * MBIT, 1000 * MBIT),
             role: HostRole::Attacker(plan),
         });
     }
-    let network = TorNetwork {
-        graph: switch(10),
-        hosts,
-        consensus: Consensus::from_relays(relays),
-        params,
-        net: NetworkConfig::default(),
-        seed,
-        threads,
-    };
-    build(network).unwrap().0
+    build(spec).unwrap().0
 }
 
 /// The victim's bytes written per second, averaged over [from, to).

@@ -99,6 +99,18 @@ pub fn network(
     clients: Vec<Workload>,
     threads: usize,
 ) -> Simulation<TorHost> {
+    let spec = network_spec(params, relays, relay_links, clients, threads);
+    build(spec).expect("network builds").0
+}
+
+/// What `network` builds, for tests that change a host or add one first.
+pub fn network_spec(
+    params: TorParams,
+    relays: Vec<Relay>,
+    relay_links: Vec<(u64, u64)>,
+    clients: Vec<Workload>,
+    threads: usize,
+) -> TorNetwork {
     assert_eq!(relays.len(), relay_links.len());
     let mut hosts: Vec<HostSpec> = relays
         .iter()
@@ -130,7 +142,7 @@ pub fn network(
             },
         });
     }
-    let network = TorNetwork {
+    TorNetwork {
         graph: switch(10),
         hosts,
         consensus: Consensus::from_relays(relays),
@@ -138,8 +150,7 @@ pub fn network(
         net: NetworkConfig::default(),
         seed: 1,
         threads,
-    };
-    build(network).expect("network builds").0
+    }
 }
 
 pub fn client(sim: &Simulation<TorHost>, host: u32) -> &onionlab_tor::Client {
