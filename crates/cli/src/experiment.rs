@@ -210,8 +210,8 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
         name: "imux",
         about: "relay-to-relay transports (vanilla, Torchestra, PCTCP, IMUX x3 schedulers, \
                 with and without KIST) on the scaled imux-small network, 3 trials each, then \
-                the socket exhaustion attack against vanilla, PCTCP, Torchestra and IMUX \
-                (victim throughput over time), 2 trials each",
+                the socket exhaustion attack against vanilla, PCTCP, Torchestra and IMUX, \
+                and vanilla unattacked (victim throughput over time), 3 trials each",
         experiments: &[
             embed!("examples/experiments/imux-designs.yaml"),
             embed!("examples/experiments/socket-exhaustion.yaml"),

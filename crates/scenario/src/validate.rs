@@ -54,7 +54,7 @@ pub(crate) fn check(s: &Scenario) -> Check {
     Ok(())
 }
 
-/// The most circuits an attacker may build per burst: a burst is built in one event.
+/// The most circuits an attacker may build per period (one event each, spread over the period).
 const MAX_ATTACK_CIRCUITS: u32 = 100_000;
 
 fn attacks(cx: &Ctx, s: &Scenario) -> Check {

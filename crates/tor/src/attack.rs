@@ -3,7 +3,10 @@
 //!
 //! From `start` to `end`, every `every` the attacker builds `circuits` circuits whose first hop
 //! is the victim, each extended to another relay, and keeps them open (sending nothing) until
-//! `end`. What a circuit costs the victim depends on the channel design, so the attacker uses
+//! `end`. A period's circuits leave one after the other, evenly spaced over the period, as a
+//! script driving a tor client launches them, rather than in one instant: a socket the victim
+//! frees between two instants would otherwise go to whichever client asked first, and an
+//! attacker that keeps asking is what exhausts a victim. What a circuit costs the victim depends on the channel design, so the attacker uses
 //! as many client identities (connections of its own) as the design makes worthwhile: under
 //! PCTCP every circuit already costs the victim a connection to the next relay, and one
 //! identity suffices; under the other designs the victim shares one channel per peer, so each
@@ -35,7 +38,8 @@ pub struct AttackPlan {
 
 #[derive(Clone, Copy, Debug)]
 pub enum AttackTimer {
-    Burst,
+    /// Time to launch the next circuit.
+    Launch,
     Stop,
 }
 
@@ -46,6 +50,8 @@ pub struct Attacker {
     /// The attacker's connections to the victim (one per identity).
     sockets: Vec<SocketId>,
     next_circ_id: u32,
+    /// Circuits launched so far; with the plan it fixes when the next one leaves.
+    launched: u64,
     stopped: bool,
     /// Circuits the attacker asked for.
     pub circuits_built: u64,
@@ -61,6 +67,7 @@ impl Attacker {
             plan,
             sockets: Vec::new(),
             next_circ_id: 0,
+            launched: 0,
             stopped: false,
             circuits_built: 0,
             refused: 0,
@@ -69,21 +76,32 @@ impl Attacker {
 
     pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
         if self.plan.end > self.plan.start {
-            ctx.schedule_at(self.plan.start, Ev::Attack(AttackTimer::Burst));
+            ctx.schedule_at(self.plan.start, Ev::Attack(AttackTimer::Launch));
             ctx.schedule_at(self.plan.end, Ev::Attack(AttackTimer::Stop));
         }
     }
 
+    /// When circuit `n` (from 0) leaves: period `n / circuits`, slot `n % circuits` of it.
+    /// Computed from `n` rather than added up, so that rounding never drifts.
+    fn launch_time(&self, n: u64) -> SimTime {
+        let per = u64::from(self.plan.circuits.max(1));
+        let every = self.plan.every.max(1);
+        let period = (n / per).saturating_mul(every);
+        let slot = ((n % per) as u128 * every as u128 / per as u128) as u64;
+        self.plan.start.saturating_add(period).saturating_add(slot)
+    }
+
     pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: AttackTimer) {
         match timer {
-            AttackTimer::Burst if !self.stopped => {
-                self.burst(ctx);
-                let next = ctx.now().saturating_add(self.plan.every.max(1));
+            AttackTimer::Launch if !self.stopped => {
+                self.launch(ctx);
+                self.launched += 1;
+                let next = self.launch_time(self.launched);
                 if next < self.plan.end {
-                    ctx.schedule_at(next, Ev::Attack(AttackTimer::Burst));
+                    ctx.schedule_at(next.max(ctx.now()), Ev::Attack(AttackTimer::Launch));
                 }
             }
-            AttackTimer::Burst => {}
+            AttackTimer::Launch => {}
             AttackTimer::Stop => {
                 self.stopped = true;
                 for socket in std::mem::take(&mut self.sockets) {
@@ -114,36 +132,35 @@ impl Attacker {
         }
     }
 
-    fn burst(&mut self, ctx: &mut Context<'_, Ev>) {
+    /// Builds one circuit through the victim.
+    fn launch(&mut self, ctx: &mut Context<'_, Ev>) {
         let victim = self.world.relay_hosts[self.plan.victim];
         let relays = self.world.relay_hosts.len();
         let one_identity = self.world.params.channel == ChannelDesign::Pctcp;
         let bytes = (CELL_BYTES + self.world.params.tls_overhead_per_cell) as u64;
-        for _ in 0..self.plan.circuits {
-            let socket = match self.sockets.last() {
-                Some(&s) if one_identity => s,
-                _ => {
-                    let s = self.stack.connect(ctx, victim, OR_PORT);
-                    self.sockets.push(s);
-                    s
-                }
-            };
-            let circ_id = self.next_circ_id | INITIATOR_BIT;
-            self.next_circ_id = (self.next_circ_id + 1) & !INITIATOR_BIT;
-            let mut create = Cell::new(circ_id, CellCommand::Create2);
-            create.hop = 1;
-            // Extend to any relay but the victim.
-            let mut next = ctx.rng().random_range(0..relays);
-            if next == self.plan.victim {
-                next = (next + 1) % relays;
+        let socket = match self.sockets.last() {
+            Some(&s) if one_identity => s,
+            _ => {
+                let s = self.stack.connect(ctx, victim, OR_PORT);
+                self.sockets.push(s);
+                s
             }
-            let mut extend = Cell::relay(circ_id, RelayCommand::Extend2, 1, 0);
-            extend.command = CellCommand::RelayEarly;
-            extend.arg = self.world.relay_hosts[next];
-            self.stack.write_message(socket, bytes, Wire::Cell(create));
-            self.stack.write_message(socket, bytes, Wire::Cell(extend));
-            self.stack.flush(ctx, socket);
-            self.circuits_built += 1;
+        };
+        let circ_id = self.next_circ_id | INITIATOR_BIT;
+        self.next_circ_id = (self.next_circ_id + 1) & !INITIATOR_BIT;
+        let mut create = Cell::new(circ_id, CellCommand::Create2);
+        create.hop = 1;
+        // Extend to any relay but the victim.
+        let mut next = ctx.rng().random_range(0..relays);
+        if next == self.plan.victim {
+            next = (next + 1) % relays;
         }
+        let mut extend = Cell::relay(circ_id, RelayCommand::Extend2, 1, 0);
+        extend.command = CellCommand::RelayEarly;
+        extend.arg = self.world.relay_hosts[next];
+        self.stack.write_message(socket, bytes, Wire::Cell(create));
+        self.stack.write_message(socket, bytes, Wire::Cell(extend));
+        self.stack.flush(ctx, socket);
+        self.circuits_built += 1;
     }
 }

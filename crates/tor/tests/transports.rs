@@ -178,7 +178,6 @@ fn an_imux_opener_holds_a_channel_at_what_its_peer_allows_instead_of_reopening()
         params,
         (MIDDLE, 20),
         vec![bulk(4 * MIB), web(), web()],
-        None,
         5,
         1,
     );
@@ -273,14 +272,7 @@ fn idealised_torchestra_never_misclassifies() {
 fn at_conn_limit_an_extend_that_needs_a_connection_fails_with_connect_failed() {
     // The guard may hold 2 sockets: its client's connection and one more, so the channel to
     // the middle opens, but under PCTCP the second circuit's connection cannot.
-    let mut sim = guard_middle_exit(
-        design(ChannelDesign::Pctcp),
-        (GUARD, 2),
-        vec![web()],
-        None,
-        1,
-        1,
-    );
+    let mut sim = guard_middle_exit(design(ChannelDesign::Pctcp), (GUARD, 2), vec![web()], 1, 1);
     sim.run_until(secs(20));
     let c = client(&sim, 4);
     assert!(
@@ -300,41 +292,54 @@ fn at_conn_limit_an_extend_that_needs_a_connection_fails_with_connect_failed() {
     assert!(guard.channel_stats.max_open_sockets <= 2);
 }
 
-/// Three relays, the middle the victim with 100 sockets, bulk clients whose circuits are
-/// dirty after 10 s, and an attacker building 10 circuits through the victim every second
-/// from 20 s to 50 s.
+/// Guard, the victim middle with 100 sockets, exit and a second middle the clients can move to;
+/// bulk clients whose circuits are dirty after 10 s; an attacker building 40 circuits through
+/// the victim every second from 20 s to 50 s.
 fn attack(channel: ChannelDesign, threads: usize) -> Simulation<TorHost> {
     let params = TorParams {
         channel,
         max_circuit_dirtiness_s: 10,
         ..TorParams::default()
     };
-    let attacker = AttackPlan {
-        victim: 1,
-        start: secs(20),
-        end: secs(50),
-        circuits: 10,
-        every: millis(1000),
-    };
-    let mut sim = guard_middle_exit(
+    let relays = vec![
+        relay("guard", 1, RelayFlags::GUARD, 1000),
+        relay("middle", 2, RelayFlags::default(), 1000),
+        relay("exit", 3, RelayFlags::EXIT, 1000),
+        relay("middle2", 4, RelayFlags::default(), 1000),
+    ];
+    let mut spec = network_spec(
         params,
-        (MIDDLE, 100),
-        vec![bulk(2 * MIB); 4],
-        Some(attacker),
-        3,
+        relays,
+        vec![fast(); 4],
+        vec![bulk(2 * MIB); 6],
         threads,
     );
+    spec.seed = 3;
+    if let HostRole::Relay { limits, .. } = &mut spec.hosts[MIDDLE as usize].role {
+        limits.conn_limit = Some(100);
+    }
+    spec.hosts.push(HostSpec {
+        name: "attacker".into(),
+        placement: at(1000 * MBIT, 1000 * MBIT),
+        role: HostRole::Attacker(AttackPlan {
+            victim: MIDDLE as usize,
+            start: secs(20),
+            end: secs(50),
+            circuits: 40,
+            every: millis(1000),
+        }),
+    });
+    let mut sim = build(spec).unwrap().0;
     sim.run_until(secs(70));
     sim
 }
 
-/// Guard, middle and exit (100 MiB/s, 1 Gbit/s), one server, `clients` (host ids from 4) and
-/// optionally an attacker (last), 10 ms apart; relay `limited.0` has ConnLimit `limited.1`.
+/// Guard, middle and exit (100 MiB/s, 1 Gbit/s), one server and `clients` (host ids from 4),
+/// 10 ms apart; relay `limited.0` has ConnLimit `limited.1`.
 fn guard_middle_exit(
     params: TorParams,
     limited: (u32, u32),
     clients: Vec<Workload>,
-    attacker: Option<AttackPlan>,
     seed: u64,
     threads: usize,
 ) -> Simulation<TorHost> {
@@ -347,13 +352,6 @@ fn guard_middle_exit(
     spec.seed = seed;
     if let HostRole::Relay { limits, .. } = &mut spec.hosts[limited.0 as usize].role {
         limits.conn_limit = Some(limited.1);
-    }
-    if let Some(plan) = attacker {
-        spec.hosts.push(HostSpec {
-            name: "attacker".into(),
-            placement: at(1000 * MBIT, 1000 * MBIT),
-            role: HostRole::Attacker(plan),
-        });
     }
     build(spec).unwrap().0
 }
@@ -380,13 +378,11 @@ fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
         .filter(|s| s.second >= 30 && s.second < 50)
         .all(|s| s.open_sockets >= 90);
     let refused: u64 = victim.samples.iter().map(|s| s.conn_limit_refusals).sum();
-    eprintln!(
-        "pctcp: refusals {refused}, rate before {:.0} during {:.0}",
-        victim_rate(&sim, 5, 20),
-        victim_rate(&sim, 30, 50)
-    );
+    let (before, during) = (victim_rate(&sim, 5, 20), victim_rate(&sim, 30, 50));
+    eprintln!("pctcp: refusals {refused}, rate before {before:.0} during {during:.0}");
     // The victim sits at its ConnLimit for the rest of the attack and refuses connections;
-    // the clients' new circuits through it fail.
+    // the clients' new circuits through it fail, they move to the other middle as their old
+    // ones expire, and the victim's throughput collapses.
     assert!(
         at_limit,
         "the PCTCP victim holds its ConnLimit while attacked: {:?}",
@@ -396,12 +392,16 @@ fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
             .collect::<Vec<_>>()
     );
     assert!(refused > 100);
-    let failed_during = (4..8)
+    let failed_during = (5..11)
         .flat_map(|h| client(&sim, h).circuit_log.iter())
         .filter(|l| l.start >= secs(30) && l.start < secs(50))
         .filter(|l| l.outcome != onionlab_tor::measure::CircuitOutcome::Built)
         .count();
     assert!(failed_during > 10, "{failed_during}");
+    assert!(
+        during < before / 10.0,
+        "the PCTCP victim's throughput collapses: {before:.0} B/s before, {during:.0} during"
+    );
     let min_during = victim
         .samples
         .iter()
@@ -415,13 +415,16 @@ fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
     let sim = attack(ChannelDesign::Imux, 1);
     let victim = relay_host(&sim, MIDDLE);
     let peak = victim.samples.iter().map(|s| s.open_sockets).max().unwrap();
-    eprintln!(
-        "imux: peak sockets {peak}, rate before {:.0} during {:.0}",
-        victim_rate(&sim, 5, 20),
-        victim_rate(&sim, 30, 50)
-    );
+    let (before, during) = (victim_rate(&sim, 5, 20), victim_rate(&sim, 30, 50));
+    eprintln!("imux: peak sockets {peak}, rate before {before:.0} during {during:.0}");
     assert!(peak <= imux_socket_cap(100, 0.9));
     assert!(victim.channel_stats.max_open_sockets <= imux_socket_cap(100, 0.9));
+    // IMUX closes its own connections to stay under the cap instead of refusing its peers, so
+    // the channels the clients' circuits need stay open and the victim keeps relaying.
+    assert!(
+        during > before / 2.0,
+        "the IMUX victim keeps relaying: {before:.0} B/s before, {during:.0} during"
+    );
 }
 
 fn fingerprint(sim: &Simulation<TorHost>) -> String {
