@@ -14,13 +14,13 @@
 //! running many tor clients would.
 
 use onionlab_engine::time::{SimDuration, SimTime};
-use onionlab_engine::Context;
-use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
+use onionlab_net::{SocketEvent, SocketId};
 use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand, CELL_BYTES};
 use rand::RngExt;
 use std::sync::Arc;
 
 use crate::host::Ev;
+use crate::io::{Io, Machine, TimerEvent};
 use crate::wire::{Wire, INITIATOR_BIT};
 use crate::world::{TorWorld, OR_PORT};
 
@@ -43,8 +43,13 @@ pub enum AttackTimer {
     Stop,
 }
 
+impl TimerEvent for AttackTimer {
+    fn event(self) -> Ev {
+        Ev::Attack(self)
+    }
+}
+
 pub struct Attacker {
-    pub stack: NetStack<Wire>,
     world: Arc<TorWorld>,
     plan: AttackPlan,
     /// The attacker's connections to the victim (one per identity).
@@ -60,9 +65,8 @@ pub struct Attacker {
 }
 
 impl Attacker {
-    pub fn new(stack: NetStack<Wire>, world: Arc<TorWorld>, plan: AttackPlan) -> Self {
+    pub fn new(world: Arc<TorWorld>, plan: AttackPlan) -> Self {
         Attacker {
-            stack,
             world,
             plan,
             sockets: Vec::new(),
@@ -71,13 +75,6 @@ impl Attacker {
             stopped: false,
             circuits_built: 0,
             refused: 0,
-        }
-    }
-
-    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
-        if self.plan.end > self.plan.start {
-            ctx.schedule_at(self.plan.start, Ev::Attack(AttackTimer::Launch));
-            ctx.schedule_at(self.plan.end, Ev::Attack(AttackTimer::Stop));
         }
     }
 
@@ -91,35 +88,9 @@ impl Attacker {
         self.plan.start.saturating_add(period).saturating_add(slot)
     }
 
-    pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: AttackTimer) {
-        match timer {
-            AttackTimer::Launch if !self.stopped => {
-                self.launch(ctx);
-                self.launched += 1;
-                let next = self.launch_time(self.launched);
-                if next < self.plan.end {
-                    ctx.schedule_at(next.max(ctx.now()), Ev::Attack(AttackTimer::Launch));
-                }
-            }
-            AttackTimer::Launch => {}
-            AttackTimer::Stop => {
-                self.stopped = true;
-                for socket in std::mem::take(&mut self.sockets) {
-                    self.stack.close(ctx, socket);
-                }
-            }
-        }
-        self.drain();
-    }
-
-    pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
-        self.stack.handle(ctx, event);
-        self.drain();
-    }
-
     /// The attacker ignores what comes back, apart from noticing refused connections.
-    fn drain(&mut self) {
-        while let Some(event) = self.stack.poll_event() {
+    fn drain(&mut self, io: &mut impl Io<AttackTimer>) {
+        while let Some(event) = io.poll_event() {
             if let SocketEvent::Reset(socket)
             | SocketEvent::TimedOut(socket)
             | SocketEvent::PeerClosed(socket) = event
@@ -133,7 +104,7 @@ impl Attacker {
     }
 
     /// Builds one circuit through the victim.
-    fn launch(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn launch(&mut self, io: &mut impl Io<AttackTimer>) {
         let victim = self.world.relay_hosts[self.plan.victim];
         let relays = self.world.relay_hosts.len();
         let one_identity = self.world.params.channel == ChannelDesign::Pctcp;
@@ -141,7 +112,7 @@ impl Attacker {
         let socket = match self.sockets.last() {
             Some(&s) if one_identity => s,
             _ => {
-                let s = self.stack.connect(ctx, victim, OR_PORT);
+                let s = io.connect(victim, OR_PORT);
                 self.sockets.push(s);
                 s
             }
@@ -151,16 +122,53 @@ impl Attacker {
         let mut create = Cell::new(circ_id, CellCommand::Create2);
         create.hop = 1;
         // Extend to any relay but the victim.
-        let mut next = ctx.rng().random_range(0..relays);
+        let mut next = io.rng().random_range(0..relays);
         if next == self.plan.victim {
             next = (next + 1) % relays;
         }
         let mut extend = Cell::relay(circ_id, RelayCommand::Extend2, 1, 0);
         extend.command = CellCommand::RelayEarly;
         extend.arg = self.world.relay_hosts[next];
-        self.stack.write_message(socket, bytes, Wire::Cell(create));
-        self.stack.write_message(socket, bytes, Wire::Cell(extend));
-        self.stack.flush(ctx, socket);
+        io.write_message(socket, bytes, Wire::Cell(create));
+        io.write_message(socket, bytes, Wire::Cell(extend));
+        io.flush(socket);
         self.circuits_built += 1;
+    }
+}
+
+impl Machine for Attacker {
+    type Timer = AttackTimer;
+
+    fn start(&mut self, io: &mut impl Io<AttackTimer>) {
+        if self.plan.end > self.plan.start {
+            io.arm_at(self.plan.start, AttackTimer::Launch);
+            io.arm_at(self.plan.end, AttackTimer::Stop);
+        }
+    }
+
+    fn on_timer(&mut self, io: &mut impl Io<AttackTimer>, timer: AttackTimer) {
+        match timer {
+            AttackTimer::Launch if !self.stopped => {
+                self.launch(io);
+                self.launched += 1;
+                let next = self.launch_time(self.launched);
+                if next < self.plan.end {
+                    io.arm_at(next.max(io.now()), AttackTimer::Launch);
+                }
+            }
+            AttackTimer::Launch => {}
+            AttackTimer::Stop => {
+                self.stopped = true;
+                for socket in std::mem::take(&mut self.sockets) {
+                    io.close(socket);
+                }
+            }
+        }
+        self.drain(io);
+    }
+
+    /// Handles what the sockets reported since the last call.
+    fn on_socket_events(&mut self, io: &mut impl Io<AttackTimer>) {
+        self.drain(io);
     }
 }

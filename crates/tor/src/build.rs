@@ -11,7 +11,7 @@ use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
 
 use crate::attack::{AttackPlan, Attacker};
-use crate::host::{Ev, TorHost};
+use crate::host::{Driven, Ev, TorHost};
 use crate::relay::{Relay, RelayLimits};
 use crate::world::TorWorld;
 use crate::{Client, Server};
@@ -101,9 +101,10 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
     for (id, h) in network.hosts.into_iter().enumerate() {
         let stack = NetStack::new(id as HostId, net.clone());
         models.push(match h.role {
-            HostRole::Relay { relay, limits } => {
-                TorHost::Relay(Box::new(Relay::new(relay, stack, world.clone(), &limits)))
-            }
+            HostRole::Relay { relay, limits } => TorHost::Relay(Box::new(Driven::new(
+                stack,
+                Relay::new(relay, world.clone(), &limits),
+            ))),
             HostRole::Client {
                 workload,
                 servers,
@@ -119,12 +120,9 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                         h.name
                     ));
                 }
-                TorHost::Client(Box::new(Client::new(
+                TorHost::Client(Box::new(Driven::new(
                     stack,
-                    world.clone(),
-                    workload,
-                    hosts,
-                    start,
+                    Client::new(world.clone(), workload, hosts, start),
                 )))
             }
             HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),
@@ -132,7 +130,10 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                 if plan.victim >= world.relay_hosts.len() {
                     return Err(format!("attacker {}: no relay {}", h.name, plan.victim));
                 }
-                TorHost::Attacker(Box::new(Attacker::new(stack, world.clone(), plan)))
+                TorHost::Attacker(Box::new(Driven::new(
+                    stack,
+                    Attacker::new(world.clone(), plan),
+                )))
             }
             HostRole::Idle => TorHost::Idle,
         });

@@ -18,8 +18,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use onionlab_engine::time::{secs, secs_f64, SimDuration, SimTime};
-use onionlab_engine::{Context, HostId};
-use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
+use onionlab_engine::HostId;
+use onionlab_net::{SocketEvent, SocketId};
 use onionlab_torcore::cbt::BuildTimeEstimator;
 use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand, CELL_BYTES};
 use onionlab_traffic::{Action, ClientSchedule, Workload};
@@ -27,6 +27,7 @@ use rand::RngExt;
 
 use crate::flow::{CircuitReceiver, StreamReceiver};
 use crate::host::Ev;
+use crate::io::{Io, Machine, TimerEvent};
 use crate::measure::{CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
 use crate::wire::{Wire, INITIATOR_BIT, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
@@ -50,6 +51,12 @@ pub enum ClientTimer {
         circuit: u32,
         generation: u32,
     },
+}
+
+impl TimerEvent for ClientTimer {
+    fn event(self) -> Ev {
+        Ev::Client(self)
+    }
 }
 
 /// How often streams waiting without a circuit are tried again (tor's once-a-second
@@ -133,7 +140,6 @@ struct Download {
 }
 
 pub struct Client {
-    pub stack: NetStack<Wire>,
     world: Arc<TorWorld>,
     servers: Vec<HostId>,
     schedule: ClientSchedule,
@@ -167,7 +173,6 @@ pub struct Client {
 
 impl Client {
     pub fn new(
-        stack: NetStack<Wire>,
         world: Arc<TorWorld>,
         workload: Workload,
         servers: Vec<HostId>,
@@ -176,7 +181,6 @@ impl Client {
         let p = &world.params;
         let cbt = BuildTimeEstimator::new(p);
         Client {
-            stack,
             servers,
             schedule: ClientSchedule::new(workload, start),
             wake_at: None,
@@ -201,93 +205,18 @@ impl Client {
         }
     }
 
-    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
-        let n = self.world.params.num_primary_guards as usize;
-        let world = self.world.clone();
-        self.guards = world.selector.choose_guards(&world.consensus, n, ctx.rng());
-        for _ in 0..self.world.params.preemptive_circuits {
-            let _ = self.launch_circuit(ctx);
-        }
-        self.workload_due = true;
-        self.run_workload(ctx);
-        self.pump(ctx);
-    }
-
-    pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
-        self.stack.handle(ctx, event);
-        self.pump(ctx);
-    }
-
-    pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: ClientTimer) {
-        match timer {
-            ClientTimer::Wake(at) => {
-                if self.wake_at == Some(at) {
-                    self.wake_at = None;
-                    self.workload_due = true;
-                    self.run_workload(ctx);
-                }
-            }
-            ClientTimer::DownloadTimeout {
-                download,
-                generation,
-            } => {
-                let outcome = self.downloads[download as usize]
-                    .as_ref()
-                    .filter(|d| d.generation == generation)
-                    .map(|d| {
-                        if d.circ.is_none() && d.no_path {
-                            DownloadOutcome::Error("no path")
-                        } else {
-                            DownloadOutcome::Timeout
-                        }
-                    });
-                if let Some(outcome) = outcome {
-                    self.finish(ctx, download, outcome);
-                }
-            }
-            ClientTimer::RetryPending => {
-                self.retry_armed = false;
-                self.attach_pending(ctx);
-            }
-            ClientTimer::Expire {
-                circuit,
-                generation,
-            } => {
-                let idle = self.circuits[circuit as usize]
-                    .as_ref()
-                    .is_some_and(|c| c.generation == generation && c.downloads.is_empty());
-                if idle {
-                    self.close_circuit(ctx, circuit, CircuitOutcome::Built, true);
-                }
-            }
-            ClientTimer::BuildTimeout {
-                circuit,
-                generation,
-            } => {
-                let building = self.circuits[circuit as usize].as_ref().is_some_and(|c| {
-                    c.generation == generation && matches!(c.state, CircState::Building { .. })
-                });
-                if building {
-                    self.cbt.add_timeout();
-                    self.close_circuit(ctx, circuit, CircuitOutcome::Timeout, true);
-                }
-            }
-        }
-        self.pump(ctx);
-    }
-
-    fn pump(&mut self, ctx: &mut Context<'_, Ev>) {
-        while let Some(event) = self.stack.poll_event() {
+    fn pump(&mut self, io: &mut impl Io<ClientTimer>) {
+        while let Some(event) = io.poll_event() {
             match event {
                 SocketEvent::Connected(socket) => {
                     if let Some(ch) = self.channel_of(socket) {
                         self.channels[ch].open = true;
-                        self.flush_channel(ctx, ch);
+                        self.flush_channel(io, ch);
                     }
                 }
                 SocketEvent::Writable(socket) => {
                     if let Some(ch) = self.channel_of(socket) {
-                        self.flush_channel(ctx, ch);
+                        self.flush_channel(io, ch);
                     }
                 }
                 SocketEvent::Message {
@@ -295,7 +224,7 @@ impl Client {
                     message: Wire::Cell(cell),
                 } => {
                     if let Some(ch) = self.channel_of(socket) {
-                        self.handle_cell(ctx, ch, cell);
+                        self.handle_cell(io, ch, cell);
                     }
                 }
                 SocketEvent::PeerClosed(socket)
@@ -303,7 +232,7 @@ impl Client {
                 | SocketEvent::Reset(socket)
                 | SocketEvent::TimedOut(socket) => {
                     if let Some(ch) = self.channel_of(socket) {
-                        self.channel_failed(ctx, ch);
+                        self.channel_failed(io, ch);
                     }
                 }
                 _ => {}
@@ -320,29 +249,29 @@ impl Client {
     /// Polls the workload while it is due. Downloads that finish while it runs only mark it
     /// due again, so the workload never re-enters itself: one loop, whatever happens at one
     /// instant.
-    fn run_workload(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn run_workload(&mut self, io: &mut impl Io<ClientTimer>) {
         if self.in_workload {
             return;
         }
         self.in_workload = true;
         while std::mem::take(&mut self.workload_due) {
-            self.poll_workload(ctx);
+            self.poll_workload(io);
         }
         self.in_workload = false;
     }
 
-    fn poll_workload(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn poll_workload(&mut self, io: &mut impl Io<ClientTimer>) {
         loop {
-            let now = ctx.now();
-            match self.schedule.poll(now, ctx.rng()) {
+            let now = io.now();
+            match self.schedule.poll(now, io.rng()) {
                 Action::Start {
                     size_bytes,
                     timeout,
-                } => self.start_download(ctx, size_bytes, timeout),
+                } => self.start_download(io, size_bytes, timeout),
                 Action::WaitUntil(at) => {
                     if self.wake_at != Some(at) {
                         self.wake_at = Some(at);
-                        ctx.schedule_at(at, Ev::Client(ClientTimer::Wake(at)));
+                        io.arm_at(at, ClientTimer::Wake(at));
                     }
                     return;
                 }
@@ -351,14 +280,14 @@ impl Client {
         }
     }
 
-    fn start_download(&mut self, ctx: &mut Context<'_, Ev>, size: u64, timeout: SimDuration) {
-        let server = self.servers[ctx.rng().random_range(0..self.servers.len())];
+    fn start_download(&mut self, io: &mut impl Io<ClientTimer>, size: u64, timeout: SimDuration) {
+        let server = self.servers[io.rng().random_range(0..self.servers.len())];
         self.download_generation += 1;
         let d = Download {
             generation: self.download_generation,
             size,
             server,
-            start: ctx.now(),
+            start: io.now(),
             circ: None,
             stream_id: 0,
             receiver: StreamReceiver::new(&self.world.params),
@@ -377,21 +306,21 @@ impl Client {
                 (self.downloads.len() - 1) as u32
             }
         };
-        ctx.schedule_in(
+        io.arm_in(
             timeout,
-            Ev::Client(ClientTimer::DownloadTimeout {
+            ClientTimer::DownloadTimeout {
                 download: idx,
                 generation: self.download_generation,
-            }),
+            },
         );
-        self.attach(ctx, idx);
+        self.attach(io, idx);
     }
 
     /// Puts a waiting download on a circuit: an open one young enough, one being built, or a
     /// new one. If none can be launched the download stays pending (no circuit) and is tried
     /// again within a second; it never fails here.
-    fn attach(&mut self, ctx: &mut Context<'_, Ev>, dl: u32) {
-        let now = ctx.now();
+    fn attach(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
+        let now = io.now();
         let dirtiness = secs(self.world.params.max_circuit_dirtiness_s);
         let usable = |c: &Circuit| {
             c.first_used
@@ -409,12 +338,12 @@ impl Client {
         };
         let circ = match open.or_else(building) {
             Some(c) => c as u32,
-            None => match self.launch_circuit(ctx) {
+            None => match self.launch_circuit(io) {
                 Ok(c) => c,
                 Err(why) => {
                     self.downloads[dl as usize].as_mut().unwrap().no_path =
                         why == NoCircuit::NoPath;
-                    self.arm_retry(ctx);
+                    self.arm_retry(io);
                     return;
                 }
             },
@@ -425,31 +354,31 @@ impl Client {
         d.circ = Some(circ);
         d.no_path = false;
         if c.state == CircState::Open {
-            self.begin(ctx, circ, dl);
+            self.begin(io, circ, dl);
         }
     }
 
     /// Tries again to attach every download that is waiting without a circuit.
-    fn attach_pending(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn attach_pending(&mut self, io: &mut impl Io<ClientTimer>) {
         for dl in 0..self.downloads.len() as u32 {
             if self.downloads[dl as usize]
                 .as_ref()
                 .is_some_and(|d| d.circ.is_none())
             {
-                self.attach(ctx, dl);
+                self.attach(io, dl);
             }
         }
     }
 
-    fn arm_retry(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn arm_retry(&mut self, io: &mut impl Io<ClientTimer>) {
         if !self.retry_armed {
             self.retry_armed = true;
-            ctx.schedule_in(PENDING_RETRY, Ev::Client(ClientTimer::RetryPending));
+            io.arm_in(PENDING_RETRY, ClientTimer::RetryPending);
         }
     }
 
-    fn begin(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, dl: u32) {
-        let now = ctx.now();
+    fn begin(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, dl: u32) {
+        let now = io.now();
         let c = self.circuits[circ as usize].as_mut().unwrap();
         let was_clean = c.first_used.is_none();
         c.first_used.get_or_insert(now);
@@ -462,7 +391,7 @@ impl Client {
                 generation: c.generation,
             };
             let at = now.saturating_add(secs(self.world.params.max_circuit_dirtiness_s));
-            ctx.schedule_at(at, Ev::Client(expire));
+            io.arm_at(at, expire);
         }
         c.next_stream = c.next_stream.wrapping_add(1).max(1);
         c.streams_opened += 1;
@@ -472,14 +401,14 @@ impl Client {
         d.state = DlState::Connecting;
         let mut begin = Cell::relay(0, RelayCommand::Begin, 3, stream_id);
         begin.arg = d.server;
-        self.send_on_circuit(ctx, circ, begin);
+        self.send_on_circuit(io, circ, begin);
         if was_clean {
-            self.keep_preemptive(ctx);
+            self.keep_preemptive(io);
         }
     }
 
     /// Keeps the configured number of clean circuits open or being built.
-    fn keep_preemptive(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn keep_preemptive(&mut self, io: &mut impl Io<ClientTimer>) {
         let clean = self
             .circuits
             .iter()
@@ -488,12 +417,12 @@ impl Client {
             .count() as u32;
         let want = self.world.params.preemptive_circuits;
         for _ in clean..want {
-            let _ = self.launch_circuit(ctx);
+            let _ = self.launch_circuit(io);
         }
     }
 
-    fn finish(&mut self, ctx: &mut Context<'_, Ev>, dl: u32, outcome: DownloadOutcome) {
-        let now = ctx.now();
+    fn finish(&mut self, io: &mut impl Io<ClientTimer>, dl: u32, outcome: DownloadOutcome) {
+        let now = io.now();
         let Some(d) = self.downloads[dl as usize].take() else {
             return;
         };
@@ -514,10 +443,10 @@ impl Client {
                 if outcome != DownloadOutcome::Ok && d.state != DlState::Waiting {
                     // Tell the exit to stop sending.
                     let end = Cell::relay(0, RelayCommand::End, 3, d.stream_id);
-                    self.send_on_circuit(ctx, circ, end);
+                    self.send_on_circuit(io, circ, end);
                 }
                 if expired {
-                    self.close_circuit(ctx, circ, CircuitOutcome::Built, true);
+                    self.close_circuit(io, circ, CircuitOutcome::Built, true);
                 }
             }
         }
@@ -534,12 +463,12 @@ impl Client {
         });
         self.schedule.on_finished(now);
         self.workload_due = true;
-        self.run_workload(ctx);
+        self.run_workload(io);
     }
 
     // --- circuits ---
 
-    fn launch_circuit(&mut self, ctx: &mut Context<'_, Ev>) -> Result<u32, NoCircuit> {
+    fn launch_circuit(&mut self, io: &mut impl Io<ClientTimer>) -> Result<u32, NoCircuit> {
         let pending = self
             .circuits
             .iter()
@@ -552,14 +481,14 @@ impl Client {
         let world = self.world.clone();
         let path = world
             .selector
-            .choose_path(&world.consensus, &self.guards, HTTP_PORT, false, ctx.rng())
+            .choose_path(&world.consensus, &self.guards, HTTP_PORT, false, io.rng())
             .ok_or(NoCircuit::NoPath)?;
-        let now = ctx.now();
+        let now = io.now();
         let guard_host = world.relay_hosts[path[0]];
         let ch = match self.channels.iter().position(|c| c.relay == path[0]) {
             Some(ch) => ch,
             None => {
-                let socket = self.stack.connect(ctx, guard_host, OR_PORT);
+                let socket = io.connect(guard_host, OR_PORT);
                 self.channels.push(Channel {
                     socket,
                     relay: path[0],
@@ -612,30 +541,30 @@ impl Client {
         if self.world.params.channel == ChannelDesign::TorchestraIdeal {
             create.arg = u32::from(matches!(self.schedule.workload(), Workload::Bulk { .. }));
         }
-        self.send_cell(ctx, ch, create);
-        ctx.schedule_in(
+        self.send_cell(io, ch, create);
+        io.arm_in(
             self.cbt.timeout(),
-            Ev::Client(ClientTimer::BuildTimeout {
+            ClientTimer::BuildTimeout {
                 circuit: idx,
                 generation: self.circuit_generation,
-            }),
+            },
         );
         Ok(idx)
     }
 
-    fn send_on_circuit(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, mut cell: Cell) {
+    fn send_on_circuit(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, mut cell: Cell) {
         let c = self.circuits[circ as usize].as_ref().unwrap();
         cell.circ_id = c.circ_id;
         let ch = c.chan as usize;
-        self.send_cell(ctx, ch, cell);
+        self.send_cell(io, ch, cell);
     }
 
-    fn send_cell(&mut self, ctx: &mut Context<'_, Ev>, ch: usize, cell: Cell) {
+    fn send_cell(&mut self, io: &mut impl Io<ClientTimer>, ch: usize, cell: Cell) {
         self.channels[ch].out.push_back(cell);
-        self.flush_channel(ctx, ch);
+        self.flush_channel(io, ch);
     }
 
-    fn flush_channel(&mut self, ctx: &mut Context<'_, Ev>, ch: usize) {
+    fn flush_channel(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
         let bytes = (CELL_BYTES + self.world.params.tls_overhead_per_cell) as u64;
         let chan = &mut self.channels[ch];
         if !chan.open {
@@ -643,21 +572,18 @@ impl Client {
         }
         let mut wrote = false;
         while let Some(&cell) = chan.out.front() {
-            if !self
-                .stack
-                .write_message(chan.socket, bytes, Wire::Cell(cell))
-            {
+            if !io.write_message(chan.socket, bytes, Wire::Cell(cell)) {
                 break;
             }
             chan.out.pop_front();
             wrote = true;
         }
         if wrote {
-            self.stack.flush(ctx, chan.socket);
+            io.flush(chan.socket);
         }
     }
 
-    fn handle_cell(&mut self, ctx: &mut Context<'_, Ev>, ch: usize, cell: Cell) {
+    fn handle_cell(&mut self, io: &mut impl Io<ClientTimer>, ch: usize, cell: Cell) {
         let slot = (cell.circ_id & !INITIATOR_BIT) as usize;
         let Some(&circ) = self.channels[ch].circuits.get(slot) else {
             return;
@@ -666,16 +592,16 @@ impl Client {
             return;
         }
         match (cell.command, cell.relay) {
-            (CellCommand::Created2, _) => self.hop_built(ctx, circ, 1),
+            (CellCommand::Created2, _) => self.hop_built(io, circ, 1),
             (CellCommand::Destroy, _) => {
                 if self.destroy_reasons.len() < MAX_DESTROY_REASONS {
                     self.destroy_reasons.push(cell.arg);
                 }
-                self.close_circuit(ctx, circ, CircuitOutcome::Destroyed, false)
+                self.close_circuit(io, circ, CircuitOutcome::Destroyed, false)
             }
-            (_, RelayCommand::Extended2) => self.hop_built(ctx, circ, cell.hop + 1),
-            (_, RelayCommand::Connected) => self.connected(ctx, circ, cell.stream_id),
-            (_, RelayCommand::Data) => self.data(ctx, circ, cell),
+            (_, RelayCommand::Extended2) => self.hop_built(io, circ, cell.hop + 1),
+            (_, RelayCommand::Connected) => self.connected(io, circ, cell.stream_id),
+            (_, RelayCommand::Data) => self.data(io, circ, cell),
             (_, RelayCommand::End) => {
                 if let Some(dl) = self.download_on(circ, cell.stream_id) {
                     let d = self.downloads[dl as usize].as_ref().unwrap();
@@ -685,7 +611,7 @@ impl Client {
                         } else {
                             "stream ended early"
                         };
-                        self.finish(ctx, dl, DownloadOutcome::Error(reason));
+                        self.finish(io, dl, DownloadOutcome::Error(reason));
                     }
                 }
             }
@@ -693,8 +619,8 @@ impl Client {
         }
     }
 
-    fn hop_built(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, hops: u8) {
-        let now = ctx.now();
+    fn hop_built(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, hops: u8) {
+        let now = io.now();
         let c = self.circuits[circ as usize].as_mut().unwrap();
         if c.state != (CircState::Building { hops: hops - 1 }) {
             return;
@@ -705,7 +631,7 @@ impl Client {
             let mut extend = Cell::relay(0, RelayCommand::Extend2, hops, 0);
             extend.command = CellCommand::RelayEarly;
             extend.arg = target;
-            self.send_on_circuit(ctx, circ, extend);
+            self.send_on_circuit(io, circ, extend);
             return;
         }
         c.state = CircState::Open;
@@ -713,10 +639,10 @@ impl Client {
         c.build = Some(took);
         self.cbt.add(took);
         for dl in c.downloads.clone() {
-            self.begin(ctx, circ, dl);
+            self.begin(io, circ, dl);
         }
         // Streams waiting without a circuit can use this one now.
-        self.attach_pending(ctx);
+        self.attach_pending(io);
     }
 
     fn download_on(&self, circ: u32, stream_id: u16) -> Option<u32> {
@@ -728,7 +654,7 @@ impl Client {
         })
     }
 
-    fn connected(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, stream_id: u16) {
+    fn connected(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, stream_id: u16) {
         let Some(dl) = self.download_on(circ, stream_id) else {
             return;
         };
@@ -737,16 +663,16 @@ impl Client {
         let mut request = Cell::relay(0, RelayCommand::Data, 3, stream_id);
         request.length = REQUEST_BYTES as u16;
         request.arg = d.size.min(u32::MAX as u64) as u32;
-        self.send_on_circuit(ctx, circ, request);
+        self.send_on_circuit(io, circ, request);
     }
 
-    fn data(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
-        let now = ctx.now();
+    fn data(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, cell: Cell) {
+        let now = io.now();
         let c = self.circuits[circ as usize].as_mut().unwrap();
         match c.receiver.on_data() {
             Ok(true) => {
                 let sendme = Cell::relay(0, RelayCommand::Sendme, 3, 0);
-                self.send_on_circuit(ctx, circ, sendme);
+                self.send_on_circuit(io, circ, sendme);
             }
             Ok(false) => {}
             Err(_) => self.window_violations += 1,
@@ -760,14 +686,14 @@ impl Client {
         match d.receiver.on_data() {
             Ok(true) => {
                 let sendme = Cell::relay(0, RelayCommand::Sendme, 3, cell.stream_id);
-                self.send_on_circuit(ctx, circ, sendme);
+                self.send_on_circuit(io, circ, sendme);
             }
             Ok(false) => {}
             Err(_) => self.window_violations += 1,
         }
         let d = self.downloads[dl as usize].as_ref().unwrap();
         if d.received >= d.size {
-            self.finish(ctx, dl, DownloadOutcome::Ok);
+            self.finish(io, dl, DownloadOutcome::Ok);
         }
     }
 
@@ -775,12 +701,12 @@ impl Client {
     /// circuit (as Tor retries a stream whose circuit failed); the others fail.
     fn close_circuit(
         &mut self,
-        ctx: &mut Context<'_, Ev>,
+        io: &mut impl Io<ClientTimer>,
         circ: u32,
         outcome: CircuitOutcome,
         send_destroy: bool,
     ) {
-        let now = ctx.now();
+        let now = io.now();
         let Some(c) = self.circuits[circ as usize].take() else {
             return;
         };
@@ -791,7 +717,7 @@ impl Client {
         chan.free_ids.push(slot);
         if send_destroy {
             let destroy = Cell::new(c.circ_id, CellCommand::Destroy);
-            self.send_cell(ctx, c.chan as usize, destroy);
+            self.send_cell(io, c.chan as usize, destroy);
         }
         let built = c.state == CircState::Open;
         self.circuit_log.push(CircuitLog {
@@ -814,15 +740,15 @@ impl Client {
             if d.received == 0 {
                 d.circ = None;
                 d.state = DlState::Waiting;
-                self.attach(ctx, dl);
+                self.attach(io, dl);
             } else {
-                self.finish(ctx, dl, DownloadOutcome::Error("circuit closed"));
+                self.finish(io, dl, DownloadOutcome::Error("circuit closed"));
             }
         }
-        self.keep_preemptive(ctx);
+        self.keep_preemptive(io);
     }
 
-    fn channel_failed(&mut self, ctx: &mut Context<'_, Ev>, ch: usize) {
+    fn channel_failed(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
         let circuits: Vec<u32> = self.channels[ch]
             .circuits
             .iter()
@@ -833,7 +759,7 @@ impl Client {
         self.channels[ch].relay = usize::MAX;
         self.channels[ch].open = false;
         for circ in circuits {
-            self.close_circuit(ctx, circ, CircuitOutcome::Failed, false);
+            self.close_circuit(io, circ, CircuitOutcome::Failed, false);
         }
     }
 
@@ -866,5 +792,84 @@ impl Client {
 
     pub fn build_timeout(&self) -> f64 {
         self.cbt.timeout() as f64 / secs_f64(1.0) as f64
+    }
+}
+
+impl Machine for Client {
+    type Timer = ClientTimer;
+
+    fn start(&mut self, io: &mut impl Io<ClientTimer>) {
+        let n = self.world.params.num_primary_guards as usize;
+        let world = self.world.clone();
+        self.guards = world.selector.choose_guards(&world.consensus, n, io.rng());
+        for _ in 0..self.world.params.preemptive_circuits {
+            let _ = self.launch_circuit(io);
+        }
+        self.workload_due = true;
+        self.run_workload(io);
+        self.pump(io);
+    }
+
+    fn on_timer(&mut self, io: &mut impl Io<ClientTimer>, timer: ClientTimer) {
+        match timer {
+            ClientTimer::Wake(at) => {
+                if self.wake_at == Some(at) {
+                    self.wake_at = None;
+                    self.workload_due = true;
+                    self.run_workload(io);
+                }
+            }
+            ClientTimer::DownloadTimeout {
+                download,
+                generation,
+            } => {
+                let outcome = self.downloads[download as usize]
+                    .as_ref()
+                    .filter(|d| d.generation == generation)
+                    .map(|d| {
+                        if d.circ.is_none() && d.no_path {
+                            DownloadOutcome::Error("no path")
+                        } else {
+                            DownloadOutcome::Timeout
+                        }
+                    });
+                if let Some(outcome) = outcome {
+                    self.finish(io, download, outcome);
+                }
+            }
+            ClientTimer::RetryPending => {
+                self.retry_armed = false;
+                self.attach_pending(io);
+            }
+            ClientTimer::Expire {
+                circuit,
+                generation,
+            } => {
+                let idle = self.circuits[circuit as usize]
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation && c.downloads.is_empty());
+                if idle {
+                    self.close_circuit(io, circuit, CircuitOutcome::Built, true);
+                }
+            }
+            ClientTimer::BuildTimeout {
+                circuit,
+                generation,
+            } => {
+                let building = self.circuits[circuit as usize].as_ref().is_some_and(|c| {
+                    c.generation == generation && matches!(c.state, CircState::Building { .. })
+                });
+                if building {
+                    self.cbt.add_timeout();
+                    self.close_circuit(io, circuit, CircuitOutcome::Timeout, true);
+                }
+            }
+        }
+        self.pump(io);
+    }
+
+    /// Handles what the sockets reported since the last call.
+    fn on_socket_events(&mut self, io: &mut impl Io<ClientTimer>) {
+        self.pump(io);
     }
 }

@@ -6,6 +6,7 @@ use onionlab_net::NetEvent;
 
 use crate::attack::{AttackTimer, Attacker};
 use crate::client::{Client, ClientTimer};
+pub use crate::io::Driven;
 use crate::relay::{Relay, RelayTimer};
 use crate::server::Server;
 use crate::wire::Wire;
@@ -47,10 +48,10 @@ impl From<NetEvent<Wire>> for Ev {
 }
 
 pub enum TorHost {
-    Relay(Box<Relay>),
-    Client(Box<Client>),
+    Relay(Box<Driven<Relay>>),
+    Client(Box<Driven<Client>>),
     Server(Box<Server>),
-    Attacker(Box<Attacker>),
+    Attacker(Box<Driven<Attacker>>),
     /// A host that takes part in the network but whose traffic is not modelled (directory
     /// authorities: the consensus is given to everyone at the start).
     Idle,

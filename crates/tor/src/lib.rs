@@ -1,9 +1,10 @@
 //! onionlab's Tor model: relays, clients and file servers as hosts of the simulation.
 //!
 //! The protocol arithmetic (windows, congestion control, scheduling priorities, token buckets,
-//! build-time estimation) lives in `onionlab-torcore`; this crate drives it with the network
-//! stack of `onionlab-net`: channels are TCP connections between hosts, cells are 514-byte
-//! messages on them.
+//! build-time estimation) lives in `onionlab-torcore`. Relays, clients and the attacker are
+//! sans-IO state machines over it; [`io`] is their one door to the outside, and its driver
+//! runs them on the network stack of `onionlab-net`: channels are TCP connections between
+//! hosts, cells are 514-byte messages on them.
 
 pub mod attack;
 pub mod build;
@@ -11,6 +12,7 @@ mod circ_ids;
 pub mod client;
 mod flow;
 pub mod host;
+pub mod io;
 pub mod measure;
 pub mod relay;
 pub mod server;

@@ -13,14 +13,18 @@
 //! connections open and close and which connection a cell goes on ([`crate::transport`]
 //! holds those decisions); cells that may overtake each other on different connections carry
 //! sequence numbers and are put back in order by the receiving channel.
+//!
+//! The relay is a sans-IO state machine ([`crate::io::Machine`]): everything it does to the
+//! outside world goes through the [`Io`] of the call, so its unit tests below drive it
+//! without an engine or a network stack.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use onionlab_engine::time::{millis, SimTime, NANOS_PER_SEC};
-use onionlab_engine::{Context, HostId};
-use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
+use onionlab_engine::HostId;
+use onionlab_net::{SocketEvent, SocketId};
 use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
 use onionlab_torcore::token_bucket::RelayBuckets;
@@ -32,6 +36,7 @@ use onionlab_torcore::{
 use crate::circ_ids::CircIdTable;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
+use crate::io::{Io, Machine, TimerEvent};
 use crate::measure::RelaySample;
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
 use crate::wire::{Wire, INITIATOR_BIT, REQUEST_BYTES};
@@ -48,6 +53,12 @@ pub enum RelayTimer {
     Sample,
     /// IMUX's once-a-second connection manager.
     ManageConnections,
+}
+
+impl TimerEvent for RelayTimer {
+    fn event(self) -> Ev {
+        Ev::Relay(self)
+    }
 }
 
 /// A relay's configured rates (bytes per second) and socket limit.
@@ -426,7 +437,6 @@ pub struct ChannelStats {
 pub struct Relay {
     /// Index in the consensus.
     pub relay: usize,
-    pub stack: NetStack<Wire>,
     world: Arc<TorWorld>,
     buckets: RelayBuckets,
     clock: EwmaClock,
@@ -518,12 +528,7 @@ fn sequenced(design: ChannelDesign) -> bool {
 }
 
 impl Relay {
-    pub fn new(
-        relay: usize,
-        stack: NetStack<Wire>,
-        world: Arc<TorWorld>,
-        limits: &RelayLimits,
-    ) -> Self {
+    pub fn new(relay: usize, world: Arc<TorWorld>, limits: &RelayLimits) -> Self {
         let p = &world.params;
         let relayed = limits
             .relay_bandwidth_rate
@@ -539,7 +544,6 @@ impl Relay {
         let conn_limit = limits.conn_limit.unwrap_or(p.conn_limit);
         Relay {
             relay,
-            stack,
             buckets,
             clock,
             design: p.channel,
@@ -605,81 +609,15 @@ impl Relay {
             self.channel_stats.max_open_sockets.max(self.open_sockets);
     }
 
-    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
-        self.stack
-            .listen(OR_PORT)
-            .expect("a fresh relay has its OR port free");
-        ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::Sample));
-        if self.design == ChannelDesign::Imux {
-            ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::ManageConnections));
-        }
-    }
-
-    pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: RelayTimer) {
-        match timer {
-            RelayTimer::Schedule => {
-                self.schedule_armed = false;
-                self.run_scheduler(ctx);
-            }
-            RelayTimer::Refill => {
-                self.refill_armed = false;
-                self.buckets.refill(ctx.now());
-                for k in std::mem::take(&mut self.read_waiting) {
-                    self.conns[k as usize].read_blocked = false;
-                    self.read_conn(ctx, k);
-                }
-                for circ in std::mem::take(&mut self.package_waiting) {
-                    self.package(ctx, circ);
-                }
-                if !self.pending.is_empty() {
-                    self.run_scheduler(ctx);
-                }
-            }
-            RelayTimer::Sample => {
-                let c = std::mem::take(&mut self.now_counters);
-                let socket_queued_bytes = self
-                    .conns
-                    .iter()
-                    .filter(|k| k.open && k.socket.slot != NONE)
-                    .filter_map(|k| self.stack.tcp_info(k.socket))
-                    .map(|i| i.notsent)
-                    .sum();
-                self.samples.push(RelaySample {
-                    second: ctx.now() / NANOS_PER_SEC,
-                    bytes_read: c.bytes_read,
-                    bytes_written: c.bytes_written,
-                    cells_in: c.cells_in,
-                    cells_out: c.cells_out,
-                    queued_cells: self.queued_cells,
-                    open_sockets: self.open_sockets,
-                    socket_queued_bytes,
-                    circuits_killed: c.circuits_killed,
-                    conn_limit_refusals: c.conn_limit_refusals,
-                });
-                ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::Sample));
-            }
-            RelayTimer::ManageConnections => {
-                self.manage_connections(ctx);
-                ctx.schedule_in(NANOS_PER_SEC, Ev::Relay(RelayTimer::ManageConnections));
-            }
-        }
-        self.pump(ctx);
-    }
-
-    pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
-        self.stack.handle(ctx, event);
-        self.pump(ctx);
-    }
-
     /// Handles everything the stack reported, including what handling it caused.
-    fn pump(&mut self, ctx: &mut Context<'_, Ev>) {
-        while let Some(event) = self.stack.poll_event() {
-            self.on_socket(ctx, event);
+    fn pump(&mut self, io: &mut impl Io<RelayTimer>) {
+        while let Some(event) = io.poll_event() {
+            self.on_socket(io, event);
         }
         if self.world.params.scheduler == SchedulerKind::Vanilla && !self.pending.is_empty() {
-            self.run_scheduler(ctx);
-            while let Some(event) = self.stack.poll_event() {
-                self.on_socket(ctx, event);
+            self.run_scheduler(io);
+            while let Some(event) = io.poll_event() {
+                self.on_socket(io, event);
             }
         }
     }
@@ -745,7 +683,14 @@ impl Relay {
     }
 
     /// Adds a connection (its socket already made) to a channel.
-    fn add_conn(&mut self, now: SimTime, ch: u32, socket: SocketId, open: bool) -> u32 {
+    fn add_conn(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+        socket: SocketId,
+        open: bool,
+    ) -> u32 {
+        let now = io.now();
         let conn = Conn {
             socket,
             chan: ch,
@@ -774,27 +719,27 @@ impl Relay {
             }
         };
         Self::map_socket(&mut self.conn_by_socket, socket, k);
-        self.stack.set_auto_read(socket, false);
+        io.set_auto_read(socket, false);
         self.note_socket_opened();
         self.channels[ch as usize].conns.push(k);
         k
     }
 
     /// Opens one more connection of a channel we opened; false at the socket limit.
-    fn open_conn(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, role: u32) -> Option<u32> {
+    fn open_conn(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, role: u32) -> Option<u32> {
         if self.open_sockets >= self.socket_limit() {
             self.now_counters.conn_limit_refusals += 1;
             return None;
         }
         let peer = self.channels[ch as usize].peer;
-        let socket = self.stack.connect(ctx, peer, OR_PORT);
-        let k = self.add_conn(ctx.now(), ch, socket, false);
+        let socket = io.connect(peer, OR_PORT);
+        let k = self.add_conn(io, ch, socket, false);
         self.channel_stats.conns_opened += 1;
         if self.design != ChannelDesign::Vanilla {
             let token = self.channels[ch as usize].token;
             let cell_bytes = cell_wire_bytes(&self.world);
             // Queued in the socket until the handshake completes, so it is the first message.
-            self.stack.write_message(
+            io.write_message(
                 socket,
                 cell_bytes,
                 Wire::Join {
@@ -835,7 +780,7 @@ impl Relay {
         }
     }
 
-    fn on_socket(&mut self, ctx: &mut Context<'_, Ev>, event: SocketEvent<Wire>) {
+    fn on_socket(&mut self, io: &mut impl Io<RelayTimer>, event: SocketEvent<Wire>) {
         match event {
             SocketEvent::Accepted { socket, port, peer } => {
                 if port != OR_PORT {
@@ -843,13 +788,13 @@ impl Relay {
                 }
                 if self.open_sockets >= self.socket_limit() {
                     self.now_counters.conn_limit_refusals += 1;
-                    self.stack.abort(ctx, socket);
+                    io.abort(socket);
                     return;
                 }
                 // Until a Join names another channel, the connection is a channel of its own
                 // (always so for vanilla peers and for clients).
-                let ch = self.add_channel(ctx.now(), peer, false);
-                self.add_conn(ctx.now(), ch, socket, true);
+                let ch = self.add_channel(io.now(), peer, false);
+                self.add_conn(io, ch, socket, true);
                 if self.design == ChannelDesign::Vanilla {
                     // A relay that connects to us may be asked to extend back through us.
                     self.chan_by_peer.entry(peer).or_insert(ch);
@@ -859,17 +804,17 @@ impl Relay {
                 if let Some(k) = self.conn_of(socket) {
                     self.conns[k as usize].open = true;
                     let ch = self.conns[k as usize].chan;
-                    self.mark_pending(ctx, ch);
+                    self.mark_pending(io, ch);
                 } else if let Some(st) = self.stream_of(socket) {
-                    self.server_connected(ctx, st);
+                    self.server_connected(io, st);
                 }
             }
             SocketEvent::Readable(socket) => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.read_conn(ctx, k);
+                    self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     let circ = self.streams[st as usize].as_ref().unwrap().circ;
-                    self.package(ctx, circ);
+                    self.package(io, circ);
                 }
             }
             SocketEvent::Data { socket, bytes } => {
@@ -879,7 +824,7 @@ impl Relay {
             }
             SocketEvent::Message { socket, message } => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.on_message(ctx, k, message);
+                    self.on_message(io, k, message);
                 }
             }
             SocketEvent::Writable(socket) => {
@@ -887,32 +832,32 @@ impl Relay {
                     self.conns[k as usize].blocked = false;
                     let ch = self.conns[k as usize].chan;
                     if !self.channels[ch as usize].mux.is_empty() {
-                        self.mark_pending(ctx, ch);
+                        self.mark_pending(io, ch);
                     }
                 }
             }
             SocketEvent::PeerClosed(socket) => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.conn_lost(ctx, k);
+                    self.conn_lost(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     self.streams[st as usize].as_mut().unwrap().server_done = true;
                     let circ = self.streams[st as usize].as_ref().unwrap().circ;
-                    self.package(ctx, circ);
+                    self.package(io, circ);
                 }
             }
             SocketEvent::Closed(socket)
             | SocketEvent::Reset(socket)
             | SocketEvent::TimedOut(socket) => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.conn_lost(ctx, k);
+                    self.conn_lost(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     let done = self.streams[st as usize].as_ref().unwrap().server_done;
                     if done {
                         // The server closed after sending everything: package the rest.
                         let circ = self.streams[st as usize].as_ref().unwrap().circ;
-                        self.package(ctx, circ);
+                        self.package(io, circ);
                     } else {
-                        self.end_stream(ctx, st, true);
+                        self.end_stream(io, st, true);
                     }
                 }
             }
@@ -923,9 +868,9 @@ impl Relay {
     /// A connection ended without the closing handshake. Vanilla and Torchestra channels
     /// fail with it; a PCTCP connection that carries no circuit (its circuit's DESTROY came
     /// first) and an IMUX connection of a channel with others left just go.
-    fn conn_lost(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
+    fn conn_lost(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
         let ch = self.conns[k as usize].chan;
-        self.peer_pushback(ch, ctx.now());
+        self.peer_pushback(ch, io.now());
         let conn = &self.conns[k as usize];
         let quiet = match self.design {
             ChannelDesign::Pctcp => conn.circuits == 0,
@@ -935,11 +880,11 @@ impl Relay {
         if quiet {
             let socket = conn.socket;
             self.drop_conn(k);
-            if self.stack.is_open(socket) {
-                self.stack.close(ctx, socket);
+            if io.is_open(socket) {
+                io.close(socket);
             }
             if self.channels[ch as usize].conns.is_empty() {
-                self.close_channel(ctx, ch);
+                self.close_channel(io, ch);
             }
         } else if self.design == ChannelDesign::Pctcp && self.channels[ch as usize].conns.len() > 1
         {
@@ -955,41 +900,41 @@ impl Relay {
                 }
             }
             self.drop_conn(k);
-            if self.stack.is_open(socket) {
-                self.stack.abort(ctx, socket);
+            if io.is_open(socket) {
+                io.abort(socket);
             }
             for (circ, from_prev) in pinned {
-                self.destroy_circuit(ctx, circ, Some(from_prev));
+                self.destroy_circuit(io, circ, Some(from_prev));
             }
         } else {
-            self.close_channel(ctx, ch);
+            self.close_channel(io, ch);
         }
     }
 
-    fn on_message(&mut self, ctx: &mut Context<'_, Ev>, k: u32, message: Wire) {
+    fn on_message(&mut self, io: &mut impl Io<RelayTimer>, k: u32, message: Wire) {
         match message {
             Wire::Cell(cell) => {
                 self.now_counters.cells_in += 1;
                 let ch = self.conns[k as usize].chan;
-                self.handle_cell(ctx, ch, k, cell);
+                self.handle_cell(io, ch, k, cell);
             }
             Wire::Sequenced { cell, seq } => {
                 self.now_counters.cells_in += 1;
-                self.sequenced_cell(ctx, k, cell, seq);
+                self.sequenced_cell(io, k, cell, seq);
             }
-            Wire::Join { channel, heavy } => self.join(ctx, k, channel, heavy),
+            Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
             Wire::ClosingBegin => {
-                self.peer_pushback(self.conns[k as usize].chan, ctx.now());
+                self.peer_pushback(self.conns[k as usize].chan, io.now());
                 // Everything we wrote on it is in the socket already: answer and close.
                 let conn = &mut self.conns[k as usize];
                 conn.state = ConnState::Closing;
                 let socket = conn.socket;
                 let bytes = cell_wire_bytes(&self.world);
-                self.stack.write_message(socket, bytes, Wire::ClosingEnd);
-                self.stack.flush(ctx, socket);
-                self.finish_closing(ctx, k);
+                io.write_message(socket, bytes, Wire::ClosingEnd);
+                io.flush(socket);
+                self.finish_closing(io, k);
             }
-            Wire::ClosingEnd => self.finish_closing(ctx, k),
+            Wire::ClosingEnd => self.finish_closing(io, k),
             Wire::Switch { circ_id, heavy } => {
                 let ch = self.conns[k as usize].chan;
                 let chan = &self.channels[ch as usize];
@@ -1006,7 +951,7 @@ impl Relay {
     }
 
     /// A connection of a channel opened by the peer names the channel it belongs to.
-    fn join(&mut self, ctx: &mut Context<'_, Ev>, k: u32, token: u32, heavy: bool) {
+    fn join(&mut self, io: &mut impl Io<RelayTimer>, k: u32, token: u32, heavy: bool) {
         let own = self.conns[k as usize].chan;
         let peer = self.channels[own as usize].peer;
         let ch = match self.chan_by_token.get(&(peer, token)) {
@@ -1042,12 +987,12 @@ impl Relay {
         {
             // Over the cap: refuse the extra connection with the closing handshake.
             self.now_counters.conn_limit_refusals += 1;
-            self.begin_closing(ctx, k);
+            self.begin_closing(io, k);
         }
     }
 
     /// Starts IMUX's closing handshake on connection `k`: no more cells go on it.
-    fn begin_closing(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
+    fn begin_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
         let conn = &mut self.conns[k as usize];
         if conn.state != ConnState::Active {
             return;
@@ -1056,34 +1001,34 @@ impl Relay {
             // Not connected yet: nothing was sent on it, nothing to hand over.
             let socket = conn.socket;
             self.drop_conn(k);
-            self.stack.abort(ctx, socket);
+            io.abort(socket);
             self.channel_stats.conns_closed += 1;
             return;
         }
         conn.state = ConnState::Closing;
         let socket = conn.socket;
         let bytes = cell_wire_bytes(&self.world);
-        self.stack.write_message(socket, bytes, Wire::ClosingBegin);
-        self.stack.flush(ctx, socket);
+        io.write_message(socket, bytes, Wire::ClosingBegin);
+        io.flush(socket);
     }
 
-    fn finish_closing(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
+    fn finish_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
         let socket = self.conns[k as usize].socket;
         let ch = self.conns[k as usize].chan;
         self.drop_conn(k);
-        self.stack.close(ctx, socket);
+        io.close(socket);
         self.channel_stats.conns_closed += 1;
         // Circuits pinned to it (round robin) find another connection when they next send.
         if !self.channels[ch as usize].mux.is_empty() {
-            self.mark_pending(ctx, ch);
+            self.mark_pending(io, ch);
         }
         if self.channels[ch as usize].conns.is_empty() {
-            self.close_channel(ctx, ch);
+            self.close_channel(io, ch);
         }
     }
 
     /// A cell of a multi-connection channel: hand it on in its circuit's order.
-    fn sequenced_cell(&mut self, ctx: &mut Context<'_, Ev>, k: u32, cell: Cell, seq: u32) {
+    fn sequenced_cell(&mut self, io: &mut impl Io<RelayTimer>, k: u32, cell: Cell, seq: u32) {
         let ch = self.conns[k as usize].chan;
         let circ_id = cell.circ_id;
         let expected = self.expected_seq(ch, circ_id);
@@ -1100,7 +1045,7 @@ impl Relay {
         let mut next = Some(cell);
         while let Some(cell) = next {
             self.bump_seq_in(ch, circ_id);
-            self.handle_cell(ctx, ch, k, cell);
+            self.handle_cell(io, ch, k, cell);
             if self.channels[ch as usize].closed {
                 return;
             }
@@ -1134,18 +1079,18 @@ impl Relay {
     }
 
     /// Reads as much of a connection's waiting data as the read bucket allows.
-    fn read_conn(&mut self, ctx: &mut Context<'_, Ev>, k: u32) {
-        let now = ctx.now();
+    fn read_conn(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+        let now = io.now();
         let socket = self.conns[k as usize].socket;
         if socket.slot == NONE {
             return;
         }
-        let waiting = self.stack.readable(socket);
+        let waiting = io.readable(socket);
         if waiting == 0 {
             return;
         }
         let allowance = self.buckets.read_allowance(now, true);
-        let n = self.stack.read(ctx, socket, waiting.min(allowance));
+        let n = io.read(socket, waiting.min(allowance));
         self.buckets.note_read(n, true);
         if n < waiting {
             let c = &mut self.conns[k as usize];
@@ -1153,21 +1098,21 @@ impl Relay {
                 c.read_blocked = true;
                 self.read_waiting.push(k);
             }
-            self.arm_refill(ctx);
+            self.arm_refill(io);
         }
     }
 
-    fn arm_refill(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn arm_refill(&mut self, io: &mut impl Io<RelayTimer>) {
         if !self.refill_armed {
             self.refill_armed = true;
-            let now = ctx.now();
+            let now = io.now();
             self.buckets.refill(now);
             // With the buckets refilled up to now the next tick is later; if it is not, the
             // tick arithmetic overflowed (an absurd refill interval) and the next tick is
             // beyond the end of time. Refilling at `now` again would change nothing and spin.
             let next = self.buckets.next_refill();
             let at = if next > now { next } else { SimTime::MAX };
-            ctx.schedule_at(at, Ev::Relay(RelayTimer::Refill));
+            io.arm_at(at, RelayTimer::Refill);
         }
     }
 
@@ -1185,9 +1130,9 @@ impl Relay {
         }
     }
 
-    fn handle_cell(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, k: u32, cell: Cell) {
+    fn handle_cell(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
         if cell.command == CellCommand::Create2 {
-            self.on_create(ctx, ch, k, cell);
+            self.on_create(io, ch, k, cell);
             return;
         }
         let Some(circ) = self.channels[ch as usize].lookup(cell.circ_id) else {
@@ -1196,28 +1141,28 @@ impl Relay {
         let c = self.circuits[circ as usize].as_ref().unwrap();
         let from_prev = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
         match cell.command {
-            CellCommand::Destroy => self.destroy_circuit(ctx, circ, Some(from_prev)),
+            CellCommand::Destroy => self.destroy_circuit(io, circ, Some(from_prev)),
             CellCommand::Created2 if !from_prev => {
                 // Our EXTEND2 succeeded: tell the client.
                 let hop = c.hop;
                 let reply = Cell::relay(0, RelayCommand::Extended2, hop, 0);
-                self.queue_towards(ctx, circ, false, reply);
+                self.queue_towards(io, circ, false, reply);
             }
             CellCommand::Relay | CellCommand::RelayEarly if from_prev => {
                 if cell.hop == c.hop {
-                    self.relay_cell_for_us(ctx, circ, cell);
+                    self.relay_cell_for_us(io, circ, cell);
                 } else if c.next.is_some() {
-                    self.queue_towards(ctx, circ, true, cell);
+                    self.queue_towards(io, circ, true, cell);
                 }
             }
             CellCommand::Relay | CellCommand::RelayEarly => {
-                self.queue_towards(ctx, circ, false, cell);
+                self.queue_towards(io, circ, false, cell);
             }
             _ => {}
         }
     }
 
-    fn on_create(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, k: u32, cell: Cell) {
+    fn on_create(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
         let seq_in = u32::from(sequenced(self.design));
         let circ = self.new_circuit(Circuit {
             prev: Side::new(ch, cell.circ_id, seq_in),
@@ -1236,7 +1181,7 @@ impl Relay {
         }
         self.assign_conn(circ, false, k);
         let reply = Cell::new(0, CellCommand::Created2);
-        self.queue_towards(ctx, circ, false, reply);
+        self.queue_towards(io, circ, false, reply);
     }
 
     /// Pins a circuit's side on its channel to a connection where the design pins circuits:
@@ -1300,15 +1245,15 @@ impl Relay {
         self.conns[target as usize].circuits += 1;
     }
 
-    fn relay_cell_for_us(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
+    fn relay_cell_for_us(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
         match cell.relay {
-            RelayCommand::Extend2 => self.extend(ctx, circ, cell.arg as HostId),
-            RelayCommand::Begin => self.begin(ctx, circ, cell),
-            RelayCommand::Data => self.exit_data(ctx, circ, cell),
-            RelayCommand::Sendme => self.exit_sendme(ctx, circ, cell),
+            RelayCommand::Extend2 => self.extend(io, circ, cell.arg as HostId),
+            RelayCommand::Begin => self.begin(io, circ, cell),
+            RelayCommand::Data => self.exit_data(io, circ, cell),
+            RelayCommand::Sendme => self.exit_sendme(io, circ, cell),
             RelayCommand::End => {
                 if let Some(st) = self.find_stream(circ, cell.stream_id) {
-                    self.end_stream(ctx, st, false);
+                    self.end_stream(io, st, false);
                 }
             }
             RelayCommand::Xoff | RelayCommand::Xon => {
@@ -1316,7 +1261,7 @@ impl Relay {
                     let s = self.streams[st as usize].as_mut().unwrap();
                     s.sender.set_xoff(cell.relay == RelayCommand::Xoff);
                     if cell.relay == RelayCommand::Xon {
-                        self.package(ctx, circ);
+                        self.package(io, circ);
                     }
                 }
             }
@@ -1326,7 +1271,7 @@ impl Relay {
 
     /// The channel to `target` for an extend: the existing one, or a new one with its first
     /// connection(s); `None` (and the refusal counted) at the socket limit.
-    fn channel_to(&mut self, ctx: &mut Context<'_, Ev>, target: HostId) -> Option<u32> {
+    fn channel_to(&mut self, io: &mut impl Io<RelayTimer>, target: HostId) -> Option<u32> {
         if let Some(&ch) = self.chan_by_peer.get(&target) {
             return Some(ch);
         }
@@ -1334,26 +1279,26 @@ impl Relay {
             self.now_counters.conn_limit_refusals += 1;
             return None;
         }
-        let ch = self.add_channel(ctx.now(), target, true);
+        let ch = self.add_channel(io.now(), target, true);
         match self.design {
             // PCTCP opens a connection per circuit, when the circuit is extended.
             ChannelDesign::Pctcp => {}
             ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
-                let light = self.open_conn(ctx, ch, 0);
-                let heavy = self.open_conn(ctx, ch, 1);
+                let light = self.open_conn(io, ch, 0);
+                let heavy = self.open_conn(io, ch, 1);
                 let chan = &mut self.channels[ch as usize];
                 chan.light = light.unwrap_or(NONE);
                 chan.heavy = heavy.unwrap_or(NONE);
             }
             ChannelDesign::Vanilla | ChannelDesign::Imux => {
-                self.open_conn(ctx, ch, 0);
+                self.open_conn(io, ch, 0);
             }
         }
         self.chan_by_peer.insert(target, ch);
         Some(ch)
     }
 
-    fn extend(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, target: HostId) {
+    fn extend(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, target: HostId) {
         if self.circuits[circ as usize]
             .as_ref()
             .unwrap()
@@ -1362,19 +1307,19 @@ impl Relay {
         {
             return;
         }
-        let Some(ch) = self.channel_to(ctx, target) else {
-            self.destroy_circuit_because(ctx, circ, None, DESTROY_CONNECT_FAILED);
+        let Some(ch) = self.channel_to(io, target) else {
+            self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
             return;
         };
         let mut arrived_on = NONE;
         if self.design == ChannelDesign::Pctcp {
-            match self.open_conn(ctx, ch, 0) {
+            match self.open_conn(io, ch, 0) {
                 Some(k) => arrived_on = k,
                 None => {
                     if self.channels[ch as usize].conns.is_empty() {
-                        self.close_channel(ctx, ch);
+                        self.close_channel(io, ch);
                     }
-                    self.destroy_circuit_because(ctx, circ, None, DESTROY_CONNECT_FAILED);
+                    self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
                     return;
                 }
             }
@@ -1386,13 +1331,13 @@ impl Relay {
         create.hop = c.hop + 1;
         create.arg = u32::from(c.declared_heavy);
         self.assign_conn(circ, true, arrived_on);
-        self.queue_towards(ctx, circ, true, create);
+        self.queue_towards(io, circ, true, create);
     }
 
     /// Puts a cell on a circuit's queue towards the exit (`forward`) or the client.
     fn queue_towards(
         &mut self,
-        ctx: &mut Context<'_, Ev>,
+        io: &mut impl Io<RelayTimer>,
         circ: u32,
         forward: bool,
         mut cell: Cell,
@@ -1407,7 +1352,7 @@ impl Relay {
         cell.circ_id = side.circ_id;
         if side.queue.len() >= cap {
             self.now_counters.circuits_killed += 1;
-            self.destroy_circuit(ctx, circ, None);
+            self.destroy_circuit(io, circ, None);
             return;
         }
         side.queue.push_back(cell);
@@ -1418,22 +1363,22 @@ impl Relay {
         let chan = &mut self.channels[ch as usize];
         chan.queued += 1;
         chan.mux.add_active(circ);
-        self.mark_pending(ctx, ch);
+        self.mark_pending(io, ch);
     }
 
-    fn mark_pending(&mut self, ctx: &mut Context<'_, Ev>, ch: u32) {
+    fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
         let chan = &mut self.channels[ch as usize];
         if chan.pending || chan.mux.is_empty() {
             return;
         }
         chan.pending = true;
         self.pending.push(ch);
-        self.arm_scheduler(ctx);
+        self.arm_scheduler(io);
     }
 
     /// Arms the KIST scheduler like tor's `kist_scheduler_schedule`: at the end of the run
     /// interval counted from the last run, which is now if the last run is that long ago.
-    fn arm_scheduler(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn arm_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
         if self.world.params.scheduler == SchedulerKind::Vanilla || self.schedule_armed {
             return;
         }
@@ -1443,11 +1388,8 @@ impl Relay {
         let interval = millis(self.world.params.kist_run_interval_ms).max(1);
         let since = self
             .last_schedule_run
-            .map_or(interval, |t| ctx.now().saturating_sub(t));
-        ctx.schedule_in(
-            interval.saturating_sub(since),
-            Ev::Relay(RelayTimer::Schedule),
-        );
+            .map_or(interval, |t| io.now().saturating_sub(t));
+        io.arm_in(interval.saturating_sub(since), RelayTimer::Schedule);
     }
 
     /// Puts a channel back in the scheduler's heap, keyed by its quietest circuit, if one of
@@ -1475,7 +1417,7 @@ impl Relay {
 
     /// Reads connection `k`'s write limit (KIST's, from its socket) and queue for this
     /// scheduler run, unless this run already did.
-    fn refresh_limit(&mut self, k: u32) {
+    fn refresh_limit(&mut self, io: &impl Io<RelayTimer>, k: u32) {
         let params = &self.world.params;
         let conn = &mut self.conns[k as usize];
         if conn.limit_run == self.run_stamp {
@@ -1486,7 +1428,7 @@ impl Relay {
             conn.limit = 0;
             return;
         }
-        let info = self.stack.tcp_info(conn.socket);
+        let info = io.tcp_info(conn.socket);
         conn.limit = match (params.scheduler, info.as_ref()) {
             (_, None) => 0,
             (SchedulerKind::Kist, Some(i)) => kist_write_limit(
@@ -1527,7 +1469,14 @@ impl Relay {
     }
 
     /// The connection the next cell of `circ` goes on, among those with room in this run.
-    fn pick_conn(&mut self, ch: u32, circ: u32, now: SimTime, cell_bytes: u64) -> Option<u32> {
+    fn pick_conn(
+        &mut self,
+        io: &impl Io<RelayTimer>,
+        ch: u32,
+        circ: u32,
+        now: SimTime,
+        cell_bytes: u64,
+    ) -> Option<u32> {
         let room = |conns: &[Conn], k: u32| {
             k != NONE && conns[k as usize].usable() && conns[k as usize].limit >= cell_bytes
         };
@@ -1579,15 +1528,15 @@ impl Relay {
             _ => pinned,
         };
         if k != NONE {
-            self.refresh_limit(k);
+            self.refresh_limit(io, k);
         }
         room(&self.conns, k).then_some(k)
     }
 
     /// Moves queued cells into connection sockets: globally across channels, quietest
     /// circuit first, within each socket's write limit and the write bucket.
-    fn run_scheduler(&mut self, ctx: &mut Context<'_, Ev>) {
-        let now = ctx.now();
+    fn run_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
+        let now = io.now();
         // Tor stamps the run when it ends; in simulated time that is this same instant, and
         // stamping first keeps work queued during the run from re-arming it at once.
         self.last_schedule_run = Some(now);
@@ -1618,7 +1567,7 @@ impl Relay {
             } else {
                 for i in 0..self.channels[ch as usize].conns.len() {
                     let k = self.channels[ch as usize].conns[i];
-                    self.refresh_limit(k);
+                    self.refresh_limit(io, k);
                 }
                 self.count_room(ch, cell_bytes);
                 self.rank_conns(ch, now);
@@ -1647,7 +1596,7 @@ impl Relay {
             let chosen = if empty {
                 None
             } else {
-                self.pick_conn(ch, circ, now, cell_bytes)
+                self.pick_conn(io, ch, circ, now, cell_bytes)
             };
             let Some(k) = chosen else {
                 // Nothing queued, or its connection is full: it waits for a later run while
@@ -1677,7 +1626,7 @@ impl Relay {
             } else {
                 Wire::Cell(cell)
             };
-            if !self.stack.write_message(conn.socket, cell_bytes, message) {
+            if !io.write_message(conn.socket, cell_bytes, message) {
                 side.queue.push_front(cell);
                 conn.blocked = true;
                 // It had room (it was chosen for it); now it has none.
@@ -1723,7 +1672,7 @@ impl Relay {
                 touched.push(k);
             }
             if design == ChannelDesign::Torchestra {
-                self.classify_torchestra(ctx, ch, circ, now);
+                self.classify_torchestra(io, ch, circ, now);
             }
             if !self.channels[ch as usize].mux.is_empty() && !self.requeue(ch, now, &mut heap) {
                 self.write_limit_hits += 1;
@@ -1733,7 +1682,7 @@ impl Relay {
         if params.scheduler == SchedulerKind::Kist {
             for &k in &touched {
                 let socket = self.conns[k as usize].socket;
-                if let Some(i) = self.stack.tcp_info(socket) {
+                if let Some(i) = io.tcp_info(socket) {
                     let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
                     let space = (cwnd - unacked).max(0) * mss;
                     let extra = ((cwnd * mss) as f64 * params.kist_sock_buf_size_factor) as i64;
@@ -1746,7 +1695,7 @@ impl Relay {
         for &k in &touched {
             self.conns[k as usize].touched = false;
             let socket = self.conns[k as usize].socket;
-            self.stack.flush(ctx, socket);
+            io.flush(socket);
         }
         for ch in parked {
             let chan = &mut self.channels[ch as usize];
@@ -1756,7 +1705,7 @@ impl Relay {
             deferred.push(ch);
         }
         for circ in unblocked {
-            self.package(ctx, circ);
+            self.package(io, circ);
         }
         let out_of_tokens = allowance < base_cell_bytes;
         for ch in deferred {
@@ -1768,16 +1717,22 @@ impl Relay {
         }
         if !self.pending.is_empty() {
             if out_of_tokens {
-                self.arm_refill(ctx);
+                self.arm_refill(io);
             }
-            self.arm_scheduler(ctx);
+            self.arm_scheduler(io);
         }
     }
 
     /// Torchestra: after a cell of `circ` left on channel `ch`, moves the circuit between
     /// the light and the heavy connection if its EWMA crossed the threshold, and tells the
     /// peer so it moves the circuit's other direction too.
-    fn classify_torchestra(&mut self, ctx: &mut Context<'_, Ev>, ch: u32, circ: u32, now: SimTime) {
+    fn classify_torchestra(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+        circ: u32,
+        now: SimTime,
+    ) {
         let chan = &self.channels[ch as usize];
         let (light, heavy) = (chan.light, chan.heavy);
         if light == NONE || heavy == NONE {
@@ -1831,7 +1786,7 @@ impl Relay {
         }
         let socket = self.conns[light as usize].socket;
         let bytes = cell_wire_bytes(&self.world);
-        if self.stack.write_message(
+        if io.write_message(
             socket,
             bytes,
             Wire::Switch {
@@ -1839,17 +1794,17 @@ impl Relay {
                 heavy: heavy_now,
             },
         ) {
-            self.stack.flush(ctx, socket);
+            io.flush(socket);
         }
     }
 
     /// IMUX's once-a-second housekeeping: sizes every channel's set of connections by its
     /// share of the relay's circuits (`getMaxConns`), opening connections on channels this
     /// relay opened and closing the surplus on any.
-    fn manage_connections(&mut self, ctx: &mut Context<'_, Ev>) {
+    fn manage_connections(&mut self, io: &mut impl Io<RelayTimer>) {
         let p = &self.world.params;
         let (tau, limit) = (p.imux_tau, self.conn_limit);
-        let now = ctx.now();
+        let now = io.now();
         let mut ages = Vec::new();
         let mut close = Vec::new();
         for ch in 0..self.channels.len() as u32 {
@@ -1874,7 +1829,7 @@ impl Relay {
                 for _ in nconns..target {
                     // Growth stops quietly at the cap: that is the design, not a refusal.
                     if self.open_sockets >= self.socket_limit()
-                        || self.open_conn(ctx, ch, 0).is_none()
+                        || self.open_conn(io, ch, 0).is_none()
                     {
                         break;
                     }
@@ -1893,7 +1848,7 @@ impl Relay {
                 transport::imux_close_order(&ages, (nconns - target) as usize, &mut close);
                 let victims: Vec<u32> = close.iter().map(|&i| chan.conns[i]).collect();
                 for k in victims {
-                    self.begin_closing(ctx, k);
+                    self.begin_closing(io, k);
                 }
             }
         }
@@ -1901,18 +1856,18 @@ impl Relay {
 
     fn destroy_circuit(
         &mut self,
-        ctx: &mut Context<'_, Ev>,
+        io: &mut impl Io<RelayTimer>,
         circ: u32,
         came_from_prev: Option<bool>,
     ) {
-        self.destroy_circuit_because(ctx, circ, came_from_prev, 0);
+        self.destroy_circuit_because(io, circ, came_from_prev, 0);
     }
 
     /// Tears a circuit down, telling the sides it did not come from with DESTROY cells that
     /// give `reason` (tor's END_CIRC_REASON number; 0 = none).
     fn destroy_circuit_because(
         &mut self,
-        ctx: &mut Context<'_, Ev>,
+        io: &mut impl Io<RelayTimer>,
         circ: u32,
         came_from_prev: Option<bool>,
         reason: u32,
@@ -1961,8 +1916,8 @@ impl Relay {
                     Wire::Cell(destroy)
                 };
                 let socket = self.conns[conn as usize].socket;
-                if self.stack.write_message(socket, cell_bytes, message) {
-                    self.stack.flush(ctx, socket);
+                if io.write_message(socket, cell_bytes, message) {
+                    io.flush(socket);
                 }
             }
             // PCTCP: the circuit's connection goes with it (the opener closes it).
@@ -1974,21 +1929,21 @@ impl Relay {
             {
                 let socket = self.conns[side.conn as usize].socket;
                 self.drop_conn(side.conn);
-                self.stack.close(ctx, socket);
+                io.close(socket);
             }
         }
         if let Some(exit) = c.exit {
             for st in exit.streams {
                 if let Some(s) = self.streams[st as usize].take() {
                     self.free_streams.push(st);
-                    self.stack.abort(ctx, s.socket);
+                    io.abort(s.socket);
                     self.open_sockets -= 1;
                 }
             }
         }
     }
 
-    fn close_channel(&mut self, ctx: &mut Context<'_, Ev>, ch: u32) {
+    fn close_channel(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
         let chan = &mut self.channels[ch as usize];
         if chan.closed {
             return;
@@ -2015,12 +1970,12 @@ impl Relay {
                 .as_ref()
                 .map(|c| c.prev.chan == ch);
             if let Some(from_prev) = from_prev {
-                self.destroy_circuit(ctx, circ, Some(from_prev));
+                self.destroy_circuit(io, circ, Some(from_prev));
             }
         }
         for socket in sockets {
-            if self.stack.is_open(socket) {
-                self.stack.abort(ctx, socket);
+            if io.is_open(socket) {
+                io.abort(socket);
             }
         }
     }
@@ -2052,25 +2007,25 @@ impl Relay {
         })
     }
 
-    fn begin(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
+    fn begin(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
         let relay = &self.world.consensus.relays[self.relay];
         let c = self.circuits[circ as usize].as_ref().unwrap();
         if c.next.is_some() || !relay.exit_policy.allows_port(HTTP_PORT) {
             let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
             end.arg = 1;
-            self.queue_towards(ctx, circ, false, end);
+            self.queue_towards(io, circ, false, end);
             return;
         }
         if self.open_sockets >= self.socket_limit() {
             self.now_counters.conn_limit_refusals += 1;
             let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
             end.arg = 1;
-            self.queue_towards(ctx, circ, false, end);
+            self.queue_towards(io, circ, false, end);
             return;
         }
-        let now = ctx.now();
-        let socket = self.stack.connect(ctx, cell.arg as HostId, HTTP_PORT);
-        self.stack.set_auto_read(socket, false);
+        let now = io.now();
+        let socket = io.connect(cell.arg as HostId, HTTP_PORT);
+        io.set_auto_read(socket, false);
         self.note_socket_opened();
         let params = &self.world.params;
         let stream = ExitStream {
@@ -2099,30 +2054,27 @@ impl Relay {
         self.exit_circuit(circ, now).streams.push(st);
     }
 
-    fn server_connected(&mut self, ctx: &mut Context<'_, Ev>, st: u32) {
+    fn server_connected(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
         let s = self.streams[st as usize].as_mut().unwrap();
         s.connected = true;
         let (circ, stream_id, socket, request) = (s.circ, s.stream_id, s.socket, s.request.take());
         let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
         let connected = Cell::relay(0, RelayCommand::Connected, hop, stream_id);
-        self.queue_towards(ctx, circ, false, connected);
+        self.queue_towards(io, circ, false, connected);
         if let Some(bytes) = request {
-            self.send_request(ctx, socket, bytes);
+            self.send_request(io, socket, bytes);
         }
     }
 
-    fn send_request(&mut self, ctx: &mut Context<'_, Ev>, socket: SocketId, bytes: u32) {
-        if self
-            .stack
-            .write_message(socket, REQUEST_BYTES, Wire::Request { bytes })
-        {
-            self.stack.flush(ctx, socket);
+    fn send_request(&mut self, io: &mut impl Io<RelayTimer>, socket: SocketId, bytes: u32) {
+        if io.write_message(socket, REQUEST_BYTES, Wire::Request { bytes }) {
+            io.flush(socket);
         }
     }
 
     /// A DATA cell from the client: the request of a download.
-    fn exit_data(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
-        let now = ctx.now();
+    fn exit_data(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+        let now = io.now();
         let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
         if self
             .exit_circuit(circ, now)
@@ -2131,7 +2083,7 @@ impl Relay {
             .unwrap_or(false)
         {
             let sendme = Cell::relay(0, RelayCommand::Sendme, hop, 0);
-            self.queue_towards(ctx, circ, false, sendme);
+            self.queue_towards(io, circ, false, sendme);
         }
         let Some(st) = self.find_stream(circ, cell.stream_id) else {
             return;
@@ -2139,19 +2091,19 @@ impl Relay {
         let s = self.streams[st as usize].as_mut().unwrap();
         if s.receiver.on_data().unwrap_or(false) {
             let sendme = Cell::relay(0, RelayCommand::Sendme, hop, cell.stream_id);
-            self.queue_towards(ctx, circ, false, sendme);
+            self.queue_towards(io, circ, false, sendme);
         }
         let s = self.streams[st as usize].as_mut().unwrap();
         if s.connected {
             let socket = s.socket;
-            self.send_request(ctx, socket, cell.arg);
+            self.send_request(io, socket, cell.arg);
         } else {
             s.request = Some(cell.arg);
         }
     }
 
-    fn exit_sendme(&mut self, ctx: &mut Context<'_, Ev>, circ: u32, cell: Cell) {
-        let now = ctx.now();
+    fn exit_sendme(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+        let now = io.now();
         if cell.stream_id == 0 {
             let blocked = {
                 let c = self.circuits[circ as usize].as_ref().unwrap();
@@ -2163,7 +2115,7 @@ impl Relay {
             } as u64;
             let exit = self.exit_circuit(circ, now);
             if !exit.sender.on_sendme(now, blocked) {
-                self.destroy_circuit(ctx, circ, None);
+                self.destroy_circuit(io, circ, None);
                 return;
             }
             exit.acked += increment;
@@ -2174,13 +2126,13 @@ impl Relay {
                 s.acked += increment;
             }
         }
-        self.package(ctx, circ);
+        self.package(io, circ);
     }
 
     /// Turns server data into DATA cells for as long as the circuit's and streams' windows,
     /// the data waiting and the read bucket allow, serving the circuit's streams in turn.
-    fn package(&mut self, ctx: &mut Context<'_, Ev>, circ: u32) {
-        let now = ctx.now();
+    fn package(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
+        let now = io.now();
         loop {
             let Some(c) = self.circuits[circ as usize].as_mut() else {
                 return;
@@ -2214,10 +2166,10 @@ impl Relay {
                 if !s.connected || !s.sender.can_send() {
                     continue;
                 }
-                let waiting = self.stack.readable(s.socket);
+                let waiting = io.readable(s.socket);
                 if waiting == 0 {
                     if s.server_done {
-                        self.end_stream(ctx, st, false);
+                        self.end_stream(io, st, false);
                         progressed = true;
                         break;
                     }
@@ -2228,7 +2180,7 @@ impl Relay {
                     if !self.package_waiting.contains(&circ) {
                         self.package_waiting.push(circ);
                     }
-                    self.arm_refill(ctx);
+                    self.arm_refill(io);
                     return;
                 }
                 let want = waiting.min(RELAY_DATA_BYTES as u64).min(allowance);
@@ -2242,7 +2194,7 @@ impl Relay {
                         .max_stream_in_flight
                         .max(in_flight.min(u32::MAX as u64) as u32);
                 }
-                let n = self.stack.read(ctx, socket, want);
+                let n = io.read(socket, want);
                 self.buckets.note_read(n, false);
                 let mut data = Cell::relay(0, RelayCommand::Data, hop, stream_id);
                 data.length = n as u16;
@@ -2259,7 +2211,7 @@ impl Relay {
                     .max_circuit_in_flight
                     .max(in_flight.min(u32::MAX as u64) as u32);
                 exit.turn = (i + 1) % exit.streams.len();
-                self.queue_towards(ctx, circ, false, data);
+                self.queue_towards(io, circ, false, data);
                 progressed = true;
                 break;
             }
@@ -2269,15 +2221,15 @@ impl Relay {
         }
     }
 
-    fn end_stream(&mut self, ctx: &mut Context<'_, Ev>, st: u32, failed: bool) {
+    fn end_stream(&mut self, io: &mut impl Io<RelayTimer>, st: u32, failed: bool) {
         let Some(s) = self.streams[st as usize].take() else {
             return;
         };
         self.free_streams.push(st);
         self.stream_by_socket[s.socket.slot as usize] = NONE;
         self.open_sockets -= 1;
-        if self.stack.is_open(s.socket) {
-            self.stack.close(ctx, s.socket);
+        if io.is_open(s.socket) {
+            io.close(s.socket);
         }
         let Some(c) = self.circuits[s.circ as usize].as_mut() else {
             return;
@@ -2288,7 +2240,7 @@ impl Relay {
         }
         let mut end = Cell::relay(0, RelayCommand::End, hop, s.stream_id);
         end.arg = failed as u32;
-        self.queue_towards(ctx, s.circ, false, end);
+        self.queue_towards(io, s.circ, false, end);
     }
 
     /// The channels that are open or opening.
@@ -2355,4 +2307,308 @@ impl Relay {
 /// bit patterns sort like the values.
 fn ewma_key(value: f64) -> u64 {
     value.max(0.0).to_bits()
+}
+
+impl Machine for Relay {
+    type Timer = RelayTimer;
+
+    fn start(&mut self, io: &mut impl Io<RelayTimer>) {
+        io.listen(OR_PORT)
+            .expect("a fresh relay has its OR port free");
+        io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
+        if self.design == ChannelDesign::Imux {
+            io.arm_in(NANOS_PER_SEC, RelayTimer::ManageConnections);
+        }
+    }
+
+    fn on_timer(&mut self, io: &mut impl Io<RelayTimer>, timer: RelayTimer) {
+        match timer {
+            RelayTimer::Schedule => {
+                self.schedule_armed = false;
+                self.run_scheduler(io);
+            }
+            RelayTimer::Refill => {
+                self.refill_armed = false;
+                self.buckets.refill(io.now());
+                for k in std::mem::take(&mut self.read_waiting) {
+                    self.conns[k as usize].read_blocked = false;
+                    self.read_conn(io, k);
+                }
+                for circ in std::mem::take(&mut self.package_waiting) {
+                    self.package(io, circ);
+                }
+                if !self.pending.is_empty() {
+                    self.run_scheduler(io);
+                }
+            }
+            RelayTimer::Sample => {
+                let c = std::mem::take(&mut self.now_counters);
+                let socket_queued_bytes = self
+                    .conns
+                    .iter()
+                    .filter(|k| k.open && k.socket.slot != NONE)
+                    .filter_map(|k| io.tcp_info(k.socket))
+                    .map(|i| i.notsent)
+                    .sum();
+                self.samples.push(RelaySample {
+                    second: io.now() / NANOS_PER_SEC,
+                    bytes_read: c.bytes_read,
+                    bytes_written: c.bytes_written,
+                    cells_in: c.cells_in,
+                    cells_out: c.cells_out,
+                    queued_cells: self.queued_cells,
+                    open_sockets: self.open_sockets,
+                    socket_queued_bytes,
+                    circuits_killed: c.circuits_killed,
+                    conn_limit_refusals: c.conn_limit_refusals,
+                });
+                io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
+            }
+            RelayTimer::ManageConnections => {
+                self.manage_connections(io);
+                io.arm_in(NANOS_PER_SEC, RelayTimer::ManageConnections);
+            }
+        }
+        self.pump(io);
+    }
+
+    /// Handles what the sockets reported since the last call.
+    fn on_socket_events(&mut self, io: &mut impl Io<RelayTimer>) {
+        self.pump(io);
+    }
+}
+
+/// The relay as a sans-IO state machine: inputs from a scripted outside world, and what the
+/// relay asked of it.
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use onionlab_engine::time::millis;
+    use onionlab_netdir::{Consensus, ExitPolicy, Relay as Descriptor, RelayFlags};
+    use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams};
+
+    use super::*;
+    use crate::io::script::{Asked, ScriptIo};
+
+    /// Guard, middle and exit at hosts 0, 1, 2; the client is host 3.
+    const MIDDLE: HostId = 1;
+    const EXIT: HostId = 2;
+    const CLIENT: HostId = 3;
+
+    fn descriptor(name: &str, n: u8, flags: RelayFlags) -> Descriptor {
+        Descriptor {
+            nickname: name.into(),
+            fingerprint: format!("{n:040X}"),
+            address: Ipv4Addr::new(10, n, 0, 1),
+            or_port: OR_PORT,
+            flags: flags
+                .union(RelayFlags::FAST)
+                .union(RelayFlags::RUNNING)
+                .union(RelayFlags::VALID),
+            bandwidth: 1000,
+            unmeasured: false,
+            exit_policy: ExitPolicy::reject_all(),
+            family: None,
+        }
+    }
+
+    /// The guard (consensus relay 0) under `channel`, with ConnLimit `conn_limit`, started.
+    fn guard(channel: ChannelDesign, conn_limit: u32) -> (Relay, ScriptIo<RelayTimer>) {
+        let relays = vec![
+            descriptor("guard", 1, RelayFlags::GUARD),
+            descriptor("middle", 2, RelayFlags::default()),
+            descriptor("exit", 3, RelayFlags::EXIT),
+        ];
+        let params = TorParams {
+            channel,
+            conn_limit,
+            ..TorParams::default()
+        };
+        let names = ["guard", "middle", "exit", "client"]
+            .map(String::from)
+            .to_vec();
+        let world = Arc::new(TorWorld::new(
+            params,
+            Consensus::from_relays(relays),
+            vec![0, 1, 2],
+            names,
+            Vec::new(),
+        ));
+        let limits = RelayLimits {
+            bandwidth_rate: 100 << 20,
+            bandwidth_burst: 100 << 20,
+            relay_bandwidth_rate: None,
+            relay_bandwidth_burst: None,
+            conn_limit: None,
+        };
+        let mut relay = Relay::new(0, world, &limits);
+        let mut io = ScriptIo::new();
+        relay.start(&mut io);
+        (relay, io)
+    }
+
+    /// Lets the relay handle what is queued, then runs its timers for `ms` simulated ms.
+    fn settle(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, ms: u64) {
+        relay.on_socket_events(io);
+        let end = io.now + millis(ms);
+        while io.now < end {
+            io.now += millis(1);
+            for timer in io.due() {
+                relay.on_timer(io, timer);
+            }
+        }
+    }
+
+    fn bytes() -> u64 {
+        (CELL_BYTES + TorParams::default().tls_overhead_per_cell) as u64
+    }
+
+    fn create(circ_id: u32) -> Wire {
+        let mut cell = Cell::new(circ_id | INITIATOR_BIT, CellCommand::Create2);
+        cell.hop = 1;
+        Wire::Cell(cell)
+    }
+
+    fn extend(circ_id: u32, to: HostId) -> Wire {
+        let mut cell = Cell::relay(circ_id | INITIATOR_BIT, RelayCommand::Extend2, 1, 0);
+        cell.command = CellCommand::RelayEarly;
+        cell.arg = to;
+        Wire::Cell(cell)
+    }
+
+    fn commands(written: &[Wire]) -> Vec<(CellCommand, RelayCommand)> {
+        written
+            .iter()
+            .filter_map(|w| match w {
+                Wire::Cell(c) => Some((c.command, c.relay)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn connects(io: &ScriptIo<RelayTimer>) -> Vec<(SocketId, HostId, u16)> {
+        io.asked
+            .iter()
+            .filter_map(|a| match *a {
+                Asked::Connect { socket, peer, port } => Some((socket, peer, port)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_started_relay_listens_on_its_or_port_and_samples_every_second() {
+        let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+        assert_eq!(io.listening, [OR_PORT]);
+        settle(&mut relay, &mut io, 3000);
+        assert_eq!(relay.samples.len(), 3);
+        assert_eq!(relay.samples[2].second, 3);
+    }
+
+    #[test]
+    fn a_create2_is_answered_with_created2_on_the_connection_it_came_on() {
+        let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+        let client = io.accept(CLIENT, OR_PORT);
+        io.arrive(client, bytes(), create(5));
+        settle(&mut relay, &mut io, 20);
+        let written = io.written(client);
+        assert_eq!(
+            commands(&written),
+            [(CellCommand::Created2, RelayCommand::None)]
+        );
+        let Wire::Cell(reply) = written[0] else {
+            unreachable!()
+        };
+        assert_eq!(reply.circ_id, 5 | INITIATOR_BIT);
+        assert_eq!(relay.samples.len(), 0);
+        assert_eq!(relay.open_sockets(), 1);
+    }
+
+    #[test]
+    fn an_extend2_opens_a_channel_to_the_next_relay_and_reports_extended2() {
+        let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+        let client = io.accept(CLIENT, OR_PORT);
+        io.arrive(client, bytes(), create(5));
+        io.arrive(client, bytes(), extend(5, MIDDLE));
+        settle(&mut relay, &mut io, 20);
+        let opened = connects(&io);
+        assert_eq!(opened.len(), 1);
+        let (next, peer, port) = opened[0];
+        assert_eq!((peer, port), (MIDDLE, OR_PORT));
+        // Nothing goes out before the connection is up; then the CREATE2.
+        assert!(io.written(next).is_empty());
+        io.establish(next);
+        settle(&mut relay, &mut io, 20);
+        let sent = io.written(next);
+        assert_eq!(
+            commands(&sent),
+            [(CellCommand::Create2, RelayCommand::None)]
+        );
+        let Wire::Cell(onward) = sent[0] else {
+            unreachable!()
+        };
+        // The middle answers on the id the guard chose; the client hears EXTENDED2.
+        io.arrive(
+            next,
+            bytes(),
+            Wire::Cell(Cell::new(onward.circ_id, CellCommand::Created2)),
+        );
+        settle(&mut relay, &mut io, 20);
+        let back = commands(&io.written(client));
+        assert_eq!(
+            back,
+            [
+                (CellCommand::Created2, RelayCommand::None),
+                (CellCommand::Relay, RelayCommand::Extended2)
+            ]
+        );
+    }
+
+    #[test]
+    fn vanilla_shares_one_connection_per_peer_and_pctcp_opens_one_per_circuit() {
+        for (channel, expected) in [(ChannelDesign::Vanilla, 1), (ChannelDesign::Pctcp, 3)] {
+            let (mut relay, mut io) = guard(channel, 100);
+            let client = io.accept(CLIENT, OR_PORT);
+            for id in 1..=3 {
+                io.arrive(client, bytes(), create(id));
+                io.arrive(client, bytes(), extend(id, EXIT));
+            }
+            settle(&mut relay, &mut io, 20);
+            let opened = connects(&io);
+            assert_eq!(opened.len(), expected, "{channel:?}: {opened:?}");
+            assert!(opened.iter().all(|&(_, peer, _)| peer == EXIT));
+        }
+    }
+
+    #[test]
+    fn at_its_conn_limit_a_relay_refuses_connections_and_fails_the_extend() {
+        // Two sockets: the first client's connection and the channel to the middle.
+        let (mut relay, mut io) = guard(ChannelDesign::Pctcp, 2);
+        let client = io.accept(CLIENT, OR_PORT);
+        io.arrive(client, bytes(), create(1));
+        io.arrive(client, bytes(), extend(1, MIDDLE));
+        settle(&mut relay, &mut io, 20);
+        assert_eq!(connects(&io).len(), 1);
+        // A second client is refused at once.
+        let late = io.accept(CLIENT + 1, OR_PORT);
+        settle(&mut relay, &mut io, 20);
+        assert!(io.asked.contains(&Asked::Abort(late)));
+        // Under PCTCP a second circuit needs a connection of its own, which the limit forbids:
+        // the circuit is destroyed with CONNECTFAILED.
+        io.arrive(client, bytes(), create(2));
+        io.arrive(client, bytes(), extend(2, MIDDLE));
+        settle(&mut relay, &mut io, 20);
+        assert_eq!(connects(&io).len(), 1);
+        let destroy = io.written(client).into_iter().find_map(|w| match w {
+            Wire::Cell(c) if c.command == CellCommand::Destroy => Some(c),
+            _ => None,
+        });
+        let destroy = destroy.expect("the second circuit is destroyed");
+        assert_eq!(destroy.circ_id, 2 | INITIATOR_BIT);
+        assert_eq!(destroy.arg, DESTROY_CONNECT_FAILED);
+        assert_eq!(relay.open_sockets(), 2);
+        let refused: u64 = relay.now_counters.conn_limit_refusals;
+        assert_eq!(refused, 2);
+    }
 }

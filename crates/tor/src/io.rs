@@ -1,0 +1,392 @@
+//! The Tor layer's one door to the outside: clock, timers, randomness and sockets.
+//!
+//! Relays and clients are sans-IO state machines: they never see the engine or the network
+//! stack, only an [`Io`] handed to each call. [`HostIo`] is the thin driver that maps it onto
+//! the simulation (the host's `Context` and its `NetStack`); tests hand in their own to feed a
+//! relay inputs and read back what it asked for. A future transport (QUIC between relays) or a
+//! CPU model slots in behind the same calls: the state machines do not change when what
+//! carries their bytes, or when their work completes, does.
+//!
+//! Sockets are the network stack's handles and events: the model asks for connections, writes
+//! cells as messages, reads as far as its token buckets allow, and learns from the socket
+//! events what arrived, what was accepted and what closed.
+
+use onionlab_engine::time::{SimDuration, SimTime};
+use std::ops::{Deref, DerefMut};
+
+use onionlab_engine::HostRng;
+use onionlab_engine::{Context, HostId};
+use onionlab_net::tcp::TcpInfo;
+use onionlab_net::{NetError, NetEvent, NetStack, SocketEvent, SocketId};
+
+use crate::host::Ev;
+use crate::wire::Wire;
+
+/// What a Tor state machine may ask of the world, with `T` its own timer type.
+pub trait Io<T> {
+    fn now(&self) -> SimTime;
+    /// This host's random stream: draws in a fixed order give the same run on any thread count.
+    fn rng(&mut self) -> &mut HostRng;
+    /// Delivers `timer` back to the state machine at `at` (not before now).
+    fn arm_at(&mut self, at: SimTime, timer: T);
+    fn arm_in(&mut self, delay: SimDuration, timer: T) {
+        let at = self.now().saturating_add(delay);
+        self.arm_at(at, timer);
+    }
+
+    fn listen(&mut self, port: u16) -> Result<(), NetError>;
+    fn connect(&mut self, peer: HostId, port: u16) -> SocketId;
+    /// The next thing that happened on a socket, including what the calls below caused.
+    fn poll_event(&mut self) -> Option<SocketEvent<Wire>>;
+    /// Queues `bytes` carrying `message`; false if the socket cannot take them.
+    fn write_message(&mut self, socket: SocketId, bytes: u64, message: Wire) -> bool;
+    fn flush(&mut self, socket: SocketId);
+    /// Whether the stack hands arriving bytes over by itself, or waits for [`Io::read`].
+    fn set_auto_read(&mut self, socket: SocketId, on: bool);
+    fn readable(&self, socket: SocketId) -> u64;
+    /// Reads up to `max` bytes; the messages they complete come back as events.
+    fn read(&mut self, socket: SocketId, max: u64) -> u64;
+    fn close(&mut self, socket: SocketId);
+    fn abort(&mut self, socket: SocketId);
+    fn is_open(&self, socket: SocketId) -> bool;
+    /// The kernel's view of a connection (KIST reads its congestion window and queues).
+    fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo>;
+}
+
+/// The driver: a host's engine context and network stack, for one event.
+pub struct HostIo<'a, 'b> {
+    pub ctx: &'a mut Context<'b, Ev>,
+    pub stack: &'a mut NetStack<Wire>,
+}
+
+/// The engine event that carries a state machine's timer back to it.
+pub trait TimerEvent {
+    fn event(self) -> Ev;
+}
+
+/// A Tor state machine the driver runs: started once, then woken by its timers and by what
+/// happens on its sockets.
+pub trait Machine {
+    type Timer: TimerEvent;
+    fn start(&mut self, io: &mut impl Io<Self::Timer>);
+    fn on_timer(&mut self, io: &mut impl Io<Self::Timer>, timer: Self::Timer);
+    /// Handles what the sockets reported since the last call.
+    fn on_socket_events(&mut self, io: &mut impl Io<Self::Timer>);
+}
+
+/// A sans-IO Tor state machine and the network stack its driver ([`HostIo`]) runs it on.
+/// It reads as the state machine itself (`Deref`), so results are read straight off it.
+pub struct Driven<M> {
+    pub stack: NetStack<Wire>,
+    pub core: M,
+}
+
+impl<M> Driven<M> {
+    pub fn new(stack: NetStack<Wire>, core: M) -> Self {
+        Driven { stack, core }
+    }
+}
+
+impl<M: Machine> Driven<M> {
+    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
+        self.core.start(&mut HostIo {
+            ctx,
+            stack: &mut self.stack,
+        });
+    }
+
+    pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
+        self.core.on_timer(
+            &mut HostIo {
+                ctx,
+                stack: &mut self.stack,
+            },
+            timer,
+        );
+    }
+
+    /// A packet or timer of the network stack: the stack handles it, then the state machine
+    /// what the stack reported.
+    pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
+        self.stack.handle(ctx, event);
+        self.core.on_socket_events(&mut HostIo {
+            ctx,
+            stack: &mut self.stack,
+        });
+    }
+}
+
+impl<M> Deref for Driven<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.core
+    }
+}
+
+impl<M> DerefMut for Driven<M> {
+    fn deref_mut(&mut self) -> &mut M {
+        &mut self.core
+    }
+}
+
+impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
+    #[inline]
+    fn now(&self) -> SimTime {
+        self.ctx.now()
+    }
+    fn rng(&mut self) -> &mut HostRng {
+        self.ctx.rng()
+    }
+    fn arm_at(&mut self, at: SimTime, timer: T) {
+        self.ctx.schedule_at(at, timer.event());
+    }
+    fn arm_in(&mut self, delay: SimDuration, timer: T) {
+        self.ctx.schedule_in(delay, timer.event());
+    }
+    fn listen(&mut self, port: u16) -> Result<(), NetError> {
+        self.stack.listen(port)
+    }
+    fn connect(&mut self, peer: HostId, port: u16) -> SocketId {
+        self.stack.connect(self.ctx, peer, port)
+    }
+    #[inline]
+    fn poll_event(&mut self) -> Option<SocketEvent<Wire>> {
+        self.stack.poll_event()
+    }
+    #[inline]
+    fn write_message(&mut self, socket: SocketId, bytes: u64, message: Wire) -> bool {
+        self.stack.write_message(socket, bytes, message)
+    }
+    fn flush(&mut self, socket: SocketId) {
+        self.stack.flush(self.ctx, socket);
+    }
+    fn set_auto_read(&mut self, socket: SocketId, on: bool) {
+        self.stack.set_auto_read(socket, on);
+    }
+    fn readable(&self, socket: SocketId) -> u64 {
+        self.stack.readable(socket)
+    }
+    fn read(&mut self, socket: SocketId, max: u64) -> u64 {
+        self.stack.read(self.ctx, socket, max)
+    }
+    fn close(&mut self, socket: SocketId) {
+        self.stack.close(self.ctx, socket);
+    }
+    fn abort(&mut self, socket: SocketId) {
+        self.stack.abort(self.ctx, socket);
+    }
+    fn is_open(&self, socket: SocketId) -> bool {
+        self.stack.is_open(socket)
+    }
+    #[inline]
+    fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
+        self.stack.tcp_info(socket)
+    }
+}
+
+/// A scripted outside world for unit tests of the state machines: the test queues socket
+/// events and incoming messages, calls the state machine, and reads back what it asked for.
+#[cfg(test)]
+pub(crate) mod script {
+    use std::collections::VecDeque;
+
+    use onionlab_engine::host_rng;
+    use onionlab_net::tcp::TcpState;
+
+    use super::*;
+
+    /// What the state machine asked for, in order.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Asked {
+        Connect {
+            socket: SocketId,
+            peer: HostId,
+            port: u16,
+        },
+        Write {
+            socket: SocketId,
+            message: Wire,
+        },
+        Close(SocketId),
+        Abort(SocketId),
+    }
+
+    struct Socket {
+        open: bool,
+        /// Messages that arrived and wait to be read, with their sizes.
+        inbox: VecDeque<(u64, Wire)>,
+    }
+
+    pub struct ScriptIo<T> {
+        pub now: SimTime,
+        rng: HostRng,
+        pub timers: Vec<(SimTime, T)>,
+        events: VecDeque<SocketEvent<Wire>>,
+        sockets: Vec<Socket>,
+        pub asked: Vec<Asked>,
+        pub listening: Vec<u16>,
+        /// Congestion window (segments) every socket reports: what KIST may write.
+        pub cwnd: u32,
+    }
+
+    impl<T> ScriptIo<T> {
+        pub fn new() -> Self {
+            ScriptIo {
+                now: 0,
+                rng: host_rng(1, 0, 0),
+                timers: Vec::new(),
+                events: VecDeque::new(),
+                sockets: Vec::new(),
+                asked: Vec::new(),
+                listening: Vec::new(),
+                cwnd: 10,
+            }
+        }
+
+        fn new_socket(&mut self) -> SocketId {
+            self.sockets.push(Socket {
+                open: true,
+                inbox: VecDeque::new(),
+            });
+            SocketId {
+                slot: (self.sockets.len() - 1) as u32,
+                generation: 0,
+            }
+        }
+
+        /// A peer connected to `port`; returns the accepted socket.
+        pub fn accept(&mut self, peer: HostId, port: u16) -> SocketId {
+            let socket = self.new_socket();
+            self.events
+                .push_back(SocketEvent::Accepted { socket, port, peer });
+            socket
+        }
+
+        /// A connection the state machine opened is established.
+        pub fn establish(&mut self, socket: SocketId) {
+            self.events.push_back(SocketEvent::Connected(socket));
+        }
+
+        /// `message` (of `bytes`) arrives on `socket` and waits to be read.
+        pub fn arrive(&mut self, socket: SocketId, bytes: u64, message: Wire) {
+            self.sockets[socket.slot as usize]
+                .inbox
+                .push_back((bytes, message));
+            self.events.push_back(SocketEvent::Readable(socket));
+        }
+
+        /// Removes and returns the timers due by `now`, earliest first.
+        pub fn due(&mut self) -> Vec<T> {
+            let now = self.now;
+            let mut due: Vec<(SimTime, T)> = Vec::new();
+            let mut i = 0;
+            while i < self.timers.len() {
+                if self.timers[i].0 <= now {
+                    due.push(self.timers.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            due.sort_by_key(|t| t.0);
+            due.into_iter().map(|(_, t)| t).collect()
+        }
+
+        /// The messages written on `socket` so far.
+        pub fn written(&self, socket: SocketId) -> Vec<Wire> {
+            self.asked
+                .iter()
+                .filter_map(|a| match a {
+                    Asked::Write { socket: s, message } if *s == socket => Some(*message),
+                    _ => None,
+                })
+                .collect()
+        }
+    }
+
+    impl<T> Io<T> for ScriptIo<T> {
+        fn now(&self) -> SimTime {
+            self.now
+        }
+        fn rng(&mut self) -> &mut HostRng {
+            &mut self.rng
+        }
+        fn arm_at(&mut self, at: SimTime, timer: T) {
+            self.timers.push((at.max(self.now), timer));
+        }
+        fn listen(&mut self, port: u16) -> Result<(), NetError> {
+            self.listening.push(port);
+            Ok(())
+        }
+        fn connect(&mut self, peer: HostId, port: u16) -> SocketId {
+            let socket = self.new_socket();
+            self.asked.push(Asked::Connect { socket, peer, port });
+            socket
+        }
+        fn poll_event(&mut self) -> Option<SocketEvent<Wire>> {
+            self.events.pop_front()
+        }
+        fn write_message(&mut self, socket: SocketId, _bytes: u64, message: Wire) -> bool {
+            self.asked.push(Asked::Write { socket, message });
+            true
+        }
+        fn flush(&mut self, _socket: SocketId) {}
+        fn set_auto_read(&mut self, _socket: SocketId, _on: bool) {}
+        fn readable(&self, socket: SocketId) -> u64 {
+            self.sockets[socket.slot as usize]
+                .inbox
+                .iter()
+                .map(|m| m.0)
+                .sum()
+        }
+        fn read(&mut self, socket: SocketId, max: u64) -> u64 {
+            let mut n = 0;
+            while let Some(&(bytes, message)) = self.sockets[socket.slot as usize].inbox.front() {
+                if n + bytes > max {
+                    break;
+                }
+                self.sockets[socket.slot as usize].inbox.pop_front();
+                n += bytes;
+                self.events.push_back(SocketEvent::Data { socket, bytes });
+                self.events
+                    .push_back(SocketEvent::Message { socket, message });
+            }
+            n
+        }
+        fn close(&mut self, socket: SocketId) {
+            self.sockets[socket.slot as usize].open = false;
+            self.asked.push(Asked::Close(socket));
+        }
+        fn abort(&mut self, socket: SocketId) {
+            self.sockets[socket.slot as usize].open = false;
+            self.asked.push(Asked::Abort(socket));
+        }
+        fn is_open(&self, socket: SocketId) -> bool {
+            self.sockets[socket.slot as usize].open
+        }
+        fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
+            if !self.is_open(socket) {
+                return None;
+            }
+            Some(TcpInfo {
+                state: TcpState::Established,
+                cwnd: self.cwnd,
+                ssthresh: u32::MAX,
+                unacked: 0,
+                notsent: 0,
+                mss: 1448,
+                srtt: 0,
+                rttvar: 0,
+                rto: 0,
+                min_rtt: 0,
+                bytes_sent: 0,
+                bytes_acked: 0,
+                bytes_received: 0,
+                retransmits: 0,
+                rto_count: 0,
+                fast_recoveries: 0,
+                send_buffer: 0,
+                recv_buffer: 0,
+            })
+        }
+    }
+}
