@@ -1,6 +1,6 @@
 //! The Tor layer's one door to the outside: clock, timers, randomness and sockets.
 //!
-//! Relays and clients are sans-IO state machines: they never see the engine or the network
+//! Relays, clients and the socket exhaustion attacker are sans-IO state machines: they never see the engine or the network
 //! stack, only an [`Io`] handed to each call. [`HostIo`] is the thin driver that maps it onto
 //! the simulation (the host's `Context` and its `NetStack`); tests hand in their own to feed a
 //! relay inputs and read back what it asked for. A future transport (QUIC between relays) or a
@@ -11,11 +11,10 @@
 //! cells as messages, reads as far as its token buckets allow, and learns from the socket
 //! events what arrived, what was accepted and what closed.
 
-use onionlab_engine::time::{SimDuration, SimTime};
 use std::ops::{Deref, DerefMut};
 
-use onionlab_engine::HostRng;
-use onionlab_engine::{Context, HostId};
+use onionlab_engine::time::{SimDuration, SimTime};
+use onionlab_engine::{Context, HostId, HostRng};
 use onionlab_net::tcp::TcpInfo;
 use onionlab_net::{NetError, NetEvent, NetStack, SocketEvent, SocketId};
 

@@ -283,8 +283,11 @@ struct Channel {
     turn: usize,
     /// In a scheduler run: its connections that may take a cell.
     room: u32,
-    /// In a scheduler run under IMUX's EWMA mapping: its usable connections, quietest first.
+    /// In a scheduler run under IMUX's EWMA mapping: its usable connections, quietest first,
+    /// and its circuits' ranks (`(circuit, circuits quieter)`, by circuit), both taken at the
+    /// start of the run (a run is a few milliseconds).
     order: Vec<u32>,
+    circ_ranks: Vec<(u32, u32)>,
     /// Cells on it carry sequence numbers (a multi-connection channel of a design whose
     /// circuits may change connection; never a client's channel).
     sequenced: bool,
@@ -318,6 +321,7 @@ impl Channel {
             turn: 0,
             room: 0,
             order: Vec::new(),
+            circ_ranks: Vec::new(),
             sequenced: false,
             peer_cap: u32::MAX,
             peer_hold_until: 0,
@@ -1446,7 +1450,8 @@ impl Relay {
         conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
     }
 
-    /// Under IMUX's EWMA mapping, ranks the channel's usable connections, quietest first.
+    /// Under IMUX's EWMA mapping, ranks the channel's usable connections and its circuits,
+    /// quietest first.
     fn rank_conns(&mut self, ch: u32, now: SimTime) {
         if self.design == ChannelDesign::Imux
             && self.world.params.imux_scheduler == ImuxScheduler::Ewma
@@ -1465,6 +1470,7 @@ impl Relay {
             ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             chan.order.clear();
             chan.order.extend(ranked.iter().map(|&(_, k)| k));
+            chan.mux.ranks(now, ranked, &mut chan.circ_ranks);
         }
     }
 
@@ -1474,7 +1480,6 @@ impl Relay {
         io: &impl Io<RelayTimer>,
         ch: u32,
         circ: u32,
-        now: SimTime,
         cell_bytes: u64,
     ) -> Option<u32> {
         let room = |conns: &[Conn], k: u32| {
@@ -1496,10 +1501,12 @@ impl Relay {
                 return Some(chan.conns[best]);
             }
             (ChannelDesign::Imux, ImuxScheduler::Ewma) => {
-                // Connections ranked at the start of the run (a run is a few milliseconds).
                 let chan = &self.channels[ch as usize];
-                let (rank, n) = chan.mux.rank(circ, now).unwrap_or((0, 1));
-                transport::imux_ewma_pick(rank, n, &chan.order)?
+                let ranks = &chan.circ_ranks;
+                let rank = ranks
+                    .binary_search_by_key(&circ, |e| e.0)
+                    .map_or(0, |i| ranks[i].1 as usize);
+                transport::imux_ewma_pick(rank, ranks.len().max(1), &chan.order)?
             }
             (ChannelDesign::Imux, ImuxScheduler::RoundRobin) => {
                 // A freed slot has no socket; a reused one may sit on another channel.
@@ -1596,7 +1603,7 @@ impl Relay {
             let chosen = if empty {
                 None
             } else {
-                self.pick_conn(io, ch, circ, now, cell_bytes)
+                self.pick_conn(io, ch, circ, cell_bytes)
             };
             let Some(k) = chosen else {
                 // Nothing queued, or its connection is full: it waits for a later run while

@@ -257,7 +257,9 @@ impl CircuitMux {
 
     /// Where `circ` stands among every circuit the mux knows (active or idle), quietest first:
     /// `(circuits quieter than it, circuits in all)`. For designs that place circuits by their
-    /// rank (IMUX's EWMA mapping); linear in the circuits of the channel.
+    /// rank (IMUX's EWMA mapping); linear in the circuits of the channel, so the model ranks
+    /// them all at once with [`ranks`](Self::ranks) and this states what a rank is.
+    #[cfg(test)]
     pub fn rank(&self, circ: u32, now: SimTime) -> Option<(usize, usize)> {
         let own = self.value(circ, now)?;
         let all = self.active.iter().chain(self.idle.iter());
@@ -266,6 +268,29 @@ impl CircuitMux {
             .filter(|e| e.circ != circ && e.ewma.value(&self.clock, now) < own)
             .count();
         Some((quieter, self.active.len() + self.idle.len()))
+    }
+
+    /// Every circuit's [`rank`](Self::rank) at once, as `(circuit, circuits quieter than it)`
+    /// sorted by circuit, into `out`; `scratch` is working space. O(n log n) for the channel,
+    /// where ranking its circuits one by one costs O(n²).
+    pub fn ranks(&self, now: SimTime, scratch: &mut Vec<(f64, u32)>, out: &mut Vec<(u32, u32)>) {
+        scratch.clear();
+        scratch.extend(
+            self.active
+                .iter()
+                .chain(self.idle.iter())
+                .map(|e| (e.ewma.value(&self.clock, now), e.circ)),
+        );
+        scratch.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        out.clear();
+        let mut first_of_value = 0;
+        for (i, &(value, circ)) in scratch.iter().enumerate() {
+            if i > 0 && scratch[i - 1].0 < value {
+                first_of_value = i;
+            }
+            out.push((circ, first_of_value as u32));
+        }
+        out.sort_unstable_by_key(|&(circ, _)| circ);
     }
 
     pub fn is_active(&self, circ: u32) -> bool {
@@ -286,6 +311,44 @@ impl CircuitMux {
 mod tests {
     use super::*;
     use onionlab_engine::time::{millis, secs};
+
+    #[test]
+    fn ranking_all_circuits_at_once_agrees_with_ranking_each() {
+        let clock = clock();
+        let mut mux = CircuitMux::new(&clock, 0);
+        // Circuits 0..8 sending different amounts, two of them equally (a tie), one idle.
+        for circ in 0..8u32 {
+            mux.add_active(circ);
+        }
+        for (circ, cells) in [
+            (0, 5),
+            (1, 1),
+            (2, 9),
+            (3, 5),
+            (4, 0),
+            (5, 30),
+            (6, 2),
+            (7, 12),
+        ] {
+            mux.note_sent(circ, cells, millis(10));
+        }
+        mux.remove(4);
+        let now = millis(40);
+        let (mut scratch, mut all) = (Vec::new(), Vec::new());
+        mux.ranks(now, &mut scratch, &mut all);
+        assert_eq!(all.len(), 8);
+        for &(circ, rank) in &all {
+            assert_eq!(
+                mux.rank(circ, now),
+                Some((rank as usize, 8)),
+                "circuit {circ}"
+            );
+        }
+        // The tie (circuits 0 and 3) shares a rank.
+        let rank_of = |c: u32| all.iter().find(|e| e.0 == c).unwrap().1;
+        assert_eq!(rank_of(0), rank_of(3));
+        assert_eq!(rank_of(4), 0);
+    }
 
     fn clock() -> EwmaClock {
         EwmaClock::from_params(&TorParams::default(), 0)
