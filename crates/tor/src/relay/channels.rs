@@ -1,0 +1,544 @@
+//! The relay's channel table: channels to each peer and the connections under them, how the
+//! design opens, joins, sizes and closes connections, ConnLimit, and putting sequenced cells
+//! of multi-connection channels back in order.
+
+use super::*;
+
+impl Relay {
+    pub(super) fn conn_of(&self, socket: SocketId) -> Option<u32> {
+        self.conn_by_socket
+            .get(socket.slot as usize)
+            .copied()
+            .filter(|&k| k != NONE && self.conns[k as usize].socket == socket)
+    }
+
+    pub(super) fn stream_of(&self, socket: SocketId) -> Option<u32> {
+        self.stream_by_socket
+            .get(socket.slot as usize)
+            .copied()
+            .filter(|&s| {
+                s != NONE
+                    && self.streams[s as usize]
+                        .as_ref()
+                        .is_some_and(|st| st.socket == socket)
+            })
+    }
+
+    pub(super) fn map_socket(table: &mut Vec<u32>, socket: SocketId, value: u32) {
+        let i = socket.slot as usize;
+        if table.len() <= i {
+            table.resize(i + 1, NONE);
+        }
+        table[i] = value;
+    }
+
+    pub(super) fn add_channel(&mut self, now: SimTime, peer: HostId, initiator: bool) -> u32 {
+        let idx = self
+            .free_channels
+            .pop()
+            .unwrap_or(self.channels.len() as u32);
+        let mut chan = Channel::new(peer, initiator, initiator, &self.clock, now);
+        if initiator {
+            chan.token = idx;
+            chan.sequenced = sequenced(self.design);
+        }
+        if idx as usize == self.channels.len() {
+            self.channels.push(chan);
+        } else {
+            self.channels[idx as usize] = chan;
+        }
+        idx
+    }
+
+    /// IMUX: the peer refused or closed a connection of a channel we opened, so its own
+    /// share for the channel is below ours. Hold the channel at what is left for
+    /// `IMUX_PEER_HOLD`, then probe one connection a second: without this the opener reopens
+    /// every refused connection each second and both relays churn thousands of handshakes.
+    /// Called while the refused or closed connection is still one of the channel's.
+    pub(super) fn peer_pushback(&mut self, ch: u32, now: SimTime) {
+        let chan = &mut self.channels[ch as usize];
+        if self.design != ChannelDesign::Imux || !chan.opener {
+            return;
+        }
+        let remaining = chan.conns.len().saturating_sub(1) as u32;
+        chan.peer_cap = remaining.max(1);
+        chan.peer_hold_until = now.saturating_add(transport::IMUX_PEER_HOLD);
+    }
+
+    /// Adds a connection (its socket already made) to a channel.
+    pub(super) fn add_conn(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+        socket: SocketId,
+        open: bool,
+    ) -> u32 {
+        let now = io.now();
+        let conn = Conn {
+            socket,
+            chan: ch,
+            open,
+            state: ConnState::Active,
+            blocked: false,
+            read_blocked: false,
+            limit: 0,
+            queued_bytes: 0,
+            circuits: 0,
+            created: self.conns_created,
+            last_used: now,
+            ewma: CircuitEwma::new(&self.clock, now),
+            touched: false,
+            limit_run: 0,
+        };
+        self.conns_created += 1;
+        let k = match self.free_conns.pop() {
+            Some(k) => {
+                self.conns[k as usize] = conn;
+                k
+            }
+            None => {
+                self.conns.push(conn);
+                (self.conns.len() - 1) as u32
+            }
+        };
+        Self::map_socket(&mut self.conn_by_socket, socket, k);
+        io.set_auto_read(socket, false);
+        self.note_socket_opened();
+        self.channels[ch as usize].conns.push(k);
+        k
+    }
+
+    /// Opens one more connection of a channel we opened; false at the socket limit.
+    pub(super) fn open_conn(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+        role: u32,
+    ) -> Option<u32> {
+        if self.open_sockets >= self.socket_limit() {
+            self.now_counters.conn_limit_refusals += 1;
+            return None;
+        }
+        let peer = self.channels[ch as usize].peer;
+        let socket = io.connect(peer, OR_PORT);
+        let k = self.add_conn(io, ch, socket, false);
+        self.channel_stats.conns_opened += 1;
+        if self.design != ChannelDesign::Vanilla {
+            let token = self.channels[ch as usize].token;
+            let cell_bytes = cell_wire_bytes(&self.world);
+            // Queued in the socket until the handshake completes, so it is the first message.
+            io.write_message(
+                socket,
+                cell_bytes,
+                Wire::Join {
+                    channel: token,
+                    heavy: role == 1,
+                },
+            );
+        }
+        Some(k)
+    }
+
+    /// Removes a connection from its channel and frees its slot (the socket is closed or
+    /// aborted by the caller).
+    pub(super) fn drop_conn(&mut self, k: u32) {
+        let conn = &mut self.conns[k as usize];
+        if conn.socket.slot == NONE {
+            return;
+        }
+        let socket = conn.socket;
+        let ch = conn.chan;
+        conn.socket.slot = NONE;
+        conn.open = false;
+        let read_blocked = std::mem::take(&mut conn.read_blocked);
+        self.conn_by_socket[socket.slot as usize] = NONE;
+        self.open_sockets -= 1;
+        self.free_conns.push(k);
+        if read_blocked {
+            // Its slot may be reused before the refill: do not read a stranger's socket.
+            self.read_waiting.retain(|&x| x != k);
+        }
+        let chan = &mut self.channels[ch as usize];
+        chan.conns.retain(|&c| c != k);
+        if chan.light == k {
+            chan.light = NONE;
+        }
+        if chan.heavy == k {
+            chan.heavy = NONE;
+        }
+    }
+
+    /// A connection ended without the closing handshake. Vanilla and Torchestra channels
+    /// fail with it; a PCTCP connection that carries no circuit (its circuit's DESTROY came
+    /// first) and an IMUX connection of a channel with others left just go.
+    pub(super) fn conn_lost(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+        let ch = self.conns[k as usize].chan;
+        self.peer_pushback(ch, io.now());
+        let conn = &self.conns[k as usize];
+        let quiet = match self.design {
+            ChannelDesign::Pctcp => conn.circuits == 0,
+            ChannelDesign::Imux => self.channels[ch as usize].conns.len() > 1,
+            _ => false,
+        };
+        if quiet {
+            let socket = conn.socket;
+            self.drop_conn(k);
+            if io.is_open(socket) {
+                io.close(socket);
+            }
+            if self.channels[ch as usize].conns.is_empty() {
+                self.close_channel(io, ch);
+            }
+        } else if self.design == ChannelDesign::Pctcp && self.channels[ch as usize].conns.len() > 1
+        {
+            // A PCTCP connection is its circuit's alone: only that circuit fails with it.
+            let socket = conn.socket;
+            let chan = &self.channels[ch as usize];
+            let mut pinned = Vec::new();
+            for circ in chan.ours.circuits().chain(chan.theirs.circuits()) {
+                if let Some(c) = self.circuits[circ as usize].as_mut() {
+                    if c.side_for(ch).conn == k {
+                        pinned.push((circ, c.prev.chan == ch));
+                    }
+                }
+            }
+            self.drop_conn(k);
+            if io.is_open(socket) {
+                io.abort(socket);
+            }
+            for (circ, from_prev) in pinned {
+                self.destroy_circuit(io, circ, Some(from_prev));
+            }
+        } else {
+            self.close_channel(io, ch);
+        }
+    }
+
+    /// A connection of a channel opened by the peer names the channel it belongs to.
+    pub(super) fn join(&mut self, io: &mut impl Io<RelayTimer>, k: u32, token: u32, heavy: bool) {
+        let own = self.conns[k as usize].chan;
+        let peer = self.channels[own as usize].peer;
+        let ch = match self.chan_by_token.get(&(peer, token)) {
+            Some(&ch) if !self.channels[ch as usize].closed => ch,
+            _ => {
+                self.chan_by_token.insert((peer, token), own);
+                self.channels[own as usize].token = token;
+                own
+            }
+        };
+        if ch != own {
+            // Move the connection from its provisional channel (which has no circuits).
+            let chan = &mut self.channels[own as usize];
+            chan.conns.clear();
+            chan.closed = true;
+            self.free_channels.push(own);
+            self.conns[k as usize].chan = ch;
+            self.channels[ch as usize].conns.push(k);
+        }
+        let chan = &mut self.channels[ch as usize];
+        chan.sequenced = sequenced(self.design);
+        if self.design == ChannelDesign::Torchestra || self.design == ChannelDesign::TorchestraIdeal
+        {
+            if heavy {
+                chan.heavy = k;
+            } else {
+                chan.light = k;
+            }
+        }
+        if self.design == ChannelDesign::Imux
+            && self.channels[ch as usize].conns.len() > 1
+            && self.open_sockets > self.socket_limit()
+        {
+            // Over the cap: refuse the extra connection with the closing handshake.
+            self.now_counters.conn_limit_refusals += 1;
+            self.begin_closing(io, k);
+        }
+    }
+
+    /// Starts IMUX's closing handshake on connection `k`: no more cells go on it.
+    pub(super) fn begin_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+        let conn = &mut self.conns[k as usize];
+        if conn.state != ConnState::Active {
+            return;
+        }
+        if !conn.open {
+            // Not connected yet: nothing was sent on it, nothing to hand over.
+            let socket = conn.socket;
+            self.drop_conn(k);
+            io.abort(socket);
+            self.channel_stats.conns_closed += 1;
+            return;
+        }
+        conn.state = ConnState::Closing;
+        let socket = conn.socket;
+        let bytes = cell_wire_bytes(&self.world);
+        io.write_message(socket, bytes, Wire::ClosingBegin);
+        io.flush(socket);
+    }
+
+    pub(super) fn finish_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+        let socket = self.conns[k as usize].socket;
+        let ch = self.conns[k as usize].chan;
+        self.drop_conn(k);
+        io.close(socket);
+        self.channel_stats.conns_closed += 1;
+        // Circuits pinned to it (round robin) find another connection when they next send.
+        if !self.channels[ch as usize].mux.is_empty() {
+            self.mark_pending(io, ch);
+        }
+        if self.channels[ch as usize].conns.is_empty() {
+            self.close_channel(io, ch);
+        }
+    }
+
+    /// A cell of a multi-connection channel: hand it on in its circuit's order.
+    pub(super) fn sequenced_cell(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        k: u32,
+        cell: Cell,
+        seq: u32,
+    ) {
+        let ch = self.conns[k as usize].chan;
+        let circ_id = cell.circ_id;
+        let expected = self.expected_seq(ch, circ_id);
+        if !self.channels[ch as usize]
+            .reorder
+            .arrive(circ_id, seq, expected, cell)
+        {
+            self.channel_stats.cells_reordered += 1;
+            return;
+        }
+        if seq < expected {
+            self.channel_stats.order_violations += 1;
+        }
+        let mut next = Some(cell);
+        while let Some(cell) = next {
+            self.bump_seq_in(ch, circ_id);
+            self.handle_cell(io, ch, k, cell);
+            if self.channels[ch as usize].closed {
+                return;
+            }
+            let expected = self.expected_seq(ch, circ_id);
+            next = self.channels[ch as usize].reorder.take(circ_id, expected);
+        }
+    }
+
+    /// The next sequence number due on circuit id `circ_id` of `ch` (0 for a circuit not yet
+    /// created: its CREATE2 is the first cell).
+    pub(super) fn expected_seq(&mut self, ch: u32, circ_id: u32) -> u32 {
+        let Some(circ) = self.channels[ch as usize].lookup(circ_id) else {
+            return 0;
+        };
+        self.circuits[circ as usize]
+            .as_mut()
+            .and_then(|c| c.side_on(ch, circ_id))
+            .map_or(0, |s| s.seq_in)
+    }
+
+    pub(super) fn bump_seq_in(&mut self, ch: u32, circ_id: u32) {
+        let Some(circ) = self.channels[ch as usize].lookup(circ_id) else {
+            return;
+        };
+        if let Some(side) = self.circuits[circ as usize]
+            .as_mut()
+            .and_then(|c| c.side_on(ch, circ_id))
+        {
+            side.seq_in += 1;
+        }
+    }
+
+    /// Pins a circuit's side on its channel to a connection where the design pins circuits:
+    /// the only one (vanilla), the one the circuit arrived on or was opened for (PCTCP), the
+    /// light one or for a declared bulk circuit the heavy one (Torchestra), the next in turn
+    /// (IMUX round robin). IMUX's other schedulers choose per cell instead.
+    pub(super) fn assign_conn(&mut self, circ: u32, forward: bool, arrived_on: u32) {
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let declared_heavy = c.declared_heavy;
+        let side = if forward {
+            c.next.as_mut().unwrap()
+        } else {
+            &mut c.prev
+        };
+        let chan = &mut self.channels[side.chan as usize];
+        let conn = match self.design {
+            ChannelDesign::Vanilla => chan.conns.first().copied().unwrap_or(NONE),
+            ChannelDesign::Pctcp => arrived_on,
+            ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
+                if declared_heavy && chan.heavy != NONE {
+                    side.heavy = true;
+                    chan.heavy
+                } else if chan.light != NONE {
+                    chan.light
+                } else {
+                    arrived_on
+                }
+            }
+            ChannelDesign::Imux => match self.world.params.imux_scheduler {
+                ImuxScheduler::RoundRobin if !chan.conns.is_empty() => {
+                    chan.turn = (chan.turn + 1) % chan.conns.len();
+                    chan.conns[chan.turn]
+                }
+                _ => NONE,
+            },
+        };
+        side.conn = conn;
+        if conn != NONE && (conn as usize) < self.conns.len() {
+            self.conns[conn as usize].circuits += 1;
+        }
+    }
+
+    pub(super) fn pin_torchestra(
+        &mut self,
+        circ: u32,
+        ch: u32,
+        circ_id: u32,
+        heavy: bool,
+        target: u32,
+    ) {
+        let Some(side) = self.circuits[circ as usize]
+            .as_mut()
+            .and_then(|c| c.side_on(ch, circ_id))
+        else {
+            return;
+        };
+        if side.heavy == heavy || side.conn == target {
+            side.heavy = heavy;
+            return;
+        }
+        let old = side.conn;
+        side.heavy = heavy;
+        side.conn = target;
+        if old != NONE {
+            let pinned = &mut self.conns[old as usize].circuits;
+            *pinned = pinned.saturating_sub(1);
+        }
+        self.conns[target as usize].circuits += 1;
+    }
+
+    /// The channel to `target` for an extend: the existing one, or a new one with its first
+    /// connection(s); `None` (and the refusal counted) at the socket limit.
+    pub(super) fn channel_to(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        target: HostId,
+    ) -> Option<u32> {
+        if let Some(&ch) = self.chan_by_peer.get(&target) {
+            return Some(ch);
+        }
+        if self.open_sockets >= self.socket_limit() {
+            self.now_counters.conn_limit_refusals += 1;
+            return None;
+        }
+        let ch = self.add_channel(io.now(), target, true);
+        match self.design {
+            // PCTCP opens a connection per circuit, when the circuit is extended.
+            ChannelDesign::Pctcp => {}
+            ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
+                let light = self.open_conn(io, ch, 0);
+                let heavy = self.open_conn(io, ch, 1);
+                let chan = &mut self.channels[ch as usize];
+                chan.light = light.unwrap_or(NONE);
+                chan.heavy = heavy.unwrap_or(NONE);
+            }
+            ChannelDesign::Vanilla | ChannelDesign::Imux => {
+                self.open_conn(io, ch, 0);
+            }
+        }
+        self.chan_by_peer.insert(target, ch);
+        Some(ch)
+    }
+
+    /// IMUX's once-a-second housekeeping: sizes every channel's set of connections by its
+    /// share of the relay's circuits (`getMaxConns`), opening connections on channels this
+    /// relay opened and closing the surplus on any.
+    pub(super) fn manage_connections(&mut self, io: &mut impl Io<RelayTimer>) {
+        let p = &self.world.params;
+        let (tau, limit) = (p.imux_tau, self.conn_limit);
+        let now = io.now();
+        let mut ages = Vec::new();
+        let mut close = Vec::new();
+        for ch in 0..self.channels.len() as u32 {
+            let chan = &mut self.channels[ch as usize];
+            if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token == NONE {
+                continue;
+            }
+            if chan.peer_cap != u32::MAX && now >= chan.peer_hold_until {
+                chan.peer_cap += 1;
+            }
+            let nconns = chan.conns.len() as u32;
+            let target = transport::imux_max_conns(
+                nconns,
+                chan.ncircs,
+                self.live_circuits,
+                limit,
+                tau,
+                self.open_sockets,
+            )
+            .min(chan.peer_cap.max(nconns));
+            if target > nconns && chan.opener {
+                for _ in nconns..target {
+                    // Growth stops quietly at the cap: that is the design, not a refusal.
+                    if self.open_sockets >= self.socket_limit()
+                        || self.open_conn(io, ch, 0).is_none()
+                    {
+                        break;
+                    }
+                }
+            } else if target < nconns {
+                let chan = &self.channels[ch as usize];
+                ages.clear();
+                ages.extend(chan.conns.iter().map(|&k| {
+                    let c = &self.conns[k as usize];
+                    ConnAge {
+                        open: c.open,
+                        created: c.created,
+                        last_used: c.last_used,
+                    }
+                }));
+                transport::imux_close_order(&ages, (nconns - target) as usize, &mut close);
+                let victims: Vec<u32> = close.iter().map(|&i| chan.conns[i]).collect();
+                for k in victims {
+                    self.begin_closing(io, k);
+                }
+            }
+        }
+    }
+
+    pub(super) fn close_channel(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
+        let chan = &mut self.channels[ch as usize];
+        if chan.closed {
+            return;
+        }
+        chan.closed = true;
+        let peer = chan.peer;
+        let token = chan.token;
+        let opener = chan.opener;
+        let circuits: Vec<u32> = chan.ours.circuits().chain(chan.theirs.circuits()).collect();
+        let conns = std::mem::take(&mut chan.conns);
+        let mut sockets = Vec::with_capacity(conns.len());
+        for &k in &conns {
+            sockets.push(self.conns[k as usize].socket);
+            self.drop_conn(k);
+        }
+        if self.chan_by_peer.get(&peer) == Some(&ch) {
+            self.chan_by_peer.remove(&peer);
+        }
+        if !opener && self.chan_by_token.get(&(peer, token)) == Some(&ch) {
+            self.chan_by_token.remove(&(peer, token));
+        }
+        for circ in circuits {
+            let from_prev = self.circuits[circ as usize]
+                .as_ref()
+                .map(|c| c.prev.chan == ch);
+            if let Some(from_prev) = from_prev {
+                self.destroy_circuit(io, circ, Some(from_prev));
+            }
+        }
+        for socket in sockets {
+            if io.is_open(socket) {
+                io.abort(socket);
+            }
+        }
+    }
+}

@@ -1,0 +1,1186 @@
+//! A Tor relay: channels to clients and other relays, circuits with their cell queues, the
+//! circuit scheduler, token buckets, ConnLimit, and (at exits) streams to file servers.
+//!
+//! Cells arrive on a channel's connections, which the relay reads only as far as its read
+//! bucket allows. Each cell is either for this hop (CREATE2, EXTEND2, BEGIN, DATA at the exit,
+//! SENDME...) or is put on its circuit's queue towards the next or previous hop. The scheduler
+//! (KIST by default) moves queued cells into connection sockets, quietest circuit first
+//! (EWMA), no more per socket than the kernel can send soon, and no more in all than the
+//! write bucket allows.
+//!
+//! A channel (all circuits between this relay and one peer) holds one connection under the
+//! vanilla design and several under the designs of `tor.channel`: the design decides when
+//! connections open and close and which connection a cell goes on ([`crate::transport`]
+//! holds those decisions); cells that may overtake each other on different connections carry
+//! sequence numbers and are put back in order by the receiving channel.
+//!
+//! The relay is a sans-IO state machine ([`crate::io::Machine`]): everything it does to the
+//! outside world goes through the [`Io`] of the call, so its unit tests below drive it
+//! without an engine or a network stack.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use onionlab_engine::time::{millis, SimTime, NANOS_PER_SEC};
+use onionlab_engine::HostId;
+use onionlab_net::{SocketEvent, SocketId};
+use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
+use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
+use onionlab_torcore::token_bucket::RelayBuckets;
+use onionlab_torcore::{
+    Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
+    CELL_BYTES, RELAY_DATA_BYTES,
+};
+
+use crate::circ_ids::CircIdTable;
+use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
+use crate::host::Ev;
+use crate::io::{Io, Machine, TimerEvent};
+use crate::measure::RelaySample;
+use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
+use crate::wire::{Wire, INITIATOR_BIT, REQUEST_BYTES};
+use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
+
+mod channels;
+mod exit;
+mod scheduler;
+
+/// Timers of a relay.
+#[derive(Clone, Copy, Debug)]
+pub enum RelayTimer {
+    /// Run the circuit scheduler.
+    Schedule,
+    /// Token buckets refill.
+    Refill,
+    /// Record this second's counters.
+    Sample,
+    /// IMUX's once-a-second connection manager.
+    ManageConnections,
+}
+
+impl TimerEvent for RelayTimer {
+    fn event(self) -> Ev {
+        Ev::Relay(self)
+    }
+}
+
+/// A relay's configured rates (bytes per second) and socket limit.
+#[derive(Clone, Debug)]
+pub struct RelayLimits {
+    pub bandwidth_rate: u64,
+    pub bandwidth_burst: u64,
+    pub relay_bandwidth_rate: Option<u64>,
+    pub relay_bandwidth_burst: Option<u64>,
+    /// This relay's ConnLimit, if not the network's `tor.conn_limit`.
+    pub conn_limit: Option<u32>,
+}
+
+const NONE: u32 = u32::MAX;
+/// tor's END_CIRC_REASON_CONNECTFAILED: the next hop's connection could not be made (tor
+/// closes a circuit so when ConnLimit keeps it from connecting).
+pub const DESTROY_CONNECT_FAILED: u32 = 6;
+
+/// One direction of a circuit: the channel it leaves on, its id there, and its queue.
+struct Side {
+    chan: u32,
+    /// The connection its cells go on, where the design pins circuits to one (`NONE` where
+    /// each cell's connection is chosen as it is written).
+    conn: u32,
+    circ_id: u32,
+    queue: VecDeque<Cell>,
+    /// Sequence number of the next cell sent on this side (multi-connection channels).
+    seq_out: u32,
+    /// Sequence number of the next cell expected from the peer on this side.
+    seq_in: u32,
+    /// Torchestra: the circuit travels on the heavy connection.
+    heavy: bool,
+}
+
+impl Side {
+    fn new(chan: u32, circ_id: u32, seq_in: u32) -> Self {
+        Side {
+            chan,
+            conn: NONE,
+            circ_id,
+            queue: VecDeque::new(),
+            seq_out: 0,
+            seq_in,
+            heavy: false,
+        }
+    }
+}
+
+/// How a circuit's cells fared in this relay's queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Cells written to a channel.
+    pub cells: u64,
+    /// The longest the circuit's own queue got.
+    pub max_queue: u32,
+    /// Summed over the cells written: the cells other circuits had queued for the same
+    /// channel at that moment (cells that this circuit's cells overtook).
+    pub overtaken: u64,
+}
+
+impl QueueStats {
+    /// Cells of other circuits waiting when one of this circuit's cells left, on average.
+    pub fn mean_overtaken(&self) -> f64 {
+        self.overtaken as f64 / self.cells.max(1) as f64
+    }
+}
+
+struct Circuit {
+    /// Towards the client.
+    prev: Side,
+    /// Towards the exit; `None` at the last hop.
+    next: Option<Side>,
+    /// This relay's position (1 = guard).
+    hop: u8,
+    /// Torchestra ideal: the client declared the circuit bulk.
+    declared_heavy: bool,
+    exit: Option<Box<ExitCircuit>>,
+    stats: QueueStats,
+}
+
+impl Circuit {
+    fn side_on(&mut self, ch: u32, circ_id: u32) -> Option<&mut Side> {
+        if self.prev.chan == ch && self.prev.circ_id == circ_id {
+            return Some(&mut self.prev);
+        }
+        self.next
+            .as_mut()
+            .filter(|n| n.chan == ch && n.circ_id == circ_id)
+    }
+
+    /// The side that leaves on channel `ch` (prev first: a circuit may use one channel for
+    /// both sides only if a peer extends back through us, and then prev is the older).
+    fn side_for(&mut self, ch: u32) -> &mut Side {
+        if self.prev.chan == ch {
+            &mut self.prev
+        } else {
+            self.next
+                .as_mut()
+                .expect("a circuit queued on a channel has a side there")
+        }
+    }
+
+    /// As [`Circuit::side_for`], to read.
+    fn side_on_chan(&self, ch: u32) -> &Side {
+        if self.prev.chan == ch {
+            &self.prev
+        } else {
+            self.next.as_ref().unwrap_or(&self.prev)
+        }
+    }
+}
+
+/// What the last hop keeps for a circuit that carries streams.
+struct ExitCircuit {
+    sender: CircuitSender,
+    receiver: CircuitReceiver,
+    streams: Vec<u32>,
+    /// Round-robin position among streams when packaging.
+    turn: usize,
+    /// Packaging stopped because the circuit's queue reached the high watermark.
+    edge_blocked: bool,
+    /// DATA cells packaged, and cells acknowledged by the circuit-level SENDMEs accepted:
+    /// plain counts, kept apart from the window and congestion-control state so that the
+    /// cells in flight can be checked against the window independently of the code enforcing
+    /// it.
+    packaged: u64,
+    acked: u64,
+}
+
+/// An exit's stream: a TCP connection to a file server, relayed as DATA cells.
+struct ExitStream {
+    circ: u32,
+    stream_id: u16,
+    socket: SocketId,
+    sender: StreamSender,
+    receiver: StreamReceiver,
+    connected: bool,
+    /// Bytes asked for by a request that arrived before the server connection was up.
+    request: Option<u32>,
+    server_done: bool,
+    /// As `ExitCircuit::packaged` and `acked`, for stream-level SENDMEs.
+    packaged: u64,
+    acked: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    /// Carries cells.
+    Active,
+    /// IMUX closing handshake: we sent CLOSING_CONN_BEGIN and wait for the peer's END.
+    Closing,
+}
+
+/// One TCP connection of a channel.
+struct Conn {
+    socket: SocketId,
+    chan: u32,
+    /// The TCP handshake has completed.
+    open: bool,
+    state: ConnState,
+    /// The socket refused a cell; wait for it to become writable.
+    blocked: bool,
+    /// Waiting for read tokens.
+    read_blocked: bool,
+    /// What the scheduler may still write to the socket in its current run.
+    limit: u64,
+    /// Bytes the kernel held at the start of the scheduler run plus what the run wrote since
+    /// (IMUX's shortest queue).
+    queued_bytes: u64,
+    /// Circuits pinned to this connection.
+    circuits: u32,
+    /// Order of creation, and when a cell last left (IMUX's closing rule).
+    created: u64,
+    last_used: SimTime,
+    /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping; kept under IMUX only).
+    ewma: CircuitEwma,
+    /// The scheduler wrote to it in the current run (it is flushed at the end of the run).
+    touched: bool,
+    /// The scheduler run whose `limit` and `queued_bytes` these are.
+    limit_run: u32,
+}
+
+impl Conn {
+    fn usable(&self) -> bool {
+        self.open && !self.blocked && self.state == ConnState::Active && self.socket.slot != NONE
+    }
+}
+
+struct Channel {
+    peer: HostId,
+    initiator: bool,
+    /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
+    opener: bool,
+    /// The opener's index for the channel, named in each connection's Join message.
+    token: u32,
+    /// Its live connections.
+    conns: Vec<u32>,
+    /// Torchestra's light and heavy connections (`NONE` until they exist).
+    light: u32,
+    heavy: u32,
+    /// Circuits by the id the peer chose (without the initiator bit).
+    theirs: CircIdTable,
+    /// Circuits by the id this relay chose.
+    ours: CircIdTable,
+    /// Ids of ours that may be given out again (single-connection channels only).
+    ours_free: Vec<u32>,
+    /// The lowest id of ours never given out.
+    next_id: u32,
+    /// Circuits bound to the channel.
+    ncircs: u32,
+    /// Circuits with cells queued for this channel.
+    mux: CircuitMux,
+    /// Whether the channel is in the scheduler's pending list.
+    pending: bool,
+    /// Cells queued on all circuits for this channel.
+    queued: u64,
+    /// Circuits whose connection could take no cell in this scheduler run.
+    parked: Vec<u32>,
+    /// Cells that arrived ahead of an earlier one of their circuit.
+    reorder: Reorder,
+    /// IMUX round robin: the next connection to pin a circuit to.
+    turn: usize,
+    /// In a scheduler run: its connections that may take a cell.
+    room: u32,
+    /// In a scheduler run under IMUX's EWMA mapping: its usable connections, quietest first,
+    /// and its circuits' ranks (`(circuit, circuits quieter)`, by circuit), both taken at the
+    /// start of the run (a run is a few milliseconds).
+    order: Vec<u32>,
+    circ_ranks: Vec<(u32, u32)>,
+    /// Torchestra: the light connection's circuits that carry traffic, with their EWMA counts
+    /// (by circuit) and the sum of those, taken once per scheduler run, and that run.
+    light_counts: Vec<(u32, f64)>,
+    light_sum: f64,
+    light_run: u32,
+    /// Cells on it carry sequence numbers (a multi-connection channel of a design whose
+    /// circuits may change connection; never a client's channel).
+    sequenced: bool,
+    /// IMUX, channels we opened: the most connections the peer has let us keep, learnt when
+    /// it refused or closed one (`u32::MAX` until it does), and until when we hold to it.
+    peer_cap: u32,
+    peer_hold_until: SimTime,
+    closed: bool,
+}
+
+impl Channel {
+    fn new(peer: HostId, initiator: bool, opener: bool, clock: &EwmaClock, now: SimTime) -> Self {
+        Channel {
+            peer,
+            initiator,
+            opener,
+            token: NONE,
+            conns: Vec::new(),
+            light: NONE,
+            heavy: NONE,
+            theirs: CircIdTable::default(),
+            ours: CircIdTable::default(),
+            next_id: 0,
+            ours_free: Vec::new(),
+            ncircs: 0,
+            mux: CircuitMux::new(clock, now),
+            pending: false,
+            queued: 0,
+            parked: Vec::new(),
+            reorder: Reorder::default(),
+            turn: 0,
+            room: 0,
+            order: Vec::new(),
+            circ_ranks: Vec::new(),
+            light_counts: Vec::new(),
+            light_sum: 0.0,
+            light_run: 0,
+            sequenced: false,
+            peer_cap: u32::MAX,
+            peer_hold_until: 0,
+            closed: false,
+        }
+    }
+
+    fn lookup(&self, circ_id: u32) -> Option<u32> {
+        let chosen_by_initiator = circ_id & INITIATOR_BIT != 0;
+        let table = if chosen_by_initiator == self.initiator {
+            &self.ours
+        } else {
+            &self.theirs
+        };
+        table.get(circ_id & !INITIATOR_BIT)
+    }
+
+    fn bind_theirs(&mut self, circ_id: u32, circ: u32) -> bool {
+        let i = circ_id & !INITIATOR_BIT;
+        if !self.theirs.is_free(i) {
+            return false;
+        }
+        self.theirs.set(i, circ);
+        self.ncircs += 1;
+        true
+    }
+
+    /// A new id of ours for `circ`. A sequenced channel never reuses one (see `circ_ids`);
+    /// the others reuse the last freed first, as before.
+    fn allocate(&mut self, circ: u32) -> u32 {
+        let i = match self.ours_free.pop() {
+            Some(i) if !self.sequenced => i,
+            _ => {
+                let i = self.next_id;
+                self.next_id = (self.next_id + 1) & !INITIATOR_BIT;
+                i
+            }
+        };
+        self.ours.set(i, circ);
+        self.ncircs += 1;
+        i | if self.initiator { INITIATOR_BIT } else { 0 }
+    }
+
+    fn release(&mut self, circ_id: u32) {
+        let chosen_by_initiator = circ_id & INITIATOR_BIT != 0;
+        let i = circ_id & !INITIATOR_BIT;
+        let ours = chosen_by_initiator == self.initiator;
+        let had = if ours {
+            self.ours.clear(i)
+        } else {
+            self.theirs.clear(i)
+        };
+        if had {
+            self.ncircs -= 1;
+            if ours && !self.sequenced {
+                self.ours_free.push(i);
+            }
+        }
+        self.reorder.forget(circ_id);
+    }
+}
+
+/// An audit of KIST's write limits taken from the sockets themselves rather than from the
+/// scheduler's own accounting: after every KIST run, each socket the run wrote to is asked
+/// for its state (before the writes are handed to TCP), and its unsent bytes are compared
+/// with what KIST lets a socket be filled to, `(cwnd - unacked) * mss + cwnd * mss * factor`
+/// (tor's `tcp_space` plus its extra space, with nothing else queued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KistAudit {
+    /// Sockets checked (one per socket written to per scheduler run).
+    pub checks: u64,
+    /// The largest excess of unsent bytes over that allowance seen; negative when every
+    /// socket stayed below it, `i64::MIN` before the first check.
+    pub max_excess: i64,
+}
+
+impl Default for KistAudit {
+    fn default() -> Self {
+        KistAudit {
+            checks: 0,
+            max_excess: i64::MIN,
+        }
+    }
+}
+
+/// Counters of the current second.
+#[derive(Default)]
+struct Counters {
+    bytes_read: u64,
+    bytes_written: u64,
+    cells_in: u64,
+    cells_out: u64,
+    /// Circuits closed because their queue exceeded the cap.
+    circuits_killed: u64,
+    /// Connections refused or not opened because of ConnLimit.
+    conn_limit_refusals: u64,
+}
+
+/// What the channel design counts, for tests and the IMUX audit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Connections opened by this relay to other relays.
+    pub conns_opened: u64,
+    /// Connections closed by the closing handshake (either side).
+    pub conns_closed: u64,
+    /// The most sockets this relay had open at once.
+    pub max_open_sockets: u32,
+    /// Cells that arrived ahead of an earlier cell of their circuit and waited.
+    pub cells_reordered: u64,
+    /// Sequenced cells handed on out of order (must stay 0).
+    pub order_violations: u64,
+    /// Torchestra: circuits moved to the heavy connection, and back.
+    pub switched_heavy: u64,
+    pub switched_light: u64,
+}
+
+pub struct Relay {
+    /// Index in the consensus.
+    pub relay: usize,
+    world: Arc<TorWorld>,
+    buckets: RelayBuckets,
+    clock: EwmaClock,
+    design: ChannelDesign,
+    conn_limit: u32,
+    channels: Vec<Channel>,
+    /// Provisional channels of accepted connections that joined another channel: they never
+    /// carried a circuit and nothing refers to them, so their slots are reused.
+    free_channels: Vec<u32>,
+    conns: Vec<Conn>,
+    free_conns: Vec<u32>,
+    conn_by_socket: Vec<u32>,
+    conns_created: u64,
+    chan_by_peer: HashMap<HostId, u32>,
+    /// Channels opened by a peer, by (peer, the peer's index of the channel).
+    chan_by_token: HashMap<(HostId, u32), u32>,
+    circuits: Vec<Option<Circuit>>,
+    free_circuits: Vec<u32>,
+    live_circuits: u32,
+    streams: Vec<Option<ExitStream>>,
+    free_streams: Vec<u32>,
+    stream_by_socket: Vec<u32>,
+    /// Channels with cells to send (scheduler's work list).
+    pending: Vec<u32>,
+    schedule_armed: bool,
+    /// When the KIST scheduler last ran: new work waits only for the rest of the run
+    /// interval since then, and an idle relay's scheduler runs at once, as in tor.
+    last_schedule_run: Option<SimTime>,
+    /// Connections with data left unread for lack of read tokens.
+    read_waiting: Vec<u32>,
+    /// Exit circuits that could not package for lack of read tokens.
+    package_waiting: Vec<u32>,
+    refill_armed: bool,
+    queued_cells: u64,
+    open_sockets: u32,
+    now_counters: Counters,
+    pub samples: Vec<RelaySample>,
+    /// Largest number of cells in flight seen on any exit circuit: DATA cells packaged minus
+    /// the cells acknowledged by the SENDMEs accepted, counted apart from the window state.
+    pub max_circuit_in_flight: u32,
+    /// The same for exit streams (windowed streams, SENDME flow control, only).
+    pub max_stream_in_flight: u32,
+    /// Times a channel still had cells when its write limit ran out.
+    pub write_limit_hits: u64,
+    /// KIST's limits as the sockets saw them.
+    pub kist_audit: KistAudit,
+    pub channel_stats: ChannelStats,
+    /// Reused by IMUX's EWMA mapping to rank a channel's connections in each scheduler run.
+    rank_scratch: Vec<(f64, u32)>,
+    /// Counts scheduler runs, so a connection's write limit is read once per run, when first
+    /// needed (a multi-connection channel may hold hundreds and use a few in one run).
+    run_stamp: u32,
+}
+
+/// One channel as tests and diagnostics see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelView {
+    pub peer: HostId,
+    /// This relay opened it.
+    pub opener: bool,
+    /// Its connections (open or still connecting).
+    pub conns: usize,
+    /// Circuits bound to it.
+    pub circuits: u32,
+}
+
+/// One direction of a circuit as tests see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CircuitView {
+    /// Cells this relay sent on the circuit (both directions).
+    pub cells: u64,
+    /// Torchestra: a direction of it travels on a heavy connection.
+    pub heavy: bool,
+    /// The client declared it bulk (idealised Torchestra).
+    pub declared_heavy: bool,
+}
+
+fn cell_wire_bytes(world: &TorWorld) -> u64 {
+    (CELL_BYTES + world.params.tls_overhead_per_cell) as u64
+}
+
+/// Whether a design's cells may overtake each other on different connections, so that
+/// they carry sequence numbers.
+fn sequenced(design: ChannelDesign) -> bool {
+    matches!(
+        design,
+        ChannelDesign::Imux | ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal
+    )
+}
+
+impl Relay {
+    pub fn new(relay: usize, world: Arc<TorWorld>, limits: &RelayLimits) -> Self {
+        let p = &world.params;
+        let relayed = limits
+            .relay_bandwidth_rate
+            .map(|rate| (rate, limits.relay_bandwidth_burst.unwrap_or(rate)));
+        let buckets = RelayBuckets::new(
+            limits.bandwidth_rate,
+            limits.bandwidth_burst,
+            relayed,
+            millis(p.token_bucket_refill_ms),
+            0,
+        );
+        let clock = EwmaClock::from_params(p, 0);
+        let conn_limit = limits.conn_limit.unwrap_or(p.conn_limit);
+        Relay {
+            relay,
+            buckets,
+            clock,
+            design: p.channel,
+            conn_limit,
+            world,
+            channels: Vec::new(),
+            free_channels: Vec::new(),
+            conns: Vec::new(),
+            free_conns: Vec::new(),
+            conn_by_socket: Vec::new(),
+            conns_created: 0,
+            chan_by_peer: HashMap::new(),
+            chan_by_token: HashMap::new(),
+            circuits: Vec::new(),
+            free_circuits: Vec::new(),
+            live_circuits: 0,
+            streams: Vec::new(),
+            free_streams: Vec::new(),
+            stream_by_socket: Vec::new(),
+            pending: Vec::new(),
+            schedule_armed: false,
+            last_schedule_run: None,
+            read_waiting: Vec::new(),
+            package_waiting: Vec::new(),
+            refill_armed: false,
+            queued_cells: 0,
+            open_sockets: 0,
+            now_counters: Counters::default(),
+            samples: Vec::new(),
+            max_circuit_in_flight: 0,
+            max_stream_in_flight: 0,
+            write_limit_hits: 0,
+            kist_audit: KistAudit::default(),
+            channel_stats: ChannelStats::default(),
+            rank_scratch: Vec::new(),
+            run_stamp: 0,
+        }
+    }
+
+    /// Bytes a cell takes on channel `ch`: IMUX adds its sequence number.
+    fn chan_cell_bytes(&self, ch: u32) -> u64 {
+        let seq = if self.design == ChannelDesign::Imux && self.channels[ch as usize].sequenced {
+            IMUX_SEQ_BYTES
+        } else {
+            0
+        };
+        cell_wire_bytes(&self.world) + seq
+    }
+
+    /// The number of sockets this relay may hold: its ConnLimit, or under IMUX the share
+    /// `ConnLimit * tau` that the design keeps for itself.
+    fn socket_limit(&self) -> u32 {
+        if self.design == ChannelDesign::Imux {
+            transport::imux_socket_cap(self.conn_limit, self.world.params.imux_tau)
+        } else {
+            self.conn_limit
+        }
+    }
+
+    fn note_socket_opened(&mut self) {
+        self.open_sockets += 1;
+        self.channel_stats.max_open_sockets =
+            self.channel_stats.max_open_sockets.max(self.open_sockets);
+    }
+
+    /// Handles everything the stack reported, including what handling it caused.
+    fn pump(&mut self, io: &mut impl Io<RelayTimer>) {
+        while let Some(event) = io.poll_event() {
+            self.on_socket(io, event);
+        }
+        if self.world.params.scheduler == SchedulerKind::Vanilla && !self.pending.is_empty() {
+            self.run_scheduler(io);
+            while let Some(event) = io.poll_event() {
+                self.on_socket(io, event);
+            }
+        }
+    }
+
+    fn on_socket(&mut self, io: &mut impl Io<RelayTimer>, event: SocketEvent<Wire>) {
+        match event {
+            SocketEvent::Accepted { socket, port, peer } => {
+                if port != OR_PORT {
+                    return;
+                }
+                if self.open_sockets >= self.socket_limit() {
+                    self.now_counters.conn_limit_refusals += 1;
+                    io.abort(socket);
+                    return;
+                }
+                // Until a Join names another channel, the connection is a channel of its own
+                // (always so for vanilla peers and for clients).
+                let ch = self.add_channel(io.now(), peer, false);
+                self.add_conn(io, ch, socket, true);
+                if self.design == ChannelDesign::Vanilla {
+                    // A relay that connects to us may be asked to extend back through us.
+                    self.chan_by_peer.entry(peer).or_insert(ch);
+                }
+            }
+            SocketEvent::Connected(socket) => {
+                if let Some(k) = self.conn_of(socket) {
+                    self.conns[k as usize].open = true;
+                    let ch = self.conns[k as usize].chan;
+                    self.mark_pending(io, ch);
+                } else if let Some(st) = self.stream_of(socket) {
+                    self.server_connected(io, st);
+                }
+            }
+            SocketEvent::Readable(socket) => {
+                if let Some(k) = self.conn_of(socket) {
+                    self.read_conn(io, k);
+                } else if let Some(st) = self.stream_of(socket) {
+                    let circ = self.streams[st as usize].as_ref().unwrap().circ;
+                    self.package(io, circ);
+                }
+            }
+            SocketEvent::Data { socket, bytes } => {
+                if self.conn_of(socket).is_some() {
+                    self.now_counters.bytes_read += bytes;
+                }
+            }
+            SocketEvent::Message { socket, message } => {
+                if let Some(k) = self.conn_of(socket) {
+                    self.on_message(io, k, message);
+                }
+            }
+            SocketEvent::Writable(socket) => {
+                if let Some(k) = self.conn_of(socket) {
+                    self.conns[k as usize].blocked = false;
+                    let ch = self.conns[k as usize].chan;
+                    if !self.channels[ch as usize].mux.is_empty() {
+                        self.mark_pending(io, ch);
+                    }
+                }
+            }
+            SocketEvent::PeerClosed(socket) => {
+                if let Some(k) = self.conn_of(socket) {
+                    self.conn_lost(io, k);
+                } else if let Some(st) = self.stream_of(socket) {
+                    self.streams[st as usize].as_mut().unwrap().server_done = true;
+                    let circ = self.streams[st as usize].as_ref().unwrap().circ;
+                    self.package(io, circ);
+                }
+            }
+            SocketEvent::Closed(socket)
+            | SocketEvent::Reset(socket)
+            | SocketEvent::TimedOut(socket) => {
+                if let Some(k) = self.conn_of(socket) {
+                    self.conn_lost(io, k);
+                } else if let Some(st) = self.stream_of(socket) {
+                    let done = self.streams[st as usize].as_ref().unwrap().server_done;
+                    if done {
+                        // The server closed after sending everything: package the rest.
+                        let circ = self.streams[st as usize].as_ref().unwrap().circ;
+                        self.package(io, circ);
+                    } else {
+                        self.end_stream(io, st, true);
+                    }
+                }
+            }
+            SocketEvent::Datagram { .. } => {}
+        }
+    }
+
+    fn on_message(&mut self, io: &mut impl Io<RelayTimer>, k: u32, message: Wire) {
+        match message {
+            Wire::Cell(cell) => {
+                self.now_counters.cells_in += 1;
+                let ch = self.conns[k as usize].chan;
+                self.handle_cell(io, ch, k, cell);
+            }
+            Wire::Sequenced { cell, seq } => {
+                self.now_counters.cells_in += 1;
+                self.sequenced_cell(io, k, cell, seq);
+            }
+            Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
+            Wire::ClosingBegin => {
+                self.peer_pushback(self.conns[k as usize].chan, io.now());
+                // Everything we wrote on it is in the socket already: answer and close.
+                let conn = &mut self.conns[k as usize];
+                conn.state = ConnState::Closing;
+                let socket = conn.socket;
+                let bytes = cell_wire_bytes(&self.world);
+                io.write_message(socket, bytes, Wire::ClosingEnd);
+                io.flush(socket);
+                self.finish_closing(io, k);
+            }
+            Wire::ClosingEnd => self.finish_closing(io, k),
+            Wire::Switch { circ_id, heavy } => {
+                let ch = self.conns[k as usize].chan;
+                let chan = &self.channels[ch as usize];
+                let target = if heavy { chan.heavy } else { chan.light };
+                if target == NONE {
+                    return;
+                }
+                if let Some(circ) = chan.lookup(circ_id) {
+                    self.pin_torchestra(circ, ch, circ_id, heavy, target);
+                }
+            }
+            Wire::Request { .. } => {}
+        }
+    }
+
+    /// Reads as much of a connection's waiting data as the read bucket allows.
+    fn read_conn(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+        let now = io.now();
+        let socket = self.conns[k as usize].socket;
+        if socket.slot == NONE {
+            return;
+        }
+        let waiting = io.readable(socket);
+        if waiting == 0 {
+            return;
+        }
+        let allowance = self.buckets.read_allowance(now, true);
+        let n = io.read(socket, waiting.min(allowance));
+        self.buckets.note_read(n, true);
+        if n < waiting {
+            let c = &mut self.conns[k as usize];
+            if !c.read_blocked {
+                c.read_blocked = true;
+                self.read_waiting.push(k);
+            }
+            self.arm_refill(io);
+        }
+    }
+
+    fn arm_refill(&mut self, io: &mut impl Io<RelayTimer>) {
+        if !self.refill_armed {
+            self.refill_armed = true;
+            let now = io.now();
+            self.buckets.refill(now);
+            // With the buckets refilled up to now the next tick is later; if it is not, the
+            // tick arithmetic overflowed (an absurd refill interval) and the next tick is
+            // beyond the end of time. Refilling at `now` again would change nothing and spin.
+            let next = self.buckets.next_refill();
+            let at = if next > now { next } else { SimTime::MAX };
+            io.arm_at(at, RelayTimer::Refill);
+        }
+    }
+
+    fn new_circuit(&mut self, circuit: Circuit) -> u32 {
+        self.live_circuits += 1;
+        match self.free_circuits.pop() {
+            Some(i) => {
+                self.circuits[i as usize] = Some(circuit);
+                i
+            }
+            None => {
+                self.circuits.push(Some(circuit));
+                (self.circuits.len() - 1) as u32
+            }
+        }
+    }
+
+    fn handle_cell(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
+        if cell.command == CellCommand::Create2 {
+            self.on_create(io, ch, k, cell);
+            return;
+        }
+        let Some(circ) = self.channels[ch as usize].lookup(cell.circ_id) else {
+            return;
+        };
+        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let from_prev = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
+        match cell.command {
+            CellCommand::Destroy => self.destroy_circuit(io, circ, Some(from_prev)),
+            CellCommand::Created2 if !from_prev => {
+                // Our EXTEND2 succeeded: tell the client.
+                let hop = c.hop;
+                let reply = Cell::relay(0, RelayCommand::Extended2, hop, 0);
+                self.queue_towards(io, circ, false, reply);
+            }
+            CellCommand::Relay | CellCommand::RelayEarly if from_prev => {
+                if cell.hop == c.hop {
+                    self.relay_cell_for_us(io, circ, cell);
+                } else if c.next.is_some() {
+                    self.queue_towards(io, circ, true, cell);
+                }
+            }
+            CellCommand::Relay | CellCommand::RelayEarly => {
+                self.queue_towards(io, circ, false, cell);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_create(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
+        let seq_in = u32::from(sequenced(self.design));
+        let circ = self.new_circuit(Circuit {
+            prev: Side::new(ch, cell.circ_id, seq_in),
+            next: None,
+            hop: cell.hop.max(1),
+            declared_heavy: self.design == ChannelDesign::TorchestraIdeal && cell.arg == 1,
+            exit: None,
+            stats: QueueStats::default(),
+        });
+        if !self.channels[ch as usize].bind_theirs(cell.circ_id, circ) {
+            // The id is taken: a confused peer. Refuse.
+            self.circuits[circ as usize] = None;
+            self.free_circuits.push(circ);
+            self.live_circuits -= 1;
+            return;
+        }
+        self.assign_conn(circ, false, k);
+        let reply = Cell::new(0, CellCommand::Created2);
+        self.queue_towards(io, circ, false, reply);
+    }
+
+    fn relay_cell_for_us(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+        match cell.relay {
+            RelayCommand::Extend2 => self.extend(io, circ, cell.arg as HostId),
+            RelayCommand::Begin => self.begin(io, circ, cell),
+            RelayCommand::Data => self.exit_data(io, circ, cell),
+            RelayCommand::Sendme => self.exit_sendme(io, circ, cell),
+            RelayCommand::End => {
+                if let Some(st) = self.find_stream(circ, cell.stream_id) {
+                    self.end_stream(io, st, false);
+                }
+            }
+            RelayCommand::Xoff | RelayCommand::Xon => {
+                if let Some(st) = self.find_stream(circ, cell.stream_id) {
+                    let s = self.streams[st as usize].as_mut().unwrap();
+                    s.sender.set_xoff(cell.relay == RelayCommand::Xoff);
+                    if cell.relay == RelayCommand::Xon {
+                        self.package(io, circ);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn extend(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, target: HostId) {
+        if self.circuits[circ as usize]
+            .as_ref()
+            .unwrap()
+            .next
+            .is_some()
+        {
+            return;
+        }
+        let Some(ch) = self.channel_to(io, target) else {
+            self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
+            return;
+        };
+        let mut arrived_on = NONE;
+        if self.design == ChannelDesign::Pctcp {
+            match self.open_conn(io, ch, 0) {
+                Some(k) => arrived_on = k,
+                None => {
+                    if self.channels[ch as usize].conns.is_empty() {
+                        self.close_channel(io, ch);
+                    }
+                    self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
+                    return;
+                }
+            }
+        }
+        let circ_id = self.channels[ch as usize].allocate(circ);
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        c.next = Some(Side::new(ch, circ_id, 0));
+        let mut create = Cell::new(0, CellCommand::Create2);
+        create.hop = c.hop + 1;
+        create.arg = u32::from(c.declared_heavy);
+        self.assign_conn(circ, true, arrived_on);
+        self.queue_towards(io, circ, true, create);
+    }
+
+    /// Puts a cell on a circuit's queue towards the exit (`forward`) or the client.
+    fn queue_towards(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        circ: u32,
+        forward: bool,
+        mut cell: Cell,
+    ) {
+        let cap = self.world.params.max_circuit_queue_cells as usize;
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let side = if forward {
+            c.next.as_mut().unwrap()
+        } else {
+            &mut c.prev
+        };
+        cell.circ_id = side.circ_id;
+        if side.queue.len() >= cap {
+            self.now_counters.circuits_killed += 1;
+            self.destroy_circuit(io, circ, None);
+            return;
+        }
+        side.queue.push_back(cell);
+        let len = side.queue.len() as u32;
+        c.stats.max_queue = c.stats.max_queue.max(len);
+        let ch = side.chan;
+        self.queued_cells += 1;
+        let chan = &mut self.channels[ch as usize];
+        chan.queued += 1;
+        chan.mux.add_active(circ);
+        self.mark_pending(io, ch);
+    }
+
+    fn destroy_circuit(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        circ: u32,
+        came_from_prev: Option<bool>,
+    ) {
+        self.destroy_circuit_because(io, circ, came_from_prev, 0);
+    }
+
+    /// Tears a circuit down, telling the sides it did not come from with DESTROY cells that
+    /// give `reason` (tor's END_CIRC_REASON number; 0 = none).
+    fn destroy_circuit_because(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        circ: u32,
+        came_from_prev: Option<bool>,
+        reason: u32,
+    ) {
+        let Some(c) = self.circuits[circ as usize].take() else {
+            return;
+        };
+        self.free_circuits.push(circ);
+        self.live_circuits -= 1;
+        let mut sides = vec![(c.prev, came_from_prev != Some(true))];
+        if let Some(next) = c.next {
+            sides.push((next, came_from_prev != Some(false)));
+        }
+        let cell_bytes = cell_wire_bytes(&self.world);
+        for (side, notify) in sides {
+            self.queued_cells -= side.queue.len() as u64;
+            let chan = &mut self.channels[side.chan as usize];
+            chan.queued -= side.queue.len() as u64;
+            chan.mux.detach(circ);
+            chan.parked.retain(|&x| x != circ);
+            chan.release(side.circ_id);
+            // The connection the DESTROY goes on: the circuit's own, else any usable one.
+            let conn = if side.conn != NONE && chan.conns.contains(&side.conn) {
+                side.conn
+            } else {
+                chan.conns
+                    .iter()
+                    .copied()
+                    .find(|&k| self.conns[k as usize].state == ConnState::Active)
+                    .unwrap_or(NONE)
+            };
+            if side.conn != NONE && chan.conns.contains(&side.conn) {
+                let pinned = &mut self.conns[side.conn as usize].circuits;
+                *pinned = pinned.saturating_sub(1);
+            }
+            let sequenced_chan = chan.sequenced;
+            if notify && conn != NONE && self.conns[conn as usize].open {
+                let mut destroy = Cell::new(side.circ_id, CellCommand::Destroy);
+                destroy.arg = reason;
+                let message = if sequenced_chan {
+                    Wire::Sequenced {
+                        cell: destroy,
+                        seq: side.seq_out,
+                    }
+                } else {
+                    Wire::Cell(destroy)
+                };
+                let socket = self.conns[conn as usize].socket;
+                if io.write_message(socket, cell_bytes, message) {
+                    io.flush(socket);
+                }
+            }
+            // PCTCP: the circuit's connection goes with it (the opener closes it).
+            if self.design == ChannelDesign::Pctcp
+                && side.conn != NONE
+                && self.channels[side.chan as usize].opener
+                && self.channels[side.chan as usize].conns.contains(&side.conn)
+                && self.conns[side.conn as usize].circuits == 0
+            {
+                let socket = self.conns[side.conn as usize].socket;
+                self.drop_conn(side.conn);
+                io.close(socket);
+            }
+        }
+        if let Some(exit) = c.exit {
+            for st in exit.streams {
+                if let Some(s) = self.streams[st as usize].take() {
+                    self.free_streams.push(st);
+                    io.abort(s.socket);
+                    self.open_sockets -= 1;
+                }
+            }
+        }
+    }
+
+    // --- the exit's side of streams ---
+
+    /// The channels that are open or opening.
+    pub fn channel_views(&self) -> Vec<ChannelView> {
+        self.channels
+            .iter()
+            .filter(|c| !c.closed && !c.conns.is_empty())
+            .map(|c| ChannelView {
+                peer: c.peer,
+                opener: c.opener,
+                conns: c.conns.len(),
+                circuits: c.ncircs,
+            })
+            .collect()
+    }
+
+    /// The circuits open here.
+    pub fn circuit_views(&self) -> Vec<CircuitView> {
+        self.circuits
+            .iter()
+            .flatten()
+            .map(|c| CircuitView {
+                cells: c.stats.cells,
+                heavy: c.prev.heavy || c.next.as_ref().is_some_and(|n| n.heavy),
+                declared_heavy: c.declared_heavy,
+            })
+            .collect()
+    }
+
+    /// The socket limit this relay works under (ConnLimit, or `ConnLimit * tau` under IMUX).
+    pub fn effective_socket_limit(&self) -> u32 {
+        self.socket_limit()
+    }
+
+    /// Cells queued in all circuit queues (for tests and samples).
+    pub fn queued_cells(&self) -> u64 {
+        self.queued_cells
+    }
+
+    pub fn open_sockets(&self) -> u32 {
+        self.open_sockets
+    }
+
+    /// Queue statistics of the circuits open here.
+    pub fn circuit_queue_stats(&self) -> Vec<QueueStats> {
+        self.circuits.iter().flatten().map(|c| c.stats).collect()
+    }
+
+    /// For each exit circuit here that carries streams: its congestion window (Vegas) or
+    /// what is left of its package window (SENDME), and its cells in flight (sent, not yet
+    /// acknowledged by a SENDME).
+    pub fn exit_flow(&self) -> Vec<(u32, u32)> {
+        self.circuits
+            .iter()
+            .flatten()
+            .filter_map(|c| c.exit.as_ref())
+            .filter(|e| !e.streams.is_empty())
+            .map(|e| (e.sender.window(), e.sender.in_flight()))
+            .collect()
+    }
+}
+
+impl Machine for Relay {
+    type Timer = RelayTimer;
+
+    fn start(&mut self, io: &mut impl Io<RelayTimer>) {
+        io.listen(OR_PORT)
+            .expect("a fresh relay has its OR port free");
+        io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
+        if self.design == ChannelDesign::Imux {
+            io.arm_in(NANOS_PER_SEC, RelayTimer::ManageConnections);
+        }
+    }
+
+    fn on_timer(&mut self, io: &mut impl Io<RelayTimer>, timer: RelayTimer) {
+        match timer {
+            RelayTimer::Schedule => {
+                self.schedule_armed = false;
+                self.run_scheduler(io);
+            }
+            RelayTimer::Refill => {
+                self.refill_armed = false;
+                self.buckets.refill(io.now());
+                for k in std::mem::take(&mut self.read_waiting) {
+                    self.conns[k as usize].read_blocked = false;
+                    self.read_conn(io, k);
+                }
+                for circ in std::mem::take(&mut self.package_waiting) {
+                    self.package(io, circ);
+                }
+                if !self.pending.is_empty() {
+                    self.run_scheduler(io);
+                }
+            }
+            RelayTimer::Sample => {
+                let c = std::mem::take(&mut self.now_counters);
+                let socket_queued_bytes = self
+                    .conns
+                    .iter()
+                    .filter(|k| k.open && k.socket.slot != NONE)
+                    .filter_map(|k| io.tcp_info(k.socket))
+                    .map(|i| i.notsent)
+                    .sum();
+                self.samples.push(RelaySample {
+                    second: io.now() / NANOS_PER_SEC,
+                    bytes_read: c.bytes_read,
+                    bytes_written: c.bytes_written,
+                    cells_in: c.cells_in,
+                    cells_out: c.cells_out,
+                    queued_cells: self.queued_cells,
+                    open_sockets: self.open_sockets,
+                    socket_queued_bytes,
+                    circuits_killed: c.circuits_killed,
+                    conn_limit_refusals: c.conn_limit_refusals,
+                });
+                io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
+            }
+            RelayTimer::ManageConnections => {
+                self.manage_connections(io);
+                io.arm_in(NANOS_PER_SEC, RelayTimer::ManageConnections);
+            }
+        }
+        self.pump(io);
+    }
+
+    /// Handles what the sockets reported since the last call.
+    fn on_socket_events(&mut self, io: &mut impl Io<RelayTimer>) {
+        self.pump(io);
+    }
+}
+
+/// The relay as a sans-IO state machine: inputs from a scripted outside world, and what the
+/// relay asked of it.
+#[cfg(test)]
+mod tests;

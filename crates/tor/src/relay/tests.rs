@@ -1,0 +1,232 @@
+//! The relay as a sans-IO state machine: inputs from a scripted outside world, and what the
+//! relay asked of it.
+
+use std::net::Ipv4Addr;
+
+use onionlab_engine::time::millis;
+use onionlab_netdir::{Consensus, ExitPolicy, Relay as Descriptor, RelayFlags};
+use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams};
+
+use super::*;
+use crate::io::script::{Asked, ScriptIo};
+
+/// Guard, middle and exit at hosts 0, 1, 2; the client is host 3.
+const MIDDLE: HostId = 1;
+const EXIT: HostId = 2;
+const CLIENT: HostId = 3;
+
+fn descriptor(name: &str, n: u8, flags: RelayFlags) -> Descriptor {
+    Descriptor {
+        nickname: name.into(),
+        fingerprint: format!("{n:040X}"),
+        address: Ipv4Addr::new(10, n, 0, 1),
+        or_port: OR_PORT,
+        flags: flags
+            .union(RelayFlags::FAST)
+            .union(RelayFlags::RUNNING)
+            .union(RelayFlags::VALID),
+        bandwidth: 1000,
+        unmeasured: false,
+        exit_policy: ExitPolicy::reject_all(),
+        family: None,
+    }
+}
+
+/// The guard (consensus relay 0) under `channel`, with ConnLimit `conn_limit`, started.
+fn guard(channel: ChannelDesign, conn_limit: u32) -> (Relay, ScriptIo<RelayTimer>) {
+    let relays = vec![
+        descriptor("guard", 1, RelayFlags::GUARD),
+        descriptor("middle", 2, RelayFlags::default()),
+        descriptor("exit", 3, RelayFlags::EXIT),
+    ];
+    let params = TorParams {
+        channel,
+        conn_limit,
+        ..TorParams::default()
+    };
+    let names = ["guard", "middle", "exit", "client"]
+        .map(String::from)
+        .to_vec();
+    let world = Arc::new(TorWorld::new(
+        params,
+        Consensus::from_relays(relays),
+        vec![0, 1, 2],
+        names,
+        Vec::new(),
+    ));
+    let limits = RelayLimits {
+        bandwidth_rate: 100 << 20,
+        bandwidth_burst: 100 << 20,
+        relay_bandwidth_rate: None,
+        relay_bandwidth_burst: None,
+        conn_limit: None,
+    };
+    let mut relay = Relay::new(0, world, &limits);
+    let mut io = ScriptIo::new();
+    relay.start(&mut io);
+    (relay, io)
+}
+
+/// Lets the relay handle what is queued, then runs its timers for `ms` simulated ms.
+fn settle(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, ms: u64) {
+    relay.on_socket_events(io);
+    let end = io.now + millis(ms);
+    while io.now < end {
+        io.now += millis(1);
+        for timer in io.due() {
+            relay.on_timer(io, timer);
+        }
+    }
+}
+
+fn bytes() -> u64 {
+    (CELL_BYTES + TorParams::default().tls_overhead_per_cell) as u64
+}
+
+fn create(circ_id: u32) -> Wire {
+    let mut cell = Cell::new(circ_id | INITIATOR_BIT, CellCommand::Create2);
+    cell.hop = 1;
+    Wire::Cell(cell)
+}
+
+fn extend(circ_id: u32, to: HostId) -> Wire {
+    let mut cell = Cell::relay(circ_id | INITIATOR_BIT, RelayCommand::Extend2, 1, 0);
+    cell.command = CellCommand::RelayEarly;
+    cell.arg = to;
+    Wire::Cell(cell)
+}
+
+fn commands(written: &[Wire]) -> Vec<(CellCommand, RelayCommand)> {
+    written
+        .iter()
+        .filter_map(|w| match w {
+            Wire::Cell(c) => Some((c.command, c.relay)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn connects(io: &ScriptIo<RelayTimer>) -> Vec<(SocketId, HostId, u16)> {
+    io.asked
+        .iter()
+        .filter_map(|a| match *a {
+            Asked::Connect { socket, peer, port } => Some((socket, peer, port)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_started_relay_listens_on_its_or_port_and_samples_every_second() {
+    let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+    assert_eq!(io.listening, [OR_PORT]);
+    settle(&mut relay, &mut io, 3000);
+    assert_eq!(relay.samples.len(), 3);
+    assert_eq!(relay.samples[2].second, 3);
+}
+
+#[test]
+fn a_create2_is_answered_with_created2_on_the_connection_it_came_on() {
+    let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, bytes(), create(5));
+    settle(&mut relay, &mut io, 20);
+    let written = io.written(client);
+    assert_eq!(
+        commands(&written),
+        [(CellCommand::Created2, RelayCommand::None)]
+    );
+    let Wire::Cell(reply) = written[0] else {
+        unreachable!()
+    };
+    assert_eq!(reply.circ_id, 5 | INITIATOR_BIT);
+    assert_eq!(relay.samples.len(), 0);
+    assert_eq!(relay.open_sockets(), 1);
+}
+
+#[test]
+fn an_extend2_opens_a_channel_to_the_next_relay_and_reports_extended2() {
+    let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, bytes(), create(5));
+    io.arrive(client, bytes(), extend(5, MIDDLE));
+    settle(&mut relay, &mut io, 20);
+    let opened = connects(&io);
+    assert_eq!(opened.len(), 1);
+    let (next, peer, port) = opened[0];
+    assert_eq!((peer, port), (MIDDLE, OR_PORT));
+    // Nothing goes out before the connection is up; then the CREATE2.
+    assert!(io.written(next).is_empty());
+    io.establish(next);
+    settle(&mut relay, &mut io, 20);
+    let sent = io.written(next);
+    assert_eq!(
+        commands(&sent),
+        [(CellCommand::Create2, RelayCommand::None)]
+    );
+    let Wire::Cell(onward) = sent[0] else {
+        unreachable!()
+    };
+    // The middle answers on the id the guard chose; the client hears EXTENDED2.
+    io.arrive(
+        next,
+        bytes(),
+        Wire::Cell(Cell::new(onward.circ_id, CellCommand::Created2)),
+    );
+    settle(&mut relay, &mut io, 20);
+    let back = commands(&io.written(client));
+    assert_eq!(
+        back,
+        [
+            (CellCommand::Created2, RelayCommand::None),
+            (CellCommand::Relay, RelayCommand::Extended2)
+        ]
+    );
+}
+
+#[test]
+fn vanilla_shares_one_connection_per_peer_and_pctcp_opens_one_per_circuit() {
+    for (channel, expected) in [(ChannelDesign::Vanilla, 1), (ChannelDesign::Pctcp, 3)] {
+        let (mut relay, mut io) = guard(channel, 100);
+        let client = io.accept(CLIENT, OR_PORT);
+        for id in 1..=3 {
+            io.arrive(client, bytes(), create(id));
+            io.arrive(client, bytes(), extend(id, EXIT));
+        }
+        settle(&mut relay, &mut io, 20);
+        let opened = connects(&io);
+        assert_eq!(opened.len(), expected, "{channel:?}: {opened:?}");
+        assert!(opened.iter().all(|&(_, peer, _)| peer == EXIT));
+    }
+}
+
+#[test]
+fn at_its_conn_limit_a_relay_refuses_connections_and_fails_the_extend() {
+    // Two sockets: the first client's connection and the channel to the middle.
+    let (mut relay, mut io) = guard(ChannelDesign::Pctcp, 2);
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, bytes(), create(1));
+    io.arrive(client, bytes(), extend(1, MIDDLE));
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(connects(&io).len(), 1);
+    // A second client is refused at once.
+    let late = io.accept(CLIENT + 1, OR_PORT);
+    settle(&mut relay, &mut io, 20);
+    assert!(io.asked.contains(&Asked::Abort(late)));
+    // Under PCTCP a second circuit needs a connection of its own, which the limit forbids:
+    // the circuit is destroyed with CONNECTFAILED.
+    io.arrive(client, bytes(), create(2));
+    io.arrive(client, bytes(), extend(2, MIDDLE));
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(connects(&io).len(), 1);
+    let destroy = io.written(client).into_iter().find_map(|w| match w {
+        Wire::Cell(c) if c.command == CellCommand::Destroy => Some(c),
+        _ => None,
+    });
+    let destroy = destroy.expect("the second circuit is destroyed");
+    assert_eq!(destroy.circ_id, 2 | INITIATOR_BIT);
+    assert_eq!(destroy.arg, DESTROY_CONNECT_FAILED);
+    assert_eq!(relay.open_sockets(), 2);
+    let refused: u64 = relay.now_counters.conn_limit_refusals;
+    assert_eq!(refused, 2);
+}
