@@ -139,9 +139,6 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     fn arm_at(&mut self, at: SimTime, timer: T) {
         self.ctx.schedule_at(at, timer.event());
     }
-    fn arm_in(&mut self, delay: SimDuration, timer: T) {
-        self.ctx.schedule_in(delay, timer.event());
-    }
     fn listen(&mut self, port: u16) -> Result<(), NetError> {
         self.stack.listen(port)
     }

@@ -48,13 +48,8 @@ fn no_guard(params: TorParams, clients: Vec<Workload>) -> Simulation<TorHost> {
 
 /// A guard and a middle, and an exit whose policy rejects port 80.
 fn no_exit_for_port_80(clients: Vec<Workload>) -> Simulation<TorHost> {
-    let mut exit = relay("exit", 3, RelayFlags::EXIT, 1000);
-    exit.exit_policy = ExitPolicy::reject_all();
-    let relays = vec![
-        relay("guard", 1, RelayFlags::GUARD, 1000),
-        relay("middle", 2, RelayFlags::default(), 1000),
-        exit,
-    ];
+    let mut relays = guard_middle_exit_relays();
+    relays[2].exit_policy = ExitPolicy::reject_all();
     network(
         TorParams::default(),
         relays,

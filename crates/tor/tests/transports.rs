@@ -303,12 +303,8 @@ fn attack(channel: ChannelDesign, threads: usize) -> Simulation<TorHost> {
         max_circuit_dirtiness_s: 10,
         ..TorParams::default()
     };
-    let relays = vec![
-        relay("guard", 1, RelayFlags::GUARD, 1000),
-        relay("middle", 2, RelayFlags::default(), 1000),
-        relay("exit", 3, RelayFlags::EXIT, 1000),
-        relay("middle2", 4, RelayFlags::default(), 1000),
-    ];
+    let mut relays = guard_middle_exit_relays();
+    relays.push(relay("middle2", 4, RelayFlags::default(), 1000));
     let mut spec = network_spec(
         params,
         relays,
@@ -345,11 +341,7 @@ fn guard_middle_exit(
     seed: u64,
     threads: usize,
 ) -> Simulation<TorHost> {
-    let relays = vec![
-        relay("guard", 1, RelayFlags::GUARD, 1000),
-        relay("middle", 2, RelayFlags::default(), 1000),
-        relay("exit", 3, RelayFlags::EXIT, 1000),
-    ];
+    let relays = guard_middle_exit_relays();
     let mut spec = network_spec(params, relays, vec![fast(); 3], clients, threads);
     spec.seed = seed;
     if let HostRole::Relay { limits, .. } = &mut spec.hosts[limited.0 as usize].role {

@@ -16,6 +16,15 @@ use onionlab_traffic::Workload;
 
 pub const MBIT: u64 = 1_000_000;
 
+/// A guard, a middle and an exit (consensus relays 0, 1, 2) of equal weight.
+pub fn guard_middle_exit_relays() -> Vec<Relay> {
+    vec![
+        relay("guard", 1, RelayFlags::GUARD, 1000),
+        relay("middle", 2, RelayFlags::default(), 1000),
+        relay("exit", 3, RelayFlags::EXIT, 1000),
+    ]
+}
+
 pub fn relay(name: &str, n: u8, flags: RelayFlags, weight: u64) -> Relay {
     Relay {
         nickname: name.into(),
@@ -81,12 +90,13 @@ pub fn three_relays_with(
     clients: Vec<Workload>,
     threads: usize,
 ) -> Simulation<TorHost> {
-    let relays = vec![
-        relay("guard", 1, RelayFlags::GUARD, 1000),
-        relay("middle", 2, RelayFlags::default(), 1000),
-        relay("exit", 3, RelayFlags::EXIT, 1000),
-    ];
-    network(params, relays, relay_links.to_vec(), clients, threads)
+    network(
+        params,
+        guard_middle_exit_relays(),
+        relay_links.to_vec(),
+        clients,
+        threads,
+    )
 }
 
 /// Any relays (each with its (rate in bytes/s, link in bit/s)), one server and `clients`
