@@ -15,7 +15,7 @@
 
 use onionlab_engine::time::{SimDuration, SimTime};
 use onionlab_net::{SocketEvent, SocketId};
-use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand, CELL_BYTES};
+use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand};
 use rand::RngExt;
 use std::sync::Arc;
 
@@ -108,7 +108,7 @@ impl Attacker {
         let victim = self.world.relay_hosts[self.plan.victim];
         let relays = self.world.relay_hosts.len();
         let one_identity = self.world.params.channel == ChannelDesign::Pctcp;
-        let bytes = (CELL_BYTES + self.world.params.tls_overhead_per_cell) as u64;
+        let bytes = self.world.cell_wire_bytes();
         let socket = match self.sockets.last() {
             Some(&s) if one_identity => s,
             _ => {

@@ -1,4 +1,5 @@
-//! A channel's circuit-id table: which circuit an id names, for the ids one side chose.
+//! A channel's circuit ids: which circuit an id names, and handing out new ids. Relays and
+//! clients share this (a client's channel to its guard is the initiating side of one).
 //!
 //! Ids index a window that starts at the lowest id still in use, so lookups stay a subtraction
 //! and an index even when ids are never reused. Multi-connection channels need that: a new
@@ -8,10 +9,116 @@
 
 use std::collections::VecDeque;
 
+use crate::wire::INITIATOR_BIT;
+
 const NONE: u32 = u32::MAX;
 
+/// The circuits of one channel by id, both the ids this side chose and those the peer chose.
+/// The side that opened the channel's TLS link (the initiator) sets `INITIATOR_BIT` in the ids
+/// it chooses, so the two never collide.
+#[derive(Clone, Debug)]
+pub struct ChannelCircuits {
+    initiator: bool,
+    /// Freed ids of ours are given out again, the last freed first. Off for channels whose
+    /// cells may overtake each other (see the module comment).
+    pub reuse_ids: bool,
+    /// Circuits by the id the peer chose (without the initiator bit).
+    theirs: CircIdTable,
+    /// Circuits by the id this side chose.
+    ours: CircIdTable,
+    /// Ids of ours that may be given out again.
+    ours_free: Vec<u32>,
+    /// The lowest id of ours never given out.
+    next_id: u32,
+    /// Circuits bound to the channel.
+    count: u32,
+}
+
+impl ChannelCircuits {
+    pub fn new(initiator: bool) -> Self {
+        ChannelCircuits {
+            initiator,
+            reuse_ids: true,
+            theirs: CircIdTable::default(),
+            ours: CircIdTable::default(),
+            ours_free: Vec::new(),
+            next_id: 0,
+            count: 0,
+        }
+    }
+
+    /// Whether an id (with its initiator bit) is one this side chose.
+    fn is_ours(&self, circ_id: u32) -> bool {
+        (circ_id & INITIATOR_BIT != 0) == self.initiator
+    }
+
+    /// The circuit a cell's id names.
+    pub fn lookup(&self, circ_id: u32) -> Option<u32> {
+        let table = if self.is_ours(circ_id) {
+            &self.ours
+        } else {
+            &self.theirs
+        };
+        table.get(circ_id & !INITIATOR_BIT)
+    }
+
+    /// Binds the id the peer chose in its CREATE2 to `circ`; false if that id is taken.
+    pub fn bind_theirs(&mut self, circ_id: u32, circ: u32) -> bool {
+        let i = circ_id & !INITIATOR_BIT;
+        if !self.theirs.is_free(i) {
+            return false;
+        }
+        self.theirs.set(i, circ);
+        self.count += 1;
+        true
+    }
+
+    /// A new id of ours for `circ`, with the initiator bit if we are the initiator.
+    pub fn allocate(&mut self, circ: u32) -> u32 {
+        let i = match self.ours_free.pop() {
+            Some(i) if self.reuse_ids => i,
+            _ => {
+                let i = self.next_id;
+                self.next_id = (self.next_id + 1) & !INITIATOR_BIT;
+                i
+            }
+        };
+        self.ours.set(i, circ);
+        self.count += 1;
+        i | if self.initiator { INITIATOR_BIT } else { 0 }
+    }
+
+    /// Frees an id (either side's); true if a circuit had it.
+    pub fn release(&mut self, circ_id: u32) -> bool {
+        let i = circ_id & !INITIATOR_BIT;
+        let ours = self.is_ours(circ_id);
+        let had = if ours {
+            self.ours.clear(i)
+        } else {
+            self.theirs.clear(i)
+        };
+        if had {
+            self.count -= 1;
+            if ours && self.reuse_ids {
+                self.ours_free.push(i);
+            }
+        }
+        had
+    }
+
+    /// How many circuits the channel carries.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The channel's circuits: ours in id order, then theirs.
+    pub fn all(&self) -> impl Iterator<Item = u32> + '_ {
+        self.ours.circuits().chain(self.theirs.circuits())
+    }
+}
+
 #[derive(Clone, Debug, Default)]
-pub struct CircIdTable {
+struct CircIdTable {
     /// The id of `slots[0]`.
     base: u32,
     /// Circuit index per id, `NONE` where no circuit has the id.
@@ -110,6 +217,45 @@ mod tests {
         // Only the two newest ids are live, and the window spans just them.
         assert_eq!(t.span(), 2);
         assert_eq!(t.circuits().collect::<Vec<_>>(), vec![9_998, 9_999]);
+    }
+
+    #[test]
+    fn each_side_finds_the_ids_both_chose() {
+        let mut initiator = ChannelCircuits::new(true);
+        let mut responder = ChannelCircuits::new(false);
+        let a = initiator.allocate(10);
+        assert_ne!(a & INITIATOR_BIT, 0);
+        assert!(responder.bind_theirs(a, 20));
+        assert!(!responder.bind_theirs(a, 21), "an id in use is refused");
+        let b = responder.allocate(22);
+        assert_eq!(b & INITIATOR_BIT, 0);
+        assert_eq!(
+            b & !INITIATOR_BIT,
+            a & !INITIATOR_BIT,
+            "the two sides' id spaces overlap"
+        );
+        assert_eq!(responder.lookup(a), Some(20));
+        assert_eq!(responder.lookup(b), Some(22));
+        assert_eq!(responder.count(), 2);
+        assert_eq!(responder.all().collect::<Vec<_>>(), vec![22, 20]);
+        assert!(responder.release(a));
+        assert!(!responder.release(a));
+        assert_eq!(responder.lookup(a), None);
+        assert_eq!(responder.count(), 1);
+    }
+
+    #[test]
+    fn freed_ids_are_reused_only_when_allowed() {
+        let mut c = ChannelCircuits::new(true);
+        let a = c.allocate(1);
+        c.allocate(2);
+        c.release(a);
+        assert_eq!(c.allocate(3), a, "the last freed id comes back first");
+        let mut c = ChannelCircuits::new(true);
+        c.reuse_ids = false;
+        let a = c.allocate(1);
+        c.release(a);
+        assert_ne!(c.allocate(2), a);
     }
 
     #[test]

@@ -21,15 +21,16 @@ use onionlab_engine::time::{secs, secs_f64, SimDuration, SimTime};
 use onionlab_engine::HostId;
 use onionlab_net::{SocketEvent, SocketId};
 use onionlab_torcore::cbt::BuildTimeEstimator;
-use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand, CELL_BYTES};
+use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand};
 use onionlab_traffic::{Action, ClientSchedule, Workload};
 use rand::RngExt;
 
+use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, StreamReceiver};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
 use crate::measure::{CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
-use crate::wire::{Wire, INITIATOR_BIT, REQUEST_BYTES};
+use crate::wire::{Wire, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
 
 #[derive(Clone, Copy, Debug)]
@@ -74,7 +75,6 @@ enum NoCircuit {
 
 /// How many DESTROY reasons a client keeps (for tests and diagnosis; bounded memory).
 const MAX_DESTROY_REASONS: usize = 1024;
-const NONE: u32 = u32::MAX;
 
 struct Channel {
     socket: SocketId,
@@ -82,9 +82,9 @@ struct Channel {
     open: bool,
     /// Cells the socket could not take yet.
     out: VecDeque<Cell>,
-    /// Circuit index by circuit id (without the initiator bit).
-    circuits: Vec<u32>,
-    free_ids: Vec<u32>,
+    /// Its circuits by id: the client is the initiating side, like a relay that opened a
+    /// channel.
+    circs: ChannelCircuits,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -494,8 +494,7 @@ impl Client {
                     relay: path[0],
                     open: false,
                     out: VecDeque::new(),
-                    circuits: Vec::new(),
-                    free_ids: Vec::new(),
+                    circs: ChannelCircuits::new(true),
                 });
                 self.channels.len() - 1
             }
@@ -527,13 +526,7 @@ impl Client {
                 (self.circuits.len() - 1) as u32
             }
         };
-        let chan = &mut self.channels[ch];
-        let slot = chan.free_ids.pop().unwrap_or_else(|| {
-            chan.circuits.push(NONE);
-            (chan.circuits.len() - 1) as u32
-        });
-        chan.circuits[slot as usize] = idx;
-        let circ_id = slot | INITIATOR_BIT;
+        let circ_id = self.channels[ch].circs.allocate(idx);
         self.circuits[idx as usize].as_mut().unwrap().circ_id = circ_id;
         let mut create = Cell::new(circ_id, CellCommand::Create2);
         create.hop = 1;
@@ -565,7 +558,7 @@ impl Client {
     }
 
     fn flush_channel(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
-        let bytes = (CELL_BYTES + self.world.params.tls_overhead_per_cell) as u64;
+        let bytes = self.world.cell_wire_bytes();
         let chan = &mut self.channels[ch];
         if !chan.open {
             return;
@@ -584,11 +577,10 @@ impl Client {
     }
 
     fn handle_cell(&mut self, io: &mut impl Io<ClientTimer>, ch: usize, cell: Cell) {
-        let slot = (cell.circ_id & !INITIATOR_BIT) as usize;
-        let Some(&circ) = self.channels[ch].circuits.get(slot) else {
+        let Some(circ) = self.channels[ch].circs.lookup(cell.circ_id) else {
             return;
         };
-        if circ == NONE || self.circuits[circ as usize].is_none() {
+        if self.circuits[circ as usize].is_none() {
             return;
         }
         match (cell.command, cell.relay) {
@@ -711,10 +703,7 @@ impl Client {
             return;
         };
         self.free_circuits.push(circ);
-        let chan = &mut self.channels[c.chan as usize];
-        let slot = c.circ_id & !INITIATOR_BIT;
-        chan.circuits[slot as usize] = NONE;
-        chan.free_ids.push(slot);
+        self.channels[c.chan as usize].circs.release(c.circ_id);
         if send_destroy {
             let destroy = Cell::new(c.circ_id, CellCommand::Destroy);
             self.send_cell(io, c.chan as usize, destroy);
@@ -749,12 +738,7 @@ impl Client {
     }
 
     fn channel_failed(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
-        let circuits: Vec<u32> = self.channels[ch]
-            .circuits
-            .iter()
-            .copied()
-            .filter(|&c| c != NONE)
-            .collect();
+        let circuits: Vec<u32> = self.channels[ch].circs.all().collect();
         // The channel is gone: forget it so new circuits open a fresh one.
         self.channels[ch].relay = usize::MAX;
         self.channels[ch].open = false;

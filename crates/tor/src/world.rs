@@ -50,6 +50,11 @@ impl TorWorld {
         self.name(self.relay_hosts[relay])
     }
 
+    /// Bytes a cell takes on a TLS connection: the cell and its share of TLS record overhead.
+    pub fn cell_wire_bytes(&self) -> u64 {
+        (onionlab_torcore::CELL_BYTES + self.params.tls_overhead_per_cell) as u64
+    }
+
     pub fn servers(&self, group: &str) -> Option<&[HostId]> {
         self.server_groups
             .iter()

@@ -40,7 +40,7 @@ impl Relay {
         let mut chan = Channel::new(peer, initiator, initiator, &self.clock, now);
         if initiator {
             chan.token = idx;
-            chan.sequenced = sequenced(self.design);
+            chan.set_sequenced(sequenced(self.design));
         }
         if idx as usize == self.channels.len() {
             self.channels.push(chan);
@@ -87,6 +87,8 @@ impl Relay {
             created: self.conns_created,
             last_used: now,
             ewma: CircuitEwma::new(&self.clock, now),
+            ewma_seen: 0.0,
+            ewma_seen_tick: u64::MAX,
             touched: false,
             limit_run: 0,
         };
@@ -125,7 +127,7 @@ impl Relay {
         self.channel_stats.conns_opened += 1;
         if self.design != ChannelDesign::Vanilla {
             let token = self.channels[ch as usize].token;
-            let cell_bytes = cell_wire_bytes(&self.world);
+            let cell_bytes = self.world.cell_wire_bytes();
             // Queued in the socket until the handshake completes, so it is the first message.
             io.write_message(
                 socket,
@@ -195,7 +197,7 @@ impl Relay {
             let socket = conn.socket;
             let chan = &self.channels[ch as usize];
             let mut pinned = Vec::new();
-            for circ in chan.ours.circuits().chain(chan.theirs.circuits()) {
+            for circ in chan.circs.all() {
                 if let Some(c) = self.circuits[circ as usize].as_mut() {
                     if c.side_for(ch).conn == k {
                         pinned.push((circ, c.prev.chan == ch));
@@ -236,7 +238,7 @@ impl Relay {
             self.channels[ch as usize].conns.push(k);
         }
         let chan = &mut self.channels[ch as usize];
-        chan.sequenced = sequenced(self.design);
+        chan.set_sequenced(sequenced(self.design));
         if self.design == ChannelDesign::Torchestra || self.design == ChannelDesign::TorchestraIdeal
         {
             if heavy {
@@ -271,7 +273,7 @@ impl Relay {
         }
         conn.state = ConnState::Closing;
         let socket = conn.socket;
-        let bytes = cell_wire_bytes(&self.world);
+        let bytes = self.world.cell_wire_bytes();
         io.write_message(socket, bytes, Wire::ClosingBegin);
         io.flush(socket);
     }
@@ -327,7 +329,7 @@ impl Relay {
     /// The next sequence number due on circuit id `circ_id` of `ch` (0 for a circuit not yet
     /// created: its CREATE2 is the first cell).
     pub(super) fn expected_seq(&mut self, ch: u32, circ_id: u32) -> u32 {
-        let Some(circ) = self.channels[ch as usize].lookup(circ_id) else {
+        let Some(circ) = self.channels[ch as usize].circs.lookup(circ_id) else {
             return 0;
         };
         self.circuits[circ as usize]
@@ -337,7 +339,7 @@ impl Relay {
     }
 
     pub(super) fn bump_seq_in(&mut self, ch: u32, circ_id: u32) {
-        let Some(circ) = self.channels[ch as usize].lookup(circ_id) else {
+        let Some(circ) = self.channels[ch as usize].circs.lookup(circ_id) else {
             return;
         };
         if let Some(side) = self.circuits[circ as usize]
@@ -469,7 +471,7 @@ impl Relay {
             let nconns = chan.conns.len() as u32;
             let target = transport::imux_max_conns(
                 nconns,
-                chan.ncircs,
+                chan.circs.count(),
                 self.live_circuits,
                 limit,
                 tau,
@@ -514,7 +516,7 @@ impl Relay {
         let peer = chan.peer;
         let token = chan.token;
         let opener = chan.opener;
-        let circuits: Vec<u32> = chan.ours.circuits().chain(chan.theirs.circuits()).collect();
+        let circuits: Vec<u32> = chan.circs.all().collect();
         let conns = std::mem::take(&mut chan.conns);
         let mut sockets = Vec::with_capacity(conns.len());
         for &k in &conns {

@@ -30,16 +30,16 @@ use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
 use onionlab_torcore::token_bucket::RelayBuckets;
 use onionlab_torcore::{
     Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
-    CELL_BYTES, RELAY_DATA_BYTES,
+    RELAY_DATA_BYTES,
 };
 
-use crate::circ_ids::CircIdTable;
+use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
 use crate::measure::RelaySample;
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
-use crate::wire::{Wire, INITIATOR_BIT, REQUEST_BYTES};
+use crate::wire::{Wire, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
 
 mod channels;
@@ -239,6 +239,12 @@ struct Conn {
     last_used: SimTime,
     /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping; kept under IMUX only).
     ewma: CircuitEwma,
+    /// `ewma`'s value in EWMA tick `ewma_seen_tick` (`u64::MAX`: none yet, or cells were sent
+    /// since). A count decays by a power per tick it is behind, and most of a busy channel's
+    /// connections sit idle for many scheduler runs, so each works that power out once a tick
+    /// rather than in every run that ranks it.
+    ewma_seen: f64,
+    ewma_seen_tick: u64,
     /// The scheduler wrote to it in the current run (it is flushed at the end of the run).
     touched: bool,
     /// The scheduler run whose `limit` and `queued_bytes` these are.
@@ -253,7 +259,6 @@ impl Conn {
 
 struct Channel {
     peer: HostId,
-    initiator: bool,
     /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
     opener: bool,
     /// The opener's index for the channel, named in each connection's Join message.
@@ -263,16 +268,8 @@ struct Channel {
     /// Torchestra's light and heavy connections (`NONE` until they exist).
     light: u32,
     heavy: u32,
-    /// Circuits by the id the peer chose (without the initiator bit).
-    theirs: CircIdTable,
-    /// Circuits by the id this relay chose.
-    ours: CircIdTable,
-    /// Ids of ours that may be given out again (single-connection channels only).
-    ours_free: Vec<u32>,
-    /// The lowest id of ours never given out.
-    next_id: u32,
-    /// Circuits bound to the channel.
-    ncircs: u32,
+    /// Its circuits by id (ids are reused on single-connection channels only).
+    circs: ChannelCircuits,
     /// Circuits with cells queued for this channel.
     mux: CircuitMux,
     /// Whether the channel is in the scheduler's pending list.
@@ -311,17 +308,12 @@ impl Channel {
     fn new(peer: HostId, initiator: bool, opener: bool, clock: &EwmaClock, now: SimTime) -> Self {
         Channel {
             peer,
-            initiator,
             opener,
             token: NONE,
             conns: Vec::new(),
             light: NONE,
             heavy: NONE,
-            theirs: CircIdTable::default(),
-            ours: CircIdTable::default(),
-            next_id: 0,
-            ours_free: Vec::new(),
-            ncircs: 0,
+            circs: ChannelCircuits::new(initiator),
             mux: CircuitMux::new(clock, now),
             pending: false,
             queued: 0,
@@ -341,57 +333,15 @@ impl Channel {
         }
     }
 
-    fn lookup(&self, circ_id: u32) -> Option<u32> {
-        let chosen_by_initiator = circ_id & INITIATOR_BIT != 0;
-        let table = if chosen_by_initiator == self.initiator {
-            &self.ours
-        } else {
-            &self.theirs
-        };
-        table.get(circ_id & !INITIATOR_BIT)
-    }
-
-    fn bind_theirs(&mut self, circ_id: u32, circ: u32) -> bool {
-        let i = circ_id & !INITIATOR_BIT;
-        if !self.theirs.is_free(i) {
-            return false;
-        }
-        self.theirs.set(i, circ);
-        self.ncircs += 1;
-        true
-    }
-
-    /// A new id of ours for `circ`. A sequenced channel never reuses one (see `circ_ids`);
-    /// the others reuse the last freed first, as before.
-    fn allocate(&mut self, circ: u32) -> u32 {
-        let i = match self.ours_free.pop() {
-            Some(i) if !self.sequenced => i,
-            _ => {
-                let i = self.next_id;
-                self.next_id = (self.next_id + 1) & !INITIATOR_BIT;
-                i
-            }
-        };
-        self.ours.set(i, circ);
-        self.ncircs += 1;
-        i | if self.initiator { INITIATOR_BIT } else { 0 }
+    /// Cells on this channel carry sequence numbers from now on, so its circuit ids are never
+    /// reused (a new circuit's CREATE2 could overtake an old one's DESTROY).
+    fn set_sequenced(&mut self, on: bool) {
+        self.sequenced = on;
+        self.circs.reuse_ids = !on;
     }
 
     fn release(&mut self, circ_id: u32) {
-        let chosen_by_initiator = circ_id & INITIATOR_BIT != 0;
-        let i = circ_id & !INITIATOR_BIT;
-        let ours = chosen_by_initiator == self.initiator;
-        let had = if ours {
-            self.ours.clear(i)
-        } else {
-            self.theirs.clear(i)
-        };
-        if had {
-            self.ncircs -= 1;
-            if ours && !self.sequenced {
-                self.ours_free.push(i);
-            }
-        }
+        self.circs.release(circ_id);
         self.reorder.forget(circ_id);
     }
 }
@@ -530,10 +480,6 @@ pub struct CircuitView {
     pub declared_heavy: bool,
 }
 
-fn cell_wire_bytes(world: &TorWorld) -> u64 {
-    (CELL_BYTES + world.params.tls_overhead_per_cell) as u64
-}
-
 /// Whether a design's cells may overtake each other on different connections, so that
 /// they carry sequence numbers.
 fn sequenced(design: ChannelDesign) -> bool {
@@ -606,7 +552,7 @@ impl Relay {
         } else {
             0
         };
-        cell_wire_bytes(&self.world) + seq
+        self.world.cell_wire_bytes() + seq
     }
 
     /// The number of sockets this relay may hold: its ConnLimit, or under IMUX the share
@@ -741,7 +687,7 @@ impl Relay {
                 let conn = &mut self.conns[k as usize];
                 conn.state = ConnState::Closing;
                 let socket = conn.socket;
-                let bytes = cell_wire_bytes(&self.world);
+                let bytes = self.world.cell_wire_bytes();
                 io.write_message(socket, bytes, Wire::ClosingEnd);
                 io.flush(socket);
                 self.finish_closing(io, k);
@@ -754,7 +700,7 @@ impl Relay {
                 if target == NONE {
                     return;
                 }
-                if let Some(circ) = chan.lookup(circ_id) {
+                if let Some(circ) = chan.circs.lookup(circ_id) {
                     self.pin_torchestra(circ, ch, circ_id, heavy, target);
                 }
             }
@@ -819,7 +765,7 @@ impl Relay {
             self.on_create(io, ch, k, cell);
             return;
         }
-        let Some(circ) = self.channels[ch as usize].lookup(cell.circ_id) else {
+        let Some(circ) = self.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return;
         };
         let c = self.circuits[circ as usize].as_ref().unwrap();
@@ -856,7 +802,10 @@ impl Relay {
             exit: None,
             stats: QueueStats::default(),
         });
-        if !self.channels[ch as usize].bind_theirs(cell.circ_id, circ) {
+        if !self.channels[ch as usize]
+            .circs
+            .bind_theirs(cell.circ_id, circ)
+        {
             // The id is taken: a confused peer. Refuse.
             self.circuits[circ as usize] = None;
             self.free_circuits.push(circ);
@@ -918,7 +867,7 @@ impl Relay {
                 }
             }
         }
-        let circ_id = self.channels[ch as usize].allocate(circ);
+        let circ_id = self.channels[ch as usize].circs.allocate(circ);
         let c = self.circuits[circ as usize].as_mut().unwrap();
         c.next = Some(Side::new(ch, circ_id, 0));
         let mut create = Cell::new(0, CellCommand::Create2);
@@ -987,7 +936,7 @@ impl Relay {
         if let Some(next) = c.next {
             sides.push((next, came_from_prev != Some(false)));
         }
-        let cell_bytes = cell_wire_bytes(&self.world);
+        let cell_bytes = self.world.cell_wire_bytes();
         for (side, notify) in sides {
             self.queued_cells -= side.queue.len() as u64;
             let chan = &mut self.channels[side.chan as usize];
@@ -1060,7 +1009,7 @@ impl Relay {
                 peer: c.peer,
                 opener: c.opener,
                 conns: c.conns.len(),
-                circuits: c.ncircs,
+                circuits: c.circs.count(),
             })
             .collect()
     }
@@ -1149,8 +1098,7 @@ impl Machine for Relay {
                     .conns
                     .iter()
                     .filter(|k| k.open && k.socket.slot != NONE)
-                    .filter_map(|k| io.tcp_info(k.socket))
-                    .map(|i| i.notsent)
+                    .filter_map(|k| io.unsent(k.socket))
                     .sum();
                 self.samples.push(RelaySample {
                     second: io.now() / NANOS_PER_SEC,

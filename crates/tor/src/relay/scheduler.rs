@@ -97,16 +97,21 @@ impl Relay {
             && self.world.params.imux_scheduler == ImuxScheduler::Ewma
         {
             let chan = &mut self.channels[ch as usize];
-            let conns = &self.conns;
             let clock = &self.clock;
+            let tick = clock.tick(now);
             let ranked = &mut self.rank_scratch;
             ranked.clear();
-            ranked.extend(
-                chan.conns
-                    .iter()
-                    .filter(|&&k| conns[k as usize].usable())
-                    .map(|&k| (conns[k as usize].ewma.value(clock, now), k)),
-            );
+            for &k in &chan.conns {
+                let conn = &mut self.conns[k as usize];
+                if !conn.usable() {
+                    continue;
+                }
+                if conn.ewma_seen_tick != tick {
+                    conn.ewma_seen = conn.ewma.value(clock, now);
+                    conn.ewma_seen_tick = tick;
+                }
+                ranked.push((conn.ewma_seen, k));
+            }
             ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             chan.order.clear();
             chan.order.extend(ranked.iter().map(|&(_, k)| k));
@@ -188,7 +193,7 @@ impl Relay {
         // stamping first keeps work queued during the run from re-arming it at once.
         self.last_schedule_run = Some(now);
         self.run_stamp = self.run_stamp.wrapping_add(1);
-        let base_cell_bytes = cell_wire_bytes(&self.world);
+        let base_cell_bytes = self.world.cell_wire_bytes();
         let world = self.world.clone();
         let params = &world.params;
         let design = self.design;
@@ -292,6 +297,7 @@ impl Relay {
             conn.last_used = now;
             if design == ChannelDesign::Imux {
                 conn.ewma.note_cells(&self.clock, 1, now);
+                conn.ewma_seen_tick = u64::MAX;
             }
             let emptied = side.queue.is_empty();
             let own = side.queue.len() as u64 + 1;
@@ -445,7 +451,7 @@ impl Relay {
             self.channel_stats.switched_light += 1;
         }
         let socket = self.conns[light as usize].socket;
-        let bytes = cell_wire_bytes(&self.world);
+        let bytes = self.world.cell_wire_bytes();
         if io.write_message(
             socket,
             bytes,

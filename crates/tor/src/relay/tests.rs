@@ -5,10 +5,11 @@ use std::net::Ipv4Addr;
 
 use onionlab_engine::time::millis;
 use onionlab_netdir::{Consensus, ExitPolicy, Relay as Descriptor, RelayFlags};
-use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams};
+use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams, CELL_BYTES};
 
 use super::*;
 use crate::io::script::{Asked, ScriptIo};
+use crate::wire::INITIATOR_BIT;
 
 /// Guard, middle and exit at hosts 0, 1, 2; the client is host 3.
 const MIDDLE: HostId = 1;
