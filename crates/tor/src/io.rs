@@ -277,6 +277,11 @@ pub(crate) mod script {
             self.events.push_back(SocketEvent::Readable(socket));
         }
 
+        /// The peer closed its direction of `socket` (after what already `arrive`d on it).
+        pub fn peer_close(&mut self, socket: SocketId) {
+            self.events.push_back(SocketEvent::PeerClosed(socket));
+        }
+
         /// Removes and returns the timers due by `now`, earliest first.
         pub fn due(&mut self) -> Vec<T> {
             let now = self.now;

@@ -81,6 +81,7 @@ impl Relay {
             state: ConnState::Active,
             blocked: false,
             read_blocked: false,
+            peer_finished: false,
             limit: 0,
             queued_bytes: 0,
             circuits: 0,

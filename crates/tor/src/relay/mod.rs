@@ -227,6 +227,9 @@ struct Conn {
     blocked: bool,
     /// Waiting for read tokens.
     read_blocked: bool,
+    /// The peer closed its direction: the connection ends once everything it sent has been
+    /// read (the read bucket may hold bytes back) and handled.
+    peer_finished: bool,
     /// What the scheduler may still write to the socket in its current run.
     limit: u64,
     /// Bytes the kernel held at the start of the scheduler run plus what the run wrote since
@@ -433,6 +436,9 @@ pub struct Relay {
     last_schedule_run: Option<SimTime>,
     /// Connections with data left unread for lack of read tokens.
     read_waiting: Vec<u32>,
+    /// Connections (with their socket, to notice a reused slot) whose peer had closed and
+    /// whose last bytes were read: they end once the messages read are handled.
+    ended_after_read: Vec<(u32, SocketId)>,
     /// Exit circuits that could not package for lack of read tokens.
     package_waiting: Vec<u32>,
     refill_armed: bool,
@@ -529,6 +535,7 @@ impl Relay {
             schedule_armed: false,
             last_schedule_run: None,
             read_waiting: Vec::new(),
+            ended_after_read: Vec::new(),
             package_waiting: Vec::new(),
             refill_armed: false,
             queued_cells: 0,
@@ -573,13 +580,27 @@ impl Relay {
 
     /// Handles everything the stack reported, including what handling it caused.
     fn pump(&mut self, io: &mut impl Io<RelayTimer>) {
-        while let Some(event) = io.poll_event() {
-            self.on_socket(io, event);
-        }
+        self.handle_events(io);
         if self.world.params.scheduler == SchedulerKind::Vanilla && !self.pending.is_empty() {
             self.run_scheduler(io);
+            self.handle_events(io);
+        }
+    }
+
+    fn handle_events(&mut self, io: &mut impl Io<RelayTimer>) {
+        loop {
             while let Some(event) = io.poll_event() {
                 self.on_socket(io, event);
+            }
+            // Connections whose peer had closed end after the messages of their last read,
+            // which came back as the events just handled.
+            if self.ended_after_read.is_empty() {
+                return;
+            }
+            for (k, socket) in std::mem::take(&mut self.ended_after_read) {
+                if self.conns[k as usize].socket == socket {
+                    self.conn_lost(io, k);
+                }
             }
         }
     }
@@ -642,7 +663,16 @@ impl Relay {
             }
             SocketEvent::PeerClosed(socket) => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.conn_lost(io, k);
+                    // The connection ends only after what the peer sent before closing is
+                    // handled (for IMUX, the cells it flushed before CLOSING_CONN_END): bytes
+                    // the read bucket held back are read first, and messages already read
+                    // may still be queued behind this event.
+                    self.conns[k as usize].peer_finished = true;
+                    if io.readable(socket) > 0 {
+                        self.read_conn(io, k);
+                    } else {
+                        self.ended_after_read.push((k, socket));
+                    }
                 } else if let Some(st) = self.stream_of(socket) {
                     self.streams[st as usize].as_mut().unwrap().server_done = true;
                     let circ = self.streams[st as usize].as_ref().unwrap().circ;
@@ -729,6 +759,8 @@ impl Relay {
                 self.read_waiting.push(k);
             }
             self.arm_refill(io);
+        } else if self.conns[k as usize].peer_finished {
+            self.ended_after_read.push((k, socket));
         }
     }
 

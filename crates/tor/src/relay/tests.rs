@@ -145,6 +145,28 @@ fn a_create2_is_answered_with_created2_on_the_connection_it_came_on() {
     assert_eq!(relay.open_sockets(), 1);
 }
 
+/// The stack reports the peer's FIN once the bytes before it are in the receive buffer; the
+/// messages of a read the relay makes while handling earlier events come back after that
+/// report. The connection must end only after them: IMUX's peer flushes cells and then
+/// CLOSING_CONN_END right before closing, and losing those cells stalled their circuits for
+/// good (the receiver waits for the missing sequence number).
+#[test]
+fn what_the_peer_sent_before_closing_is_handled_before_the_connection_ends() {
+    let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, bytes(), create(5));
+    io.arrive(client, bytes(), extend(5, MIDDLE));
+    io.peer_close(client);
+    settle(&mut relay, &mut io, 20);
+    // The EXTEND2 (read after the FIN was reported) was acted on: the relay connected to
+    // the middle. Then the channel closed, and the circuit with it.
+    let opened = connects(&io);
+    assert_eq!(opened.len(), 1, "{:?}", io.asked);
+    assert_eq!((opened[0].1, opened[0].2), (MIDDLE, OR_PORT));
+    assert!(io.asked.contains(&Asked::Abort(client)), "{:?}", io.asked);
+    assert!(relay.circuit_views().is_empty());
+}
+
 #[test]
 fn an_extend2_opens_a_channel_to_the_next_relay_and_reports_extended2() {
     let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
