@@ -21,6 +21,11 @@ pub enum Wire {
         channel: u32,
         heavy: bool,
     },
+    /// IMUX: the answer to a `Join` the accepting relay keeps. The opener puts no cell on a
+    /// connection beyond a channel's first before this arrives, as a real relay sends none
+    /// before the link handshake (which needs the peer) completes: a peer at its socket limit
+    /// resets a new connection, and cells already on it would be lost with it.
+    Joined,
     /// IMUX's closing handshake: the sender writes nothing more on this connection.
     ClosingBegin,
     /// The answer to `ClosingBegin`: everything for this connection has been written; close.

@@ -78,6 +78,7 @@ impl Relay {
             socket,
             chan: ch,
             open,
+            confirmed: true,
             state: ConnState::Active,
             blocked: false,
             read_blocked: false,
@@ -123,8 +124,12 @@ impl Relay {
             return None;
         }
         let peer = self.channels[ch as usize].peer;
+        let extra = !self.channels[ch as usize].conns.is_empty();
         let socket = io.connect(peer, OR_PORT);
         let k = self.add_conn(io, ch, socket, false);
+        if self.design == ChannelDesign::Imux && extra {
+            self.conns[k as usize].confirmed = false;
+        }
         self.channel_stats.conns_opened += 1;
         if self.design != ChannelDesign::Vanilla {
             let token = self.channels[ch as usize].token;
@@ -255,6 +260,11 @@ impl Relay {
             // Over the cap: refuse the extra connection with the closing handshake.
             self.now_counters.conn_limit_refusals += 1;
             self.begin_closing(io, k);
+        } else if self.design == ChannelDesign::Imux {
+            let bytes = self.world.cell_wire_bytes();
+            let socket = self.conns[k as usize].socket;
+            io.write_message(socket, bytes, Wire::Joined);
+            io.flush(socket);
         }
     }
 
@@ -494,7 +504,7 @@ impl Relay {
                 ages.extend(chan.conns.iter().map(|&k| {
                     let c = &self.conns[k as usize];
                     ConnAge {
-                        open: c.open,
+                        open: c.open && c.confirmed,
                         created: c.created,
                         last_used: c.last_used,
                     }

@@ -222,6 +222,9 @@ struct Conn {
     chan: u32,
     /// The TCP handshake has completed.
     open: bool,
+    /// The peer has taken the connection into the channel (IMUX connections we open beyond
+    /// a channel's first wait for its `Joined`; every other connection starts confirmed).
+    confirmed: bool,
     state: ConnState,
     /// The socket refused a cell; wait for it to become writable.
     blocked: bool,
@@ -256,7 +259,11 @@ struct Conn {
 
 impl Conn {
     fn usable(&self) -> bool {
-        self.open && !self.blocked && self.state == ConnState::Active && self.socket.slot != NONE
+        self.open
+            && self.confirmed
+            && !self.blocked
+            && self.state == ConnState::Active
+            && self.socket.slot != NONE
     }
 }
 
@@ -711,6 +718,13 @@ impl Relay {
                 self.sequenced_cell(io, k, cell, seq);
             }
             Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
+            Wire::Joined => {
+                self.conns[k as usize].confirmed = true;
+                let ch = self.conns[k as usize].chan;
+                if !self.channels[ch as usize].mux.is_empty() {
+                    self.mark_pending(io, ch);
+                }
+            }
             Wire::ClosingBegin => {
                 self.peer_pushback(self.conns[k as usize].chan, io.now());
                 // Everything we wrote on it is in the socket already: answer and close.
@@ -991,7 +1005,11 @@ impl Relay {
                 *pinned = pinned.saturating_sub(1);
             }
             let sequenced_chan = chan.sequenced;
-            if notify && conn != NONE && self.conns[conn as usize].open {
+            if notify
+                && conn != NONE
+                && self.conns[conn as usize].open
+                && self.conns[conn as usize].confirmed
+            {
                 let mut destroy = Cell::new(side.circ_id, CellCommand::Destroy);
                 destroy.arg = reason;
                 let message = if sequenced_chan {

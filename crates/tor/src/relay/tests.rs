@@ -10,6 +10,7 @@ use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams, CELL_BYTES};
 use super::*;
 use crate::io::script::{Asked, ScriptIo};
 use crate::wire::INITIATOR_BIT;
+use onionlab_net::SocketId;
 
 /// Guard, middle and exit at hosts 0, 1, 2; the client is host 3.
 const MIDDLE: HostId = 1;
@@ -252,4 +253,76 @@ fn at_its_conn_limit_a_relay_refuses_connections_and_fails_the_extend() {
     assert_eq!(relay.open_sockets(), 2);
     let refused: u64 = relay.now_counters.conn_limit_refusals;
     assert_eq!(refused, 2);
+}
+
+/// Sequenced cells written on `socket`.
+fn sequenced_on(io: &ScriptIo<RelayTimer>, socket: SocketId) -> usize {
+    io.written(socket)
+        .iter()
+        .filter(|w| matches!(w, Wire::Sequenced { .. }))
+        .count()
+}
+
+#[test]
+fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() {
+    let (mut relay, mut io) = guard(ChannelDesign::Imux, 100);
+    let client = io.accept(CLIENT, OR_PORT);
+    for id in 1..=4 {
+        io.arrive(client, bytes(), create(id));
+        io.arrive(client, bytes(), extend(id, MIDDLE));
+    }
+    settle(&mut relay, &mut io, 20);
+    let first = connects(&io)[0].0;
+    io.establish(first);
+    settle(&mut relay, &mut io, 20);
+    // The middle answers every CREATE2 the guard sent on.
+    for w in io.written(first) {
+        if let Wire::Sequenced { cell, .. } = w {
+            if cell.command == CellCommand::Create2 {
+                let created = Cell::new(cell.circ_id, CellCommand::Created2);
+                io.arrive(
+                    first,
+                    bytes(),
+                    Wire::Sequenced {
+                        cell: created,
+                        seq: 0,
+                    },
+                );
+            }
+        }
+    }
+    settle(&mut relay, &mut io, 20);
+    // A second later the connection manager grows the channel: the middle's connections
+    // connect, and the guard only introduces them (Join) until the middle takes them.
+    settle(&mut relay, &mut io, 1000);
+    let extra: Vec<SocketId> = connects(&io).iter().skip(1).map(|c| c.0).collect();
+    assert!(
+        !extra.is_empty(),
+        "the channel did not grow: {:?}",
+        io.asked
+    );
+    for &s in &extra {
+        io.establish(s);
+    }
+    let data = |id: u32| Wire::Cell(Cell::relay(id | INITIATOR_BIT, RelayCommand::Data, 3, 1));
+    for round in 0..20 {
+        for id in 1..=4 {
+            io.arrive(client, bytes(), data(id));
+        }
+        settle(&mut relay, &mut io, 5);
+        if round == 9 {
+            // The middle takes the extra connections.
+            for &s in &extra {
+                assert_eq!(
+                    sequenced_on(&io, s),
+                    0,
+                    "a cell went on an unconfirmed connection"
+                );
+                assert!(matches!(io.written(s)[..], [Wire::Join { .. }]));
+                io.arrive(s, bytes(), Wire::Joined);
+            }
+        }
+    }
+    let on_extra: usize = extra.iter().map(|&s| sequenced_on(&io, s)).sum();
+    assert!(on_extra > 0, "no cell used the confirmed connections");
 }
