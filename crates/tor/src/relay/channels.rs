@@ -91,6 +91,7 @@ impl Relay {
             ewma: CircuitEwma::new(&self.clock, now),
             ewma_seen: 0.0,
             ewma_seen_tick: u64::MAX,
+            rank_stamp: 0,
             touched: false,
             limit_run: 0,
         };

@@ -251,6 +251,8 @@ struct Conn {
     /// rather than in every run that ranks it.
     ewma_seen: f64,
     ewma_seen_tick: u64,
+    /// The `rank_conns` call that last listed it (so it is listed once per call).
+    rank_stamp: u32,
     /// The scheduler wrote to it in the current run (it is flushed at the end of the run).
     touched: bool,
     /// The scheduler run whose `limit` and `queued_bytes` these are.
@@ -465,6 +467,8 @@ pub struct Relay {
     pub channel_stats: ChannelStats,
     /// Reused by IMUX's EWMA mapping to rank a channel's connections in each scheduler run.
     rank_scratch: Vec<(f64, u32)>,
+    /// Counts `rank_conns` calls, for `Conn::rank_stamp`.
+    rank_stamp: u32,
     /// Counts scheduler runs, so a connection's write limit is read once per run, when first
     /// needed (a multi-connection channel may hold hundreds and use a few in one run).
     run_stamp: u32,
@@ -555,6 +559,7 @@ impl Relay {
             kist_audit: KistAudit::default(),
             channel_stats: ChannelStats::default(),
             rank_scratch: Vec::new(),
+            rank_stamp: 0,
             run_stamp: 0,
         }
     }

@@ -99,20 +99,28 @@ impl Relay {
             let chan = &mut self.channels[ch as usize];
             let clock = &self.clock;
             let tick = clock.tick(now);
+            self.rank_stamp = self.rank_stamp.wrapping_add(1);
+            let stamp = self.rank_stamp;
             let ranked = &mut self.rank_scratch;
             ranked.clear();
-            for &k in &chan.conns {
+            // Last run's order first: counts move little between runs (a few milliseconds),
+            // so the list is almost sorted and the adaptive sort below runs in near-linear
+            // time. The key (count, connection) is a total order, so the result does not
+            // depend on where the list starts from. Connections dropped since are skipped
+            // (their slot unusable or now another channel's); new ones come after.
+            for &k in chan.order.iter().chain(chan.conns.iter()) {
                 let conn = &mut self.conns[k as usize];
-                if !conn.usable() {
+                if conn.chan != ch || conn.rank_stamp == stamp || !conn.usable() {
                     continue;
                 }
+                conn.rank_stamp = stamp;
                 if conn.ewma_seen_tick != tick {
                     conn.ewma_seen = conn.ewma.value(clock, now);
                     conn.ewma_seen_tick = tick;
                 }
                 ranked.push((conn.ewma_seen, k));
             }
-            ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             chan.order.clear();
             chan.order.extend(ranked.iter().map(|&(_, k)| k));
             chan.mux.ranks(now, ranked, &mut chan.circ_ranks);
