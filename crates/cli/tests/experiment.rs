@@ -300,7 +300,12 @@ fn an_interrupted_experiment_keeps_its_finished_trials() {
         serde_json::from_str(&fs::read_to_string(p).unwrap()).unwrap()
     };
     assert_eq!(info(1)["complete"], true);
-    assert_eq!(info(2)["complete"], false);
+    // The signal may land while trial 2 runs (it leaves a partial run) or just before it
+    // starts (it leaves nothing): both are a correct stop at trial 2.
+    let trial2_started = out.join("only/trial-2/run.json").exists();
+    if trial2_started {
+        assert_eq!(info(2)["complete"], false);
+    }
     let record: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(out.join("experiment.json")).unwrap()).unwrap();
     assert_eq!(record["complete"], false);
@@ -310,8 +315,10 @@ fn an_interrupted_experiment_keeps_its_finished_trials() {
 
     let stdout = ok(&onionlab(&args));
     assert!(stdout.contains("trial 1/2: kept"), "{stdout}");
-    assert!(
-        stdout.contains("trial 2/2: ran in") && stdout.contains("replaced an incomplete run"),
+    assert!(stdout.contains("trial 2/2: ran in"), "{stdout}");
+    assert_eq!(
+        stdout.contains("replaced an incomplete run"),
+        trial2_started,
         "{stdout}"
     );
     assert_eq!(info(2)["complete"], true);
