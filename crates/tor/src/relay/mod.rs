@@ -680,11 +680,7 @@ impl Relay {
                     // the read bucket held back are read first, and messages already read
                     // may still be queued behind this event.
                     self.conns[k as usize].peer_finished = true;
-                    if io.readable(socket) > 0 {
-                        self.read_conn(io, k);
-                    } else {
-                        self.ended_after_read.push((k, socket));
-                    }
+                    self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     self.streams[st as usize].as_mut().unwrap().server_done = true;
                     let circ = self.streams[st as usize].as_ref().unwrap().circ;
@@ -765,20 +761,22 @@ impl Relay {
             return;
         }
         let waiting = io.readable(socket);
-        if waiting == 0 {
-            return;
-        }
-        let allowance = self.buckets.read_allowance(now, true);
-        let n = io.read(socket, waiting.min(allowance));
-        self.buckets.note_read(n, true);
-        if n < waiting {
-            let c = &mut self.conns[k as usize];
-            if !c.read_blocked {
-                c.read_blocked = true;
-                self.read_waiting.push(k);
+        if waiting > 0 {
+            let allowance = self.buckets.read_allowance(now, true);
+            let n = io.read(socket, waiting.min(allowance));
+            self.buckets.note_read(n, true);
+            if n < waiting {
+                let c = &mut self.conns[k as usize];
+                if !c.read_blocked {
+                    c.read_blocked = true;
+                    self.read_waiting.push(k);
+                }
+                self.arm_refill(io);
+                return;
             }
-            self.arm_refill(io);
-        } else if self.conns[k as usize].peer_finished {
+        }
+        if self.conns[k as usize].peer_finished {
+            // Everything the peer sent is read; it ends once those messages are handled.
             self.ended_after_read.push((k, socket));
         }
     }
