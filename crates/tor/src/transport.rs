@@ -88,6 +88,25 @@ pub fn imux_ewma_pick<T: Copy>(rank: usize, ncircs: usize, conn_order: &[T]) -> 
     Some(conn_order[band])
 }
 
+/// The order of IMUX's connection ranking: by decayed count, ties by connection index (a
+/// total order, so a ranking does not depend on the order it was built in).
+pub fn ranking_order(a: &(f64, u32), b: &(f64, u32)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+/// Moves one entry of a ranking sorted by [`ranking_order`] from `old` to `new` (the same
+/// connection with a new count), keeping it sorted: what one connection's cells change
+/// between two scheduler runs. False, changing nothing, if `old` is not in it.
+pub fn rerank(ranking: &mut Vec<(f64, u32)>, old: (f64, u32), new: (f64, u32)) -> bool {
+    let Ok(from) = ranking.binary_search_by(|e| ranking_order(e, &old)) else {
+        return false;
+    };
+    ranking.remove(from);
+    let to = ranking.partition_point(|e| ranking_order(e, &new).is_lt());
+    ranking.insert(to, new);
+    true
+}
+
 /// IMUX's shortest-queue choice: among connections that may take a cell (`Some(queued)`),
 /// the one with the least data queued; ties to the lowest index.
 pub fn shortest_queue(queued: impl IntoIterator<Item = Option<u64>>) -> Option<usize> {
@@ -180,6 +199,31 @@ mod tests {
         assert_eq!(imux_max_conns(100, 50, 100, 4096, 0.9, 3700), 86);
         // Over the cap: never below one.
         assert_eq!(imux_max_conns(2, 1, 100, 100, 0.9, 500), 1);
+    }
+
+    #[test]
+    fn reranking_one_connection_agrees_with_sorting_again() {
+        use rand::RngExt;
+        let mut rng = onionlab_engine::rng::host_rng(7, 0, 0);
+        for _ in 0..200 {
+            let n = rng.random_range(1..12u32);
+            // Few distinct counts, so ties (broken by index) are common.
+            let mut ranking: Vec<(f64, u32)> = (0..n)
+                .map(|k| (rng.random_range(0..4u32) as f64, k))
+                .collect();
+            ranking.sort_by(ranking_order);
+            let old = ranking[rng.random_range(0..n) as usize];
+            let new = (old.0 + rng.random_range(0..3u32) as f64, old.1);
+            assert!(rerank(&mut ranking, old, new));
+            let mut expected = ranking.clone();
+            expected.sort_by(ranking_order);
+            assert_eq!(ranking, expected);
+            assert!(ranking.contains(&new) && !(new != old && ranking.contains(&old)));
+        }
+        // An entry that is not there changes nothing.
+        let mut ranking = vec![(1.0, 0), (2.0, 1)];
+        assert!(!rerank(&mut ranking, (1.5, 0), (3.0, 0)));
+        assert_eq!(ranking, vec![(1.0, 0), (2.0, 1)]);
     }
 
     #[test]

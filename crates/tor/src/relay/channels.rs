@@ -91,8 +91,8 @@ impl Relay {
             ewma: CircuitEwma::new(&self.clock, now),
             ewma_seen: 0.0,
             ewma_seen_tick: u64::MAX,
-            rank_stamp: 0,
             touched: false,
+            watched: false,
             limit_run: 0,
         };
         self.conns_created += 1;
@@ -109,8 +109,97 @@ impl Relay {
         Self::map_socket(&mut self.conn_by_socket, socket, k);
         io.set_auto_read(socket, false);
         self.note_socket_opened();
-        self.channels[ch as usize].conns.push(k);
+        let chan = &mut self.channels[ch as usize];
+        chan.conns.push(k);
+        chan.ranking_stale = true;
         k
+    }
+
+    /// Changes what decides whether connection `k` may take cells (`Conn::usable`). Every
+    /// such change goes through here, so that its channel's IMUX ranking, which lists the
+    /// usable connections only, is rebuilt when the answer changes.
+    pub(super) fn update_conn(&mut self, k: u32, change: impl FnOnce(&mut Conn)) {
+        let conn = &mut self.conns[k as usize];
+        let before = conn.usable();
+        change(conn);
+        if conn.usable() != before {
+            self.channels[conn.chan as usize].ranking_stale = true;
+        }
+    }
+
+    /// Writes `message` (`bytes` on the wire) to connection `k`'s socket; false if the socket
+    /// refused it. Every write to a connection goes through here, for `unsent_watch`.
+    pub(super) fn write_conn(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        k: u32,
+        bytes: u64,
+        message: Wire,
+    ) -> bool {
+        Self::write_to(
+            &mut self.conns,
+            &mut self.unsent_watch,
+            io,
+            k,
+            bytes,
+            message,
+        )
+    }
+
+    /// [`write_conn`](Self::write_conn) for a caller holding other parts of the relay.
+    pub(super) fn write_to(
+        conns: &mut [Conn],
+        unsent_watch: &mut Vec<u32>,
+        io: &mut impl Io<RelayTimer>,
+        k: u32,
+        bytes: u64,
+        message: Wire,
+    ) -> bool {
+        let conn = &mut conns[k as usize];
+        if !conn.watched {
+            conn.watched = true;
+            unsent_watch.push(k);
+        }
+        io.write_message(conn.socket, bytes, message)
+    }
+
+    /// The bytes written to the relay's connections and not yet sent, summed; connections
+    /// found empty leave `unsent_watch`.
+    pub(super) fn sum_unsent(&mut self, io: &impl Io<RelayTimer>) -> u64 {
+        let conns = &mut self.conns;
+        let mut total = 0;
+        // A slot freed and reused may be listed twice: the first listing counts it.
+        self.unsent_watch.retain(|&k| {
+            let conn = &mut conns[k as usize];
+            if !conn.watched {
+                return false;
+            }
+            conn.watched = false;
+            if conn.socket.slot == NONE {
+                return false;
+            }
+            if !conn.open {
+                // What was written while it connects (its Join) waits to be sent.
+                return true;
+            }
+            let unsent = io.unsent(conn.socket).unwrap_or(0);
+            total += unsent;
+            unsent > 0
+        });
+        for &k in &self.unsent_watch {
+            self.conns[k as usize].watched = true;
+        }
+        if cfg!(test) {
+            let everywhere: u64 = (self.conns.iter())
+                .filter(|c| c.open && c.socket.slot != NONE)
+                .filter_map(|c| io.unsent(c.socket))
+                .sum();
+            assert_eq!(
+                total, everywhere,
+                "a connection with unsent bytes is not watched"
+            );
+        }
+        total
     }
 
     /// Opens one more connection of a channel we opened; false at the socket limit.
@@ -129,15 +218,16 @@ impl Relay {
         let socket = io.connect(peer, OR_PORT);
         let k = self.add_conn(io, ch, socket, false);
         if self.design == ChannelDesign::Imux && extra {
-            self.conns[k as usize].confirmed = false;
+            self.update_conn(k, |c| c.confirmed = false);
         }
         self.channel_stats.conns_opened += 1;
         if self.design != ChannelDesign::Vanilla {
             let token = self.channels[ch as usize].token;
             let cell_bytes = self.world.cell_wire_bytes();
             // Queued in the socket until the handshake completes, so it is the first message.
-            io.write_message(
-                socket,
+            self.write_conn(
+                io,
+                k,
                 cell_bytes,
                 Wire::Join {
                     channel: token,
@@ -169,6 +259,7 @@ impl Relay {
         }
         let chan = &mut self.channels[ch as usize];
         chan.conns.retain(|&c| c != k);
+        chan.ranking_stale = true;
         if chan.light == k {
             chan.light = NONE;
         }
@@ -243,6 +334,7 @@ impl Relay {
             self.free_channels.push(own);
             self.conns[k as usize].chan = ch;
             self.channels[ch as usize].conns.push(k);
+            self.channels[ch as usize].ranking_stale = true;
         }
         let chan = &mut self.channels[ch as usize];
         chan.set_sequenced(sequenced(self.design));
@@ -263,9 +355,8 @@ impl Relay {
             self.begin_closing(io, k);
         } else if self.design == ChannelDesign::Imux {
             let bytes = self.world.cell_wire_bytes();
-            let socket = self.conns[k as usize].socket;
-            io.write_message(socket, bytes, Wire::Joined);
-            io.flush(socket);
+            self.write_conn(io, k, bytes, Wire::Joined);
+            io.flush(self.conns[k as usize].socket);
         }
     }
 
@@ -283,10 +374,10 @@ impl Relay {
             self.channel_stats.conns_closed += 1;
             return;
         }
-        conn.state = ConnState::Closing;
         let socket = conn.socket;
+        self.update_conn(k, |c| c.state = ConnState::Closing);
         let bytes = self.world.cell_wire_bytes();
-        io.write_message(socket, bytes, Wire::ClosingBegin);
+        self.write_conn(io, k, bytes, Wire::ClosingBegin);
         io.flush(socket);
     }
 

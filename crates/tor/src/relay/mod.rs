@@ -245,16 +245,15 @@ struct Conn {
     last_used: SimTime,
     /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping; kept under IMUX only).
     ewma: CircuitEwma,
-    /// `ewma`'s value in EWMA tick `ewma_seen_tick` (`u64::MAX`: none yet, or cells were sent
-    /// since). A count decays by a power per tick it is behind, and most of a busy channel's
-    /// connections sit idle for many scheduler runs, so each works that power out once a tick
-    /// rather than in every run that ranks it.
+    /// `ewma`'s value as its channel's ranking holds it, worked out in EWMA tick
+    /// `ewma_seen_tick` (`u64::MAX`: not yet, or cells were sent since and the connection
+    /// waits in the channel's `rank_dirty`).
     ewma_seen: f64,
     ewma_seen_tick: u64,
-    /// The `rank_conns` call that last listed it (so it is listed once per call).
-    rank_stamp: u32,
     /// The scheduler wrote to it in the current run (it is flushed at the end of the run).
     touched: bool,
+    /// It is in the relay's `unsent_watch`.
+    watched: bool,
     /// The scheduler run whose `limit` and `queued_bytes` these are.
     limit_run: u32,
 }
@@ -296,10 +295,19 @@ struct Channel {
     turn: usize,
     /// In a scheduler run: its connections that may take a cell.
     room: u32,
-    /// In a scheduler run under IMUX's EWMA mapping: its usable connections, quietest first,
-    /// and its circuits' ranks (`(circuit, circuits quieter)`, by circuit), both taken at the
-    /// start of the run (a run is a few milliseconds).
-    order: Vec<u32>,
+    /// IMUX's EWMA mapping: its usable connections as `(count, connection)`, quietest
+    /// first, as of the start of the scheduler run (a run is a few milliseconds), and its
+    /// circuits' ranks then (`(circuit, circuits quieter)`, by circuit).
+    ///
+    /// A channel may hold hundreds of connections of which a run uses a few, so the ranking
+    /// is kept up to date rather than rebuilt in every run: within one EWMA tick only the
+    /// counts of connections that sent cells move (`rank_dirty`), and those are moved to
+    /// their new place. It is rebuilt when the tick changes (every count decays) or when
+    /// `ranking_stale` says a connection came, went, or became usable or unusable.
+    ranking: Vec<(f64, u32)>,
+    ranking_tick: u64,
+    ranking_stale: bool,
+    rank_dirty: Vec<u32>,
     circ_ranks: Vec<(u32, u32)>,
     /// Torchestra: the light connection's circuits that carry traffic, with their EWMA counts
     /// (by circuit) and the sum of those, taken once per scheduler run, and that run.
@@ -333,7 +341,10 @@ impl Channel {
             reorder: Reorder::default(),
             turn: 0,
             room: 0,
-            order: Vec::new(),
+            ranking: Vec::new(),
+            ranking_tick: u64::MAX,
+            ranking_stale: true,
+            rank_dirty: Vec::new(),
             circ_ranks: Vec::new(),
             light_counts: Vec::new(),
             light_sum: 0.0,
@@ -448,6 +459,11 @@ pub struct Relay {
     /// Connections (with their socket, to notice a reused slot) whose peer had closed and
     /// whose last bytes were read: they end once the messages read are handled.
     ended_after_read: Vec<(u32, SocketId)>,
+    /// Connections that may hold bytes written and not yet sent: those written to since the
+    /// last sample, and those that still held some then. The per-second sample sums the
+    /// kernel's unsent bytes over these alone; an IMUX relay holds thousands of connections,
+    /// most of them idle, and a connection gains unsent bytes only by being written to.
+    unsent_watch: Vec<u32>,
     /// Exit circuits that could not package for lack of read tokens.
     package_waiting: Vec<u32>,
     refill_armed: bool,
@@ -465,10 +481,8 @@ pub struct Relay {
     /// KIST's limits as the sockets saw them.
     pub kist_audit: KistAudit,
     pub channel_stats: ChannelStats,
-    /// Reused by IMUX's EWMA mapping to rank a channel's connections in each scheduler run.
+    /// Reused by IMUX's EWMA mapping to rank a channel's circuits in each scheduler run.
     rank_scratch: Vec<(f64, u32)>,
-    /// Counts `rank_conns` calls, for `Conn::rank_stamp`.
-    rank_stamp: u32,
     /// Counts scheduler runs, so a connection's write limit is read once per run, when first
     /// needed (a multi-connection channel may hold hundreds and use a few in one run).
     run_stamp: u32,
@@ -547,6 +561,7 @@ impl Relay {
             last_schedule_run: None,
             read_waiting: Vec::new(),
             ended_after_read: Vec::new(),
+            unsent_watch: Vec::new(),
             package_waiting: Vec::new(),
             refill_armed: false,
             queued_cells: 0,
@@ -559,7 +574,6 @@ impl Relay {
             kist_audit: KistAudit::default(),
             channel_stats: ChannelStats::default(),
             rank_scratch: Vec::new(),
-            rank_stamp: 0,
             run_stamp: 0,
         }
     }
@@ -639,7 +653,7 @@ impl Relay {
             }
             SocketEvent::Connected(socket) => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.conns[k as usize].open = true;
+                    self.update_conn(k, |c| c.open = true);
                     let ch = self.conns[k as usize].chan;
                     self.mark_pending(io, ch);
                 } else if let Some(st) = self.stream_of(socket) {
@@ -666,7 +680,7 @@ impl Relay {
             }
             SocketEvent::Writable(socket) => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.conns[k as usize].blocked = false;
+                    self.update_conn(k, |c| c.blocked = false);
                     let ch = self.conns[k as usize].chan;
                     if !self.channels[ch as usize].mux.is_empty() {
                         self.mark_pending(io, ch);
@@ -720,7 +734,7 @@ impl Relay {
             }
             Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
             Wire::Joined => {
-                self.conns[k as usize].confirmed = true;
+                self.update_conn(k, |c| c.confirmed = true);
                 let ch = self.conns[k as usize].chan;
                 if !self.channels[ch as usize].mux.is_empty() {
                     self.mark_pending(io, ch);
@@ -729,11 +743,10 @@ impl Relay {
             Wire::ClosingBegin => {
                 self.peer_pushback(self.conns[k as usize].chan, io.now());
                 // Everything we wrote on it is in the socket already: answer and close.
-                let conn = &mut self.conns[k as usize];
-                conn.state = ConnState::Closing;
-                let socket = conn.socket;
+                self.update_conn(k, |c| c.state = ConnState::Closing);
+                let socket = self.conns[k as usize].socket;
                 let bytes = self.world.cell_wire_bytes();
-                io.write_message(socket, bytes, Wire::ClosingEnd);
+                self.write_conn(io, k, bytes, Wire::ClosingEnd);
                 io.flush(socket);
                 self.finish_closing(io, k);
             }
@@ -1023,9 +1036,8 @@ impl Relay {
                 } else {
                     Wire::Cell(destroy)
                 };
-                let socket = self.conns[conn as usize].socket;
-                if io.write_message(socket, cell_bytes, message) {
-                    io.flush(socket);
+                if self.write_conn(io, conn, cell_bytes, message) {
+                    io.flush(self.conns[conn as usize].socket);
                 }
             }
             // PCTCP: the circuit's connection goes with it (the opener closes it).
@@ -1147,12 +1159,7 @@ impl Machine for Relay {
             }
             RelayTimer::Sample => {
                 let c = std::mem::take(&mut self.now_counters);
-                let socket_queued_bytes = self
-                    .conns
-                    .iter()
-                    .filter(|k| k.open && k.socket.slot != NONE)
-                    .filter_map(|k| io.unsent(k.socket))
-                    .sum();
+                let socket_queued_bytes = self.sum_unsent(io);
                 self.samples.push(RelaySample {
                     second: io.now() / NANOS_PER_SEC,
                     bytes_read: c.bytes_read,

@@ -90,41 +90,57 @@ impl Relay {
         conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
     }
 
-    /// Under IMUX's EWMA mapping, ranks the channel's usable connections and its circuits,
-    /// quietest first.
+    /// Under IMUX's EWMA mapping, brings the channel's ranking of its usable connections up
+    /// to date and ranks its circuits, quietest first.
     pub(super) fn rank_conns(&mut self, ch: u32, now: SimTime) {
-        if self.design == ChannelDesign::Imux
-            && self.world.params.imux_scheduler == ImuxScheduler::Ewma
+        if self.design != ChannelDesign::Imux
+            || self.world.params.imux_scheduler != ImuxScheduler::Ewma
         {
-            let chan = &mut self.channels[ch as usize];
-            let clock = &self.clock;
-            let tick = clock.tick(now);
-            self.rank_stamp = self.rank_stamp.wrapping_add(1);
-            let stamp = self.rank_stamp;
-            let ranked = &mut self.rank_scratch;
-            ranked.clear();
-            // Last run's order first: counts move little between runs (a few milliseconds),
-            // so the list is almost sorted and the adaptive sort below runs in near-linear
-            // time. The key (count, connection) is a total order, so the result does not
-            // depend on where the list starts from. Connections dropped since are skipped
-            // (their slot unusable or now another channel's); new ones come after.
-            for &k in chan.order.iter().chain(chan.conns.iter()) {
-                let conn = &mut self.conns[k as usize];
-                if conn.chan != ch || conn.rank_stamp == stamp || !conn.usable() {
-                    continue;
-                }
-                conn.rank_stamp = stamp;
-                if conn.ewma_seen_tick != tick {
-                    conn.ewma_seen = conn.ewma.value(clock, now);
-                    conn.ewma_seen_tick = tick;
-                }
-                ranked.push((conn.ewma_seen, k));
-            }
-            ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            chan.order.clear();
-            chan.order.extend(ranked.iter().map(|&(_, k)| k));
-            chan.mux.ranks(now, ranked, &mut chan.circ_ranks);
+            return;
         }
+        let clock = &self.clock;
+        let tick = clock.tick(now);
+        let chan = &mut self.channels[ch as usize];
+        let mut current = !chan.ranking_stale && chan.ranking_tick == tick;
+        if current {
+            for &k in &chan.rank_dirty {
+                let conn = &mut self.conns[k as usize];
+                let old = (conn.ewma_seen, k);
+                conn.ewma_seen = conn.ewma.value(clock, now);
+                conn.ewma_seen_tick = tick;
+                if !transport::rerank(&mut chan.ranking, old, (conn.ewma_seen, k)) {
+                    current = false;
+                }
+            }
+        }
+        chan.rank_dirty.clear();
+        if !current {
+            chan.ranking.clear();
+            for &k in &chan.conns {
+                let conn = &mut self.conns[k as usize];
+                if conn.usable() {
+                    if conn.ewma_seen_tick != tick {
+                        conn.ewma_seen = conn.ewma.value(clock, now);
+                        conn.ewma_seen_tick = tick;
+                    }
+                    chan.ranking.push((conn.ewma_seen, k));
+                }
+            }
+            chan.ranking.sort_unstable_by(transport::ranking_order);
+            chan.ranking_tick = tick;
+            chan.ranking_stale = false;
+        }
+        if cfg!(test) {
+            // The ranking kept up to date is the one built afresh.
+            let mut fresh: Vec<(f64, u32)> = (chan.conns.iter())
+                .filter(|&&k| self.conns[k as usize].usable())
+                .map(|&k| (self.conns[k as usize].ewma.value(clock, now), k))
+                .collect();
+            fresh.sort_unstable_by(transport::ranking_order);
+            assert_eq!(chan.ranking, fresh, "IMUX ranking out of step");
+        }
+        chan.mux
+            .ranks(now, &mut self.rank_scratch, &mut chan.circ_ranks);
     }
 
     /// The connection the next cell of `circ` goes on, among those with room in this run.
@@ -159,7 +175,7 @@ impl Relay {
                 let rank = ranks
                     .binary_search_by_key(&circ, |e| e.0)
                     .map_or(0, |i| ranks[i].1 as usize);
-                transport::imux_ewma_pick(rank, ranks.len().max(1), &chan.order)?
+                transport::imux_ewma_pick(rank, ranks.len().max(1), &chan.ranking)?.1
             }
             (ChannelDesign::Imux, ImuxScheduler::RoundRobin) => {
                 // A freed slot has no socket; a reused one may sit on another channel.
@@ -277,7 +293,6 @@ impl Relay {
             let c = self.circuits[circ as usize].as_mut().unwrap();
             let side = c.side_for(ch);
             let cell = side.queue.pop_front().unwrap();
-            let conn = &mut self.conns[k as usize];
             let message = if self.channels[ch as usize].sequenced {
                 Wire::Sequenced {
                     cell,
@@ -286,9 +301,16 @@ impl Relay {
             } else {
                 Wire::Cell(cell)
             };
-            if !io.write_message(conn.socket, cell_bytes, message) {
+            if !Self::write_to(
+                &mut self.conns,
+                &mut self.unsent_watch,
+                io,
+                k,
+                cell_bytes,
+                message,
+            ) {
                 side.queue.push_front(cell);
-                conn.blocked = true;
+                self.update_conn(k, |c| c.blocked = true);
                 // It had room (it was chosen for it); now it has none.
                 self.channels[ch as usize].room -= 1;
                 if !self.requeue(ch, now, &mut heap) {
@@ -297,6 +319,7 @@ impl Relay {
                 continue;
             }
             side.seq_out += 1;
+            let conn = &mut self.conns[k as usize];
             conn.limit -= cell_bytes;
             if conn.limit < cell_bytes {
                 self.channels[ch as usize].room -= 1;
@@ -305,7 +328,10 @@ impl Relay {
             conn.last_used = now;
             if design == ChannelDesign::Imux {
                 conn.ewma.note_cells(&self.clock, 1, now);
-                conn.ewma_seen_tick = u64::MAX;
+                if conn.ewma_seen_tick != u64::MAX {
+                    conn.ewma_seen_tick = u64::MAX;
+                    self.channels[ch as usize].rank_dirty.push(k);
+                }
             }
             let emptied = side.queue.is_empty();
             let own = side.queue.len() as u64 + 1;
@@ -458,17 +484,17 @@ impl Relay {
         } else {
             self.channel_stats.switched_light += 1;
         }
-        let socket = self.conns[light as usize].socket;
         let bytes = self.world.cell_wire_bytes();
-        if io.write_message(
-            socket,
+        if self.write_conn(
+            io,
+            light,
             bytes,
             Wire::Switch {
                 circ_id,
                 heavy: heavy_now,
             },
         ) {
-            io.flush(socket);
+            io.flush(self.conns[light as usize].socket);
         }
     }
 }
