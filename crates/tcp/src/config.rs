@@ -1,16 +1,7 @@
 //! Connection parameters, defaulting to a current Linux host.
 
+use onionlab_congestion::CongestionControl;
 use onionlab_engine::time::{SimDuration, NANOS_PER_MILLI, NANOS_PER_SEC};
-
-/// Which congestion-avoidance algorithm governs window growth and reduction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum CongestionControl {
-    /// RFC 9438 CUBIC, Linux's default since 2.6.19.
-    #[default]
-    Cubic,
-    /// RFC 5681 Reno (NewReno recovery when SACK is off).
-    Reno,
-}
 
 /// Tunables of a connection. Defaults follow Linux so that simulated Tor relays behave like
 /// real ones without per-experiment tuning. Connections hold it through an `Arc`, so one

@@ -2,11 +2,11 @@
 //! control together behind the sans-IO interface.
 
 use crate::config::TcpConfig;
-use crate::congestion::Congestion;
 use crate::recv::{Receiver, NEVER};
 use crate::rtt::RttEstimator;
 use crate::segment::{TcpFlags, TcpSegment};
 use crate::send::{Phase, Sender};
+use onionlab_congestion::Congestion;
 use onionlab_engine::time::{SimDuration, SimTime};
 use std::sync::Arc;
 

@@ -30,7 +30,6 @@
 //!   short segment waits only while an earlier short segment is unacknowledged.
 
 mod config;
-mod congestion;
 mod conn;
 mod lazy_vec;
 mod recv;
@@ -38,6 +37,7 @@ mod rtt;
 mod segment;
 mod send;
 
-pub use config::{CongestionControl, TcpConfig};
+pub use config::TcpConfig;
 pub use conn::{TcpConnection, TcpEvent, TcpInfo, TcpState};
+pub use onionlab_congestion::CongestionControl;
 pub use segment::{TcpFlags, TcpSegment};

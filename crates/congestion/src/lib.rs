@@ -1,17 +1,28 @@
-//! Congestion window management shared by all algorithms.
+//! Congestion window management shared by all algorithms and by every transport model (one
+//! module serves TCP and QUIC, so the two differ only where their protocols do).
 //!
 //! The window is kept in bytes so that connections sending sub-MSS segments (Tor cells with
-//! `TCP_NODELAY`) are governed by the bytes they put in flight. Slow start, the cwnd-limited
-//! test and the reductions mandated by the loss-recovery machinery live here; the algorithms
-//! only decide congestion-avoidance growth and the multiplicative decrease.
+//! `TCP_NODELAY`) are governed by the bytes they put in flight. Slow start and the reductions
+//! mandated by a transport's loss-recovery machinery live here; the algorithms only decide
+//! congestion-avoidance growth and the multiplicative decrease. "Segment" below is the
+//! transport's unit of sending: a TCP MSS, or a QUIC maximum datagram size.
 
 mod cubic;
 mod reno;
 
-use crate::config::CongestionControl;
 use cubic::Cubic;
 use onionlab_engine::time::{SimDuration, SimTime};
 use reno::Reno;
+
+/// Which congestion-avoidance algorithm governs window growth and reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CongestionControl {
+    /// RFC 9438 CUBIC, Linux's default since 2.6.19.
+    #[default]
+    Cubic,
+    /// RFC 5681 Reno (NewReno recovery when SACK is off).
+    Reno,
+}
 
 #[derive(Clone, Debug)]
 enum Algorithm {
@@ -20,7 +31,7 @@ enum Algorithm {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct Congestion {
+pub struct Congestion {
     /// Congestion window, bytes.
     pub cwnd: u64,
     /// Slow-start threshold, bytes; `u64::MAX` until the first loss.
@@ -29,6 +40,7 @@ pub(crate) struct Congestion {
 }
 
 impl Congestion {
+    #[inline]
     pub fn new(kind: CongestionControl, initial_cwnd: u64) -> Self {
         let algorithm = match kind {
             CongestionControl::Reno => Algorithm::Reno(Reno::default()),
@@ -41,6 +53,7 @@ impl Congestion {
         }
     }
 
+    #[inline]
     pub fn in_slow_start(&self) -> bool {
         self.cwnd < self.ssthresh
     }
@@ -48,6 +61,7 @@ impl Congestion {
     /// Growth on an ACK that newly acknowledged `acked` bytes outside loss recovery.
     /// Slow start counts every acknowledged byte (as Linux does, so delayed ACKs do not halve
     /// the growth rate); whatever overshoots ssthresh is handed to congestion avoidance.
+    #[inline]
     pub fn on_ack(&mut self, now: SimTime, acked: u64, mss: u64, srtt: SimDuration) {
         let mut acked = acked;
         if self.in_slow_start() {
@@ -66,6 +80,7 @@ impl Congestion {
     }
 
     /// Multiplicative decrease on entering fast recovery; cwnd is set to the new ssthresh.
+    #[inline]
     pub fn on_congestion(&mut self, flight: u64, mss: u64) {
         let ssthresh = match &mut self.algorithm {
             Algorithm::Reno(_) => (flight / 2).max(2 * mss),
@@ -77,6 +92,7 @@ impl Congestion {
 
     /// RFC 5681 (and RFC 6298 section 5): after a timeout, halve the flight into ssthresh and
     /// restart from one segment.
+    #[inline]
     pub fn on_timeout(&mut self, flight: u64, mss: u64) {
         if let Algorithm::Cubic(c) = &mut self.algorithm {
             c.on_congestion(self.cwnd, mss);
@@ -90,6 +106,7 @@ impl Congestion {
 
     /// The window went unused: CUBIC starts a fresh epoch from the current window when growth
     /// resumes instead of jumping along a curve whose clock kept running.
+    #[inline]
     pub fn on_idle(&mut self) {
         if let Algorithm::Cubic(c) = &mut self.algorithm {
             c.reset_epoch();
@@ -97,6 +114,7 @@ impl Congestion {
     }
 
     /// Leaves fast recovery with the window at the reduced ssthresh.
+    #[inline]
     pub fn on_recovery_end(&mut self) {
         self.cwnd = self.ssthresh;
     }
