@@ -294,11 +294,6 @@ impl<M: Send + 'static> NetStack<M> {
         self.socket(id).map(|s| s.conn.info())
     }
 
-    /// Bytes written to the socket and never sent.
-    pub fn unsent(&self, id: SocketId) -> Option<u64> {
-        self.socket(id).map(|s| s.conn.notsent())
-    }
-
     /// Free space in the socket's send buffer.
     pub fn send_space(&self, id: SocketId) -> u64 {
         self.socket(id).map_or(0, |s| s.conn.send_space())

@@ -260,12 +260,6 @@ impl TcpConnection {
         }
     }
 
-    /// Bytes the application queued that were never sent (`info().notsent`, without
-    /// assembling the rest of the info for a caller that sums it over many sockets).
-    pub fn notsent(&self) -> u64 {
-        self.snd.notsent()
-    }
-
     pub fn send_space(&self) -> u64 {
         if self.can_send() {
             self.snd.space()

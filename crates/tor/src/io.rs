@@ -50,8 +50,6 @@ pub trait Io<T> {
     fn is_open(&self, socket: SocketId) -> bool;
     /// The kernel's view of a connection (KIST reads its congestion window and queues).
     fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo>;
-    /// `tcp_info(socket).notsent` alone: cheap enough to sum over every socket of a relay.
-    fn unsent(&self, socket: SocketId) -> Option<u64>;
 }
 
 /// The driver: a host's engine context and network stack, for one event.
@@ -179,10 +177,6 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     #[inline]
     fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
         self.stack.tcp_info(socket)
-    }
-    #[inline]
-    fn unsent(&self, socket: SocketId) -> Option<u64> {
-        self.stack.unsent(socket)
     }
 }
 
@@ -394,9 +388,6 @@ pub(crate) mod script {
                 send_buffer: 0,
                 recv_buffer: 0,
             })
-        }
-        fn unsent(&self, socket: SocketId) -> Option<u64> {
-            self.tcp_info(socket).map(|i| i.notsent)
         }
     }
 }

@@ -182,7 +182,7 @@ impl Relay {
                 // What was written while it connects (its Join) waits to be sent.
                 return true;
             }
-            let unsent = io.unsent(conn.socket).unwrap_or(0);
+            let unsent = io.tcp_info(conn.socket).map_or(0, |i| i.notsent);
             total += unsent;
             unsent > 0
         });
@@ -192,7 +192,8 @@ impl Relay {
         if cfg!(test) {
             let everywhere: u64 = (self.conns.iter())
                 .filter(|c| c.open && c.socket.slot != NONE)
-                .filter_map(|c| io.unsent(c.socket))
+                .filter_map(|c| io.tcp_info(c.socket))
+                .map(|i| i.notsent)
                 .sum();
             assert_eq!(
                 total, everywhere,
