@@ -113,6 +113,18 @@ impl Congestion {
         }
     }
 
+    /// Persistent congestion (RFC 9002 7.6.2): the window collapses to `min_window` and
+    /// grows again from there in slow start, as after a TCP retransmission timeout; ssthresh
+    /// keeps the value the loss that revealed it already set.
+    #[inline]
+    pub fn on_persistent_congestion(&mut self, min_window: u64) {
+        match &mut self.algorithm {
+            Algorithm::Cubic(c) => c.reset_epoch(),
+            Algorithm::Reno(r) => r.reset(),
+        }
+        self.cwnd = min_window;
+    }
+
     /// Leaves fast recovery with the window at the reduced ssthresh.
     #[inline]
     pub fn on_recovery_end(&mut self) {
