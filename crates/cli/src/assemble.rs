@@ -105,9 +105,26 @@ pub fn tor_network(
         net: NetworkConfig {
             lookahead_floor: scenario.network.lookahead_floor.0,
             down_queue_time: scenario.network.down_queue.0,
+            quic: quic_config(&scenario.tor),
             ..NetworkConfig::default()
         },
         seed,
         threads,
     })
+}
+
+/// The QUIC connections' settings from the scenario's `tor` parameters (used by the `quic`
+/// channel design).
+fn quic_config(p: &onionlab_torcore::TorParams) -> onionlab_net::quic::QuicConfig {
+    let autotune = p.quic_stream_window_max > p.quic_stream_window
+        || p.quic_conn_window_max > p.quic_conn_window;
+    onionlab_net::quic::QuicConfig {
+        max_udp_payload: p.quic_max_udp_payload,
+        stream_window: p.quic_stream_window,
+        stream_window_max: p.quic_stream_window_max.max(p.quic_stream_window),
+        conn_window: p.quic_conn_window,
+        conn_window_max: p.quic_conn_window_max.max(p.quic_conn_window),
+        autotune,
+        ..Default::default()
+    }
 }

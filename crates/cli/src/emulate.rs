@@ -106,6 +106,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
     let bootstrap = scenario.run.bootstrap.0;
     let info = RunInfo {
         plot_relays: crate::run::plot_relays(&scenario),
+        transport: None,
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(&scenario).unwrap_or(serde_json::Value::Null),
         seed: scenario.run.seed,

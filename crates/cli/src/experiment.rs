@@ -218,6 +218,12 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
         ],
     },
     Reproduction {
+        name: "quux",
+        about: "QUIC between relays (the QUUX design) against vanilla Tor on the toy network \
+                (3 trials each, 20 simulated minutes)",
+        experiments: &[embed!("examples/experiments/quux-toy.yaml")],
+    },
+    Reproduction {
         name: "schedulers",
         about: "KIST, KIST-lite and vanilla circuit schedulers on the toy network \
                 (3 trials each, 20 simulated minutes)",

@@ -2,7 +2,7 @@
 
 use onionlab_engine::time::{as_secs_f64, SimTime};
 use onionlab_engine::Simulation;
-use onionlab_report::{CircuitRecord, DownloadRecord, Outcome, RelaySample};
+use onionlab_report::{CircuitRecord, DownloadRecord, Outcome, RelaySample, TransportRecord};
 use onionlab_tor::measure::{CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
 
@@ -114,4 +114,32 @@ impl Collected {
         self.relays.extend(more.relays);
         self.circuits.extend(more.circuits);
     }
+}
+
+/// How the relays carried their channels over the whole run, from their counters.
+pub fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord {
+    let channel = serde_json::to_value(world.params.channel)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut t = TransportRecord {
+        channel,
+        ..TransportRecord::default()
+    };
+    for id in 0..sim.host_count() {
+        if let TorHost::Relay(r) = sim.host(id as u32) {
+            let c = r.channel_stats;
+            t.quic_channels += c.quic_channels;
+            t.tcp_fallbacks += c.tcp_fallbacks;
+            t.relay_cell_bytes += c.cells_written * onionlab_torcore::CELL_BYTES as u64;
+            let net = r.stack.stats();
+            t.relay_wire_bytes += net.bytes_sent;
+            t.quic_udp_bytes += net.quic_udp_bytes;
+            t.quic_stream_bytes += net.quic_stream_bytes;
+            t.quic_stream_bytes_retransmitted += net.quic_stream_bytes_retransmitted;
+            t.quic_packets_lost += net.quic_lost;
+            t.quic_ptos += net.quic_ptos;
+        }
+    }
+    t
 }

@@ -377,6 +377,7 @@ pub(crate) fn run_one(
     let write = |e: onionlab_report::ReportError| Failure::internal(e.to_string());
     let mut info = RunInfo {
         plot_relays: plot_relays(scenario),
+        transport: None,
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
@@ -468,6 +469,9 @@ pub(crate) fn run_one(
     info.rounds = totals.rounds;
     info.events_per_sec = totals.events as f64 / wall.max(1e-9);
     info.peak_rss_bytes = peak_rss_bytes();
+    if failure.is_none() {
+        info.transport = Some(results::transport(&sim, &world));
+    }
     info.workers = totals
         .workers
         .iter()

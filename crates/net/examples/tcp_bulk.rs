@@ -1,11 +1,11 @@
-//! Speed of the network model for one TCP bulk flow:
+//! Speed of the network model for one TCP bulk flow (or with `--quic`, one QUIC stream):
 //! `cargo run --release -p onionlab-net --example tcp_bulk -- --mbit 100 --rtt-ms 50 --sim-seconds 60`.
 //!
 //! Prints the goodput and, as its last line, `sim_seconds_per_wall_second=<number>`.
 
 use clap::Parser;
 use onionlab_engine::time::{secs_f64, NANOS_PER_MILLI};
-use onionlab_net::iperf::{at, build, sender, sink, switch_graph, total_received};
+use onionlab_net::iperf::{at, build, quic_sender, sender, sink, switch_graph, total_received};
 use onionlab_net::NetworkConfig;
 
 #[derive(Parser)]
@@ -21,6 +21,9 @@ struct Args {
     sim_seconds: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// One stream of a QUIC connection instead of a TCP connection.
+    #[arg(long)]
+    quic: bool,
 }
 
 fn main() {
@@ -31,15 +34,17 @@ fn main() {
         at(10 * a.mbit * mbit, 10 * a.mbit * mbit),
         at(10 * a.mbit * mbit, a.mbit * mbit),
     ];
-    let roles = vec![sender(1, None, 64 * 1024), sink(64 * 1024)];
+    let send = if a.quic { quic_sender } else { sender };
+    let roles = vec![send(1, None, 64 * 1024), sink(64 * 1024)];
     let mut sim = build(&graph, &places, NetworkConfig::default(), roles, 1, a.seed);
     let stats = sim.run_until(secs_f64(a.sim_seconds));
     let wall = stats.wall.as_secs_f64();
     let bytes = total_received(&sim, 1);
     let info = sim.host(0).stack.stats();
     println!(
-        "bottleneck_mbit={} rtt_ms={} loss={} sim_s={} goodput_mbit={:.3} events={} \
+        "transport={} bottleneck_mbit={} rtt_ms={} loss={} sim_s={} goodput_mbit={:.3} events={} \
          packets={} wall_s={:.3} events_per_sec={:.0} lookahead_ms={}",
+        if a.quic { "quic" } else { "tcp" },
         a.mbit,
         a.rtt_ms,
         a.loss,

@@ -1,5 +1,7 @@
 //! Memory cost of idle TCP connections:
-//! `cargo run --release -p onionlab-net --example tcp_memory -- --connections 16384`.
+//! `cargo run --release -p onionlab-net --example tcp_memory -- --connections 16384`;
+//! of idle QUIC connections and their streams (each stream carried one byte, so both ends
+//! hold it): `... -- --quic --connections 4096 --streams 8`.
 //!
 //! One host opens N connections to another; once all are established and idle, the heap
 //! growth (counted by a wrapping allocator) is divided by the number of connections and of
@@ -15,7 +17,7 @@ use clap::Parser;
 use onionlab_engine::time::{millis, secs};
 use onionlab_engine::{Context, EngineConfig, Host, HostId, Simulation};
 use onionlab_net::iperf::{at, switch_graph};
-use onionlab_net::{NetEvent, NetStack, Network, NetworkConfig, SocketEvent};
+use onionlab_net::{NetEvent, NetStack, Network, NetworkConfig, SocketEvent, SocketId};
 
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -42,11 +44,19 @@ static A: Counting = Counting;
 struct Args {
     #[arg(long, default_value_t = 16384)]
     connections: u32,
+    /// QUIC connections instead of TCP.
+    #[arg(long)]
+    quic: bool,
+    /// QUIC: streams then opened on every connection.
+    #[arg(long, default_value_t = 0)]
+    streams: u32,
 }
 
 enum Ev {
     Net(NetEvent<u32>),
     Open(u32),
+    /// Opens a stream on each of these connections and sends one byte on it.
+    Streams(Vec<SocketId>),
 }
 impl From<NetEvent<u32>> for Ev {
     fn from(e: NetEvent<u32>) -> Self {
@@ -57,6 +67,9 @@ impl From<NetEvent<u32>> for Ev {
 struct Node {
     stack: NetStack<u32>,
     established: u32,
+    quic: bool,
+    conns: Vec<SocketId>,
+    streams: u32,
 }
 
 impl Host for Node {
@@ -66,13 +79,27 @@ impl Host for Node {
             Ev::Net(e) => self.stack.handle(ctx, e),
             Ev::Open(n) => {
                 for _ in 0..n {
-                    self.stack.connect(ctx, 1, 80);
+                    let conn = if self.quic {
+                        self.stack.quic_connect(ctx, 1, 80)
+                    } else {
+                        self.stack.connect(ctx, 1, 80)
+                    };
+                    self.conns.push(conn);
+                }
+            }
+            Ev::Streams(conns) => {
+                for conn in conns {
+                    let stream = self.stack.open_stream(conn).expect("a stream opens");
+                    assert!(self.stack.write_message(stream, 1, 0));
+                    self.stack.flush(ctx, stream);
                 }
             }
         }
         while let Some(e) = self.stack.poll_event() {
-            if matches!(e, SocketEvent::Connected(_) | SocketEvent::Accepted { .. }) {
-                self.established += 1;
+            match e {
+                SocketEvent::Connected(_) | SocketEvent::Accepted { .. } => self.established += 1,
+                SocketEvent::StreamAccepted { .. } => self.streams += 1,
+                _ => {}
             }
         }
     }
@@ -88,6 +115,9 @@ fn main() {
         .map(|h| Node {
             stack: NetStack::new(h as HostId, net.clone()),
             established: 0,
+            quic: a.quic,
+            conns: Vec::with_capacity(a.connections as usize),
+            streams: 0,
         })
         .collect();
     let engine = EngineConfig {
@@ -98,6 +128,7 @@ fn main() {
     };
     let mut sim = Simulation::new(engine, nodes);
     sim.host_mut(1).stack.listen(80).unwrap();
+    sim.host_mut(1).stack.quic_listen(80).unwrap();
     // Warm up: one connection, so one-off allocations (queues, tables) are not counted.
     sim.schedule(0, 0, Ev::Open(1));
     sim.run_until(secs(5));
@@ -119,14 +150,38 @@ fn main() {
         (a.connections, a.connections),
         "not all connections established"
     );
-    assert_eq!(sim.pending_events(), 0, "idle connections keep no timers");
+    if !a.quic {
+        assert_eq!(sim.pending_events(), 0, "idle connections keep no timers");
+    }
     let grown = (after - before) as f64;
     let n = (a.connections - 1) as f64;
     println!(
-        "connections={} heap_growth_bytes={} bytes_per_socket={:.0}",
+        "transport={} connections={} heap_growth_bytes={} bytes_per_socket={:.0}",
+        if a.quic { "quic" } else { "tcp" },
         a.connections,
         after - before,
         grown / (2.0 * n)
     );
     println!("bytes_per_connection={:.0}", grown / n);
+    if a.quic && a.streams > 0 {
+        // Within the idle timeout (30 s): streams in batches, like connections above.
+        let conns = sim.host(0).conns.clone();
+        let mut t = t + secs(10);
+        for _ in 0..a.streams {
+            for chunk in conns.chunks(batch as usize) {
+                sim.schedule(0, t, Ev::Streams(chunk.to_vec()));
+                t += millis(5);
+            }
+        }
+        sim.run_until(t + secs(2));
+        let with_streams = LIVE.load(Ordering::Relaxed);
+        let opened = a.connections * a.streams;
+        assert_eq!(
+            sim.host(1).streams,
+            opened,
+            "not every stream reached the peer"
+        );
+        let per = (with_streams - after) as f64 / opened as f64;
+        println!("streams={opened} bytes_per_stream={per:.0} (both ends)");
+    }
 }

@@ -1,6 +1,7 @@
 //! An iperf-like application on the network stack: bulk senders that keep their send buffer
 //! full of numbered messages, and sinks that check every message arrives once, in order, at
-//! the right byte offset. Used to measure TCP over a path (tests, benchmarks, calibration).
+//! the right byte offset. Used to measure TCP, or QUIC (one stream of one connection), over a
+//! path (tests, benchmarks, calibration).
 
 use std::sync::Arc;
 
@@ -36,9 +37,11 @@ pub struct Received {
 
 pub enum Role {
     Idle,
-    /// Sends `total` bytes (forever if `None`) to `dst` as messages of `message` bytes.
+    /// Sends `total` bytes (forever if `None`) to `dst` as messages of `message` bytes, over
+    /// TCP or over a stream of a QUIC connection.
     Sender {
         dst: HostId,
+        quic: bool,
         total: Option<u64>,
         message: u64,
         socket: Option<SocketId>,
@@ -110,7 +113,19 @@ impl App {
             (Role::Sender { reset, .. }, SocketEvent::Reset(_) | SocketEvent::TimedOut(_)) => {
                 *reset = true
             }
-            (Role::Sink { conns, .. }, SocketEvent::Accepted { socket, peer, .. }) => {
+            (Role::Sink { conns, .. }, SocketEvent::StreamAccepted { stream, .. }) => {
+                let peer = self.stack.peer(stream).unwrap_or(HostId::MAX);
+                conns.push((
+                    stream,
+                    Received {
+                        peer,
+                        ..Default::default()
+                    },
+                ));
+            }
+            (Role::Sink { conns, .. }, SocketEvent::Accepted { socket, peer, port })
+                if port == PORT && self.stack.quic_conn_of(socket).is_none() =>
+            {
                 conns.push((
                     socket,
                     Received {
@@ -161,9 +176,19 @@ impl Host for App {
         match event {
             Ev::Net(e) => self.stack.handle(ctx, e),
             Ev::Start => match &mut self.role {
-                Role::Sink { .. } => self.stack.listen(PORT).unwrap(),
-                Role::Sender { dst, socket, .. } => {
-                    *socket = Some(self.stack.connect(ctx, *dst, PORT));
+                Role::Sink { .. } => {
+                    self.stack.listen(PORT).unwrap();
+                    self.stack.quic_listen(PORT).unwrap();
+                }
+                Role::Sender {
+                    dst, socket, quic, ..
+                } => {
+                    *socket = if *quic {
+                        let conn = self.stack.quic_connect(ctx, *dst, PORT);
+                        self.stack.open_stream(conn)
+                    } else {
+                        Some(self.stack.connect(ctx, *dst, PORT))
+                    };
                     self.fill(ctx);
                 }
                 Role::Idle => {}
@@ -178,6 +203,7 @@ impl Host for App {
 pub fn sender(dst: HostId, total: Option<u64>, message: u64) -> Role {
     Role::Sender {
         dst,
+        quic: false,
         total,
         message,
         socket: None,
@@ -186,6 +212,15 @@ pub fn sender(dst: HostId, total: Option<u64>, message: u64) -> Role {
         connected: false,
         reset: false,
     }
+}
+
+/// A sender over one stream of a QUIC connection.
+pub fn quic_sender(dst: HostId, total: Option<u64>, message: u64) -> Role {
+    let mut role = sender(dst, total, message);
+    if let Role::Sender { quic, .. } = &mut role {
+        *quic = true;
+    }
+    role
 }
 
 pub fn sink(message: u64) -> Role {

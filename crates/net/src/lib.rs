@@ -15,6 +15,7 @@ pub mod pipe;
 pub mod stack;
 
 pub use network::{HostPlacement, Network, NetworkConfig};
+pub use onionlab_quic as quic;
 pub use onionlab_tcp as tcp;
 pub use onionlab_topology as topology;
 pub use packet::{Packet, SocketAddr};

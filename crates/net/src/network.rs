@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use onionlab_engine::time::{millis, SimDuration, NANOS_PER_SEC};
 use onionlab_engine::HostId;
+use onionlab_quic::QuicConfig;
 use onionlab_tcp::TcpConfig;
 use onionlab_topology::{Graph, Path, PathTable};
 
@@ -37,6 +38,7 @@ pub struct NetworkConfig {
     /// wait there, as Linux's qdisc back-pressure does; they resume at half of it.
     pub up_tcp_backlog: u64,
     pub tcp: TcpConfig,
+    pub quic: QuicConfig,
 }
 
 impl Default for NetworkConfig {
@@ -48,6 +50,7 @@ impl Default for NetworkConfig {
             up_queue_bytes: 1 << 20,
             up_tcp_backlog: 64 * 1024,
             tcp: TcpConfig::default(),
+            quic: QuicConfig::default(),
         }
     }
 }
@@ -64,6 +67,7 @@ pub struct Network {
     hosts: Vec<HostLinks>,
     /// Shared by every socket, so connections need not carry their own copy.
     tcp: Arc<TcpConfig>,
+    quic: Arc<QuicConfig>,
     paths: PathTable,
     lookahead: SimDuration,
     pub config: NetworkConfig,
@@ -123,6 +127,7 @@ impl Network {
         Ok(Network {
             hosts,
             tcp: Arc::new(config.tcp.clone()),
+            quic: Arc::new(config.quic.clone()),
             paths,
             lookahead,
             config,
@@ -145,6 +150,10 @@ impl Network {
 
     pub fn tcp_config(&self) -> &Arc<TcpConfig> {
         &self.tcp
+    }
+
+    pub fn quic_config(&self) -> &Arc<QuicConfig> {
+        &self.quic
     }
 
     /// The round width the engine should use for this network.

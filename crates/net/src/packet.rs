@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use onionlab_engine::HostId;
+use onionlab_quic::QuicPacket;
 use onionlab_tcp::TcpSegment;
 
-use crate::pipe::ConnPipes;
+use crate::pipe::{ConnPipes, QuicPipes};
 
 /// IPv4 (20) + UDP (8) header bytes.
 pub const UDP_HEADER_BYTES: u32 = 28;
@@ -22,6 +23,7 @@ pub struct Packet<M> {
 pub enum PacketBody<M> {
     Tcp(TcpPacket<M>),
     Udp(UdpDatagram<M>),
+    Quic(QuicDatagram<M>),
 }
 
 /// A TCP segment addressed socket to socket.
@@ -53,4 +55,19 @@ pub struct UdpDatagram<M> {
 pub struct SocketAddr {
     pub slot: u32,
     pub generation: u32,
+}
+
+/// A QUIC packet in a UDP datagram, addressed connection to connection: each side's slot
+/// stands in for the connection IDs that real QUIC puts in its headers (and counts in the
+/// packet's size), so the receiving stack needs no lookup table.
+pub struct QuicDatagram<M> {
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub src_conn: SocketAddr,
+    /// `None` until the client has heard from the server.
+    pub dst_conn: Option<SocketAddr>,
+    pub packet: QuicPacket,
+    /// The connection's stream pipes, on the client's packets until it has heard from the
+    /// server, so the server can attach to them.
+    pub pipes: Option<Arc<QuicPipes<M>>>,
 }

@@ -11,7 +11,7 @@
 //! that separates the two. The result therefore never depends on thread timing.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// One direction of a connection.
 pub struct Pipe<M> {
@@ -58,5 +58,36 @@ impl<M> Default for ConnPipes<M> {
             forward: Pipe::default(),
             backward: Pipe::default(),
         }
+    }
+}
+
+/// The message pipes of a QUIC connection's streams, shared by its two ends.
+///
+/// The side that opens a stream creates the stream's pipes and leaves them here under the
+/// stream's id; the other side takes them when the stream's first frame arrives. That frame
+/// left the opener at least one lookahead after the pipes were left, i.e. in an earlier round,
+/// so the hand-over never depends on thread timing. Only streams whose first frame has not yet
+/// arrived are held here.
+pub struct QuicPipes<M> {
+    opened: Mutex<Vec<(u64, Arc<ConnPipes<M>>)>>,
+}
+
+impl<M> Default for QuicPipes<M> {
+    fn default() -> Self {
+        Self {
+            opened: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<M> QuicPipes<M> {
+    pub(crate) fn offer(&self, stream: u64, pipes: Arc<ConnPipes<M>>) {
+        self.opened.lock().unwrap().push((stream, pipes));
+    }
+
+    pub(crate) fn take(&self, stream: u64) -> Option<Arc<ConnPipes<M>>> {
+        let mut opened = self.opened.lock().unwrap();
+        let i = opened.iter().position(|(s, _)| *s == stream)?;
+        Some(opened.swap_remove(i).1)
     }
 }

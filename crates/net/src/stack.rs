@@ -21,6 +21,9 @@ use crate::packet::{Packet, PacketBody, SocketAddr, TcpPacket, UdpDatagram, UDP_
 use crate::pipe::ConnPipes;
 use crate::NetError;
 
+mod quic;
+use quic::{QuicSocket, StreamSocket};
+
 /// A TCP socket of this host.
 pub type SocketId = SocketAddr;
 
@@ -32,7 +35,9 @@ pub enum NetEvent<M> {
     Deliver(Packet<M>),
     /// A TCP timer of `socket` set for `deadline`.
     TcpTimer { socket: SocketId, deadline: SimTime },
-    /// The upstream link has drained enough to take more TCP segments.
+    /// A QUIC connection's timer (loss detection, PTO, ACK delay, idle) set for `deadline`.
+    QuicTimer { socket: SocketId, deadline: SimTime },
+    /// The upstream link has drained enough to take more TCP segments (or QUIC packets).
     UpReady,
 }
 
@@ -63,6 +68,8 @@ pub enum SocketEvent<M> {
     Reset(SocketId),
     /// Retransmissions were exhausted.
     TimedOut(SocketId),
+    /// The peer opened a stream on QUIC connection `conn`; `stream` is its socket.
+    StreamAccepted { conn: SocketId, stream: SocketId },
     /// A UDP datagram arrived on a bound port.
     Datagram {
         port: u16,
@@ -93,6 +100,16 @@ pub struct NetStats {
     pub tcp_retransmits: u64,
     /// TCP retransmission timeouts, over all sockets.
     pub tcp_timeouts: u64,
+    /// QUIC packets for no (or a stale) connection.
+    pub quic_unmatched: u64,
+    /// QUIC packets declared lost, probe timeouts, and UDP payload bytes sent, over all QUIC
+    /// connections (open and closed).
+    pub quic_lost: u64,
+    pub quic_ptos: u64,
+    pub quic_udp_bytes: u64,
+    /// QUIC stream payload bytes: first transmissions, and retransmissions.
+    pub quic_stream_bytes: u64,
+    pub quic_stream_bytes_retransmitted: u64,
 }
 
 struct TcpSocket<M> {
@@ -128,9 +145,22 @@ impl<M> TcpSocket<M> {
     }
 }
 
+/// What occupies a socket slot. TCP sockets, QUIC connections and QUIC streams share one
+/// slot space, so an application indexes its per-socket tables the same way for all three.
+/// TCP sockets, by far the most numerous, stay inline (no allocation and no indirection per
+/// socket); a stream slot is larger than it needs to be, which costs little as streams live
+/// only under the `quic` design.
+#[allow(clippy::large_enum_variant)]
+enum Socket<M> {
+    Tcp(TcpSocket<M>),
+    /// Boxed: a QUIC connection is larger than a TCP socket, and most slots hold TCP sockets.
+    Quic(Box<QuicSocket<M>>),
+    Stream(StreamSocket<M>),
+}
+
 struct Slot<M> {
     generation: u32,
-    socket: Option<TcpSocket<M>>,
+    socket: Option<Socket<M>>,
 }
 
 const FIRST_EPHEMERAL_PORT: u16 = 49152;
@@ -144,6 +174,8 @@ pub struct NetStack<M> {
     slots: Vec<Slot<M>>,
     free: Vec<u32>,
     listeners: Vec<u16>,
+    /// Ports accepting QUIC connections.
+    quic_ports: Vec<u16>,
     udp_ports: Vec<u16>,
     /// Accepted sockets still in the handshake, by (peer, peer's socket), so that a
     /// retransmitted SYN finds the socket it already created.
@@ -168,6 +200,7 @@ impl<M: Send + 'static> NetStack<M> {
             slots: Vec::new(),
             free: Vec::new(),
             listeners: Vec::new(),
+            quic_ports: Vec::new(),
             udp_ports: Vec::new(),
             half_open: Vec::new(),
             link_waiters: VecDeque::new(),
@@ -187,9 +220,15 @@ impl<M: Send + 'static> NetStack<M> {
         s.up_drops = self.up.drops;
         s.down_drops = self.down.drops;
         for socket in self.slots.iter().filter_map(|slot| slot.socket.as_ref()) {
-            let info = socket.conn.info();
-            s.tcp_retransmits += info.retransmits;
-            s.tcp_timeouts += info.rto_count;
+            match socket {
+                Socket::Tcp(socket) => {
+                    let info = socket.conn.info();
+                    s.tcp_retransmits += info.retransmits;
+                    s.tcp_timeouts += info.rto_count;
+                }
+                Socket::Quic(q) => quic::add_stats(&mut s, &q.conn.info()),
+                Socket::Stream(_) => {}
+            }
         }
         s
     }
@@ -229,13 +268,9 @@ impl<M: Send + 'static> NetStack<M> {
         dst: HostId,
         port: u16,
     ) -> SocketId {
-        let local_port = self.next_port;
-        self.next_port = self
-            .next_port
-            .checked_add(1)
-            .unwrap_or(FIRST_EPHEMERAL_PORT);
+        let local_port = self.ephemeral_port();
         let conn = TcpConnection::connect(self.tcp_config(), ctx.now(), 0);
-        let id = self.insert(TcpSocket {
+        let id = self.insert(Socket::Tcp(TcpSocket {
             conn,
             peer: dst,
             local_port,
@@ -246,12 +281,19 @@ impl<M: Send + 'static> NetStack<M> {
             auto_read: true,
             waiting_for_link: false,
             timer: u64::MAX,
-        });
+        }));
         self.drive(ctx, id);
         id
     }
 
-    fn insert(&mut self, socket: TcpSocket<M>) -> SocketId {
+    /// The next local port for a connection this host opens.
+    fn ephemeral_port(&mut self) -> u16 {
+        let port = self.next_port;
+        self.next_port = port.checked_add(1).unwrap_or(FIRST_EPHEMERAL_PORT);
+        port
+    }
+
+    fn insert(&mut self, socket: Socket<M>) -> SocketId {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -270,12 +312,12 @@ impl<M: Send + 'static> NetStack<M> {
         }
     }
 
-    fn socket(&self, id: SocketId) -> Option<&TcpSocket<M>> {
+    fn any(&self, id: SocketId) -> Option<&Socket<M>> {
         let s = self.slots.get(id.slot as usize)?;
         (s.generation == id.generation).then_some(s.socket.as_ref()?)
     }
 
-    fn socket_mut(&mut self, id: SocketId) -> Option<&mut TcpSocket<M>> {
+    fn any_mut(&mut self, id: SocketId) -> Option<&mut Socket<M>> {
         let s = self.slots.get_mut(id.slot as usize)?;
         if s.generation == id.generation {
             s.socket.as_mut()
@@ -284,48 +326,82 @@ impl<M: Send + 'static> NetStack<M> {
         }
     }
 
-    /// Whether `id` names an open socket.
+    fn socket(&self, id: SocketId) -> Option<&TcpSocket<M>> {
+        match self.any(id)? {
+            Socket::Tcp(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn socket_mut(&mut self, id: SocketId) -> Option<&mut TcpSocket<M>> {
+        match self.any_mut(id)? {
+            Socket::Tcp(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether `id` names an open socket (a TCP socket, QUIC connection or QUIC stream).
     pub fn is_open(&self, id: SocketId) -> bool {
-        self.socket(id).is_some()
+        self.any(id).is_some()
     }
 
-    /// The kernel facts about a socket (what Tor's KIST scheduler reads).
+    /// The kernel facts about a socket (what Tor's KIST scheduler reads). For a QUIC stream
+    /// or connection: its connection's congestion state in the same terms (see
+    /// [`NetStack::quic_info`] for the rest).
     pub fn tcp_info(&self, id: SocketId) -> Option<TcpInfo> {
-        self.socket(id).map(|s| s.conn.info())
+        match self.any(id)? {
+            Socket::Tcp(s) => Some(s.conn.info()),
+            _ => self.quic_tcp_info(id),
+        }
     }
 
-    /// Free space in the socket's send buffer.
+    /// Free space in the socket's send buffer (a QUIC stream's own buffer).
     pub fn send_space(&self, id: SocketId) -> u64 {
-        self.socket(id).map_or(0, |s| s.conn.send_space())
+        match self.any(id) {
+            Some(Socket::Tcp(s)) => s.conn.send_space(),
+            Some(Socket::Stream(st)) => self
+                .quic_ref(st.conn)
+                .map_or(0, |q| q.conn.send_space(st.stream)),
+            _ => 0,
+        }
     }
 
     /// The peer host of a socket.
     pub fn peer(&self, id: SocketId) -> Option<HostId> {
-        self.socket(id).map(|s| s.peer)
+        match self.any(id)? {
+            Socket::Tcp(s) => Some(s.peer),
+            Socket::Quic(q) => Some(q.peer),
+            Socket::Stream(st) => self.quic_ref(st.conn).map(|q| q.peer),
+        }
     }
 
     /// Appends up to `bytes` to the send buffer; returns how many were taken. Nothing is sent
     /// until `flush` (the end of the application's write call).
     pub fn write(&mut self, id: SocketId, bytes: u64) -> u64 {
-        let Some(s) = self.socket_mut(id) else {
-            return 0;
-        };
-        s.conn.send(bytes)
+        match self.any(id) {
+            Some(Socket::Tcp(_)) => self.socket_mut(id).unwrap().conn.send(bytes),
+            Some(Socket::Stream(_)) => self.stream_write(id, bytes),
+            _ => 0,
+        }
     }
 
     /// Marks the end of a message at the current end of the written data: the peer receives
     /// `message` when it has read up to here.
     pub fn mark(&mut self, id: SocketId, message: M) {
-        if let Some(s) = self.socket(id) {
-            s.out_pipe().push(s.conn.written(), message);
+        match self.any(id) {
+            Some(Socket::Tcp(s)) => s.out_pipe().push(s.conn.written(), message),
+            Some(Socket::Stream(_)) => self.stream_mark(id, message),
+            _ => {}
         }
     }
 
     /// Writes a whole message if the send buffer has room for it; returns whether it did.
     pub fn write_message(&mut self, id: SocketId, bytes: u64, message: M) -> bool {
         if self.send_space(id) < bytes {
-            if let Some(s) = self.socket_mut(id) {
-                s.conn.wait_writable();
+            match self.any(id) {
+                Some(Socket::Tcp(_)) => self.socket_mut(id).unwrap().conn.wait_writable(),
+                Some(Socket::Stream(_)) => self.stream_wait_writable(id),
+                _ => {}
             }
             return false;
         }
@@ -337,19 +413,35 @@ impl<M: Send + 'static> NetStack<M> {
 
     /// Hands what was written to TCP for sending.
     pub fn flush<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
-        self.drive(ctx, id);
+        match self.any(id) {
+            Some(Socket::Tcp(_)) => self.drive(ctx, id),
+            Some(Socket::Quic(_)) => self.drive_quic(ctx, id),
+            Some(Socket::Stream(st)) => {
+                let conn = st.conn;
+                self.drive_quic(ctx, conn);
+            }
+            None => {}
+        }
     }
 
     /// Whether the stack reads arriving data by itself (the default) or waits for `read`.
     pub fn set_auto_read(&mut self, id: SocketId, on: bool) {
-        if let Some(s) = self.socket_mut(id) {
-            s.auto_read = on;
+        match self.any_mut(id) {
+            Some(Socket::Tcp(s)) => s.auto_read = on,
+            Some(Socket::Stream(st)) => st.auto_read = on,
+            _ => {}
         }
     }
 
     /// In-order bytes received and not yet read.
     pub fn readable(&self, id: SocketId) -> u64 {
-        self.socket(id).map_or(0, |s| s.conn.recv_available())
+        match self.any(id) {
+            Some(Socket::Tcp(s)) => s.conn.recv_available(),
+            Some(Socket::Stream(st)) => self
+                .quic_ref(st.conn)
+                .map_or(0, |q| q.conn.readable(st.stream)),
+            _ => 0,
+        }
     }
 
     /// Reads up to `max` bytes; the messages completed by them become events.
@@ -359,11 +451,24 @@ impl<M: Send + 'static> NetStack<M> {
         id: SocketId,
         max: u64,
     ) -> u64 {
-        let n = self.read_inner(id, max);
-        if n > 0 {
-            self.drive(ctx, id);
+        match self.any(id) {
+            Some(Socket::Tcp(_)) => {
+                let n = self.read_inner(id, max);
+                if n > 0 {
+                    self.drive(ctx, id);
+                }
+                n
+            }
+            Some(Socket::Stream(st)) => {
+                let conn = st.conn;
+                let n = self.stream_read(id, max);
+                if n > 0 {
+                    self.drive_quic(ctx, conn);
+                }
+                n
+            }
+            _ => 0,
         }
-        n
     }
 
     fn read_inner(&mut self, id: SocketId, max: u64) -> u64 {
@@ -375,7 +480,9 @@ impl<M: Send + 'static> NetStack<M> {
             return 0;
         }
         let events = &mut self.events;
-        let s = self.slots[id.slot as usize].socket.as_ref().unwrap();
+        let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_ref() else {
+            unreachable!()
+        };
         events.push_back(SocketEvent::Data {
             socket: id,
             bytes: n,
@@ -391,18 +498,28 @@ impl<M: Send + 'static> NetStack<M> {
     }
 
     /// Closes the sending direction once everything written has been sent.
+    /// A QUIC stream: finishes it (FIN after what was written). A QUIC connection: closes it.
     pub fn close<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
-        if let Some(s) = self.socket_mut(id) {
-            s.conn.close(ctx.now());
-            self.drive(ctx, id);
+        match self.any(id) {
+            Some(Socket::Tcp(_)) => {
+                self.socket_mut(id).unwrap().conn.close(ctx.now());
+                self.drive(ctx, id);
+            }
+            Some(_) => self.quic_close(ctx, id),
+            None => {}
         }
     }
 
-    /// Resets the connection at once.
+    /// Resets the connection at once. QUIC streams and connections are closed as by
+    /// [`NetStack::close`] (the model has no RESET_STREAM).
     pub fn abort<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
-        if let Some(s) = self.socket_mut(id) {
-            s.conn.abort(ctx.now());
-            self.drive(ctx, id);
+        match self.any(id) {
+            Some(Socket::Tcp(_)) => {
+                self.socket_mut(id).unwrap().conn.abort(ctx.now());
+                self.drive(ctx, id);
+            }
+            Some(_) => self.quic_close(ctx, id),
+            None => {}
         }
     }
 
@@ -439,6 +556,7 @@ impl<M: Send + 'static> NetStack<M> {
                 let from = packet.src;
                 match packet.body {
                     PacketBody::Tcp(tcp) => self.receive_tcp(ctx, from, tcp),
+                    PacketBody::Quic(d) => self.receive_quic(ctx, from, d),
                     PacketBody::Udp(d) => {
                         if self.udp_ports.contains(&d.dst_port) {
                             self.events.push_back(SocketEvent::Datagram {
@@ -468,15 +586,23 @@ impl<M: Send + 'static> NetStack<M> {
                 }
                 self.drive(ctx, socket);
             }
+            NetEvent::QuicTimer { socket, deadline } => self.quic_timer(ctx, socket, deadline),
             NetEvent::UpReady => {
                 self.up_ready_armed = false;
                 while self.up.backlog_bytes(ctx.now()) <= self.net.config.up_tcp_backlog {
                     let Some(id) = self.link_waiters.pop_front() else {
                         break;
                     };
-                    if let Some(s) = self.socket_mut(id) {
-                        s.waiting_for_link = false;
-                        self.drive(ctx, id);
+                    match self.any_mut(id) {
+                        Some(Socket::Tcp(s)) => {
+                            s.waiting_for_link = false;
+                            self.drive(ctx, id);
+                        }
+                        Some(Socket::Quic(q)) => {
+                            q.waiting_for_link = false;
+                            self.drive_quic(ctx, id);
+                        }
+                        _ => {}
                     }
                 }
                 if !self.link_waiters.is_empty() {
@@ -540,7 +666,7 @@ impl<M: Send + 'static> NetStack<M> {
         pipes: Arc<ConnPipes<M>>,
     ) {
         let conn = TcpConnection::accept(self.tcp_config(), ctx.now(), 0, &packet.segment);
-        let id = self.insert(TcpSocket {
+        let id = self.insert(Socket::Tcp(TcpSocket {
             conn,
             peer: from,
             local_port: packet.dst_port,
@@ -551,7 +677,7 @@ impl<M: Send + 'static> NetStack<M> {
             auto_read: true,
             waiting_for_link: false,
             timer: u64::MAX,
-        });
+        }));
         self.half_open.push((from, packet.src_socket, id));
         self.drive(ctx, id);
     }
@@ -652,7 +778,9 @@ impl<M: Send + 'static> NetStack<M> {
         let now = ctx.now();
         let limit = self.net.config.up_tcp_backlog;
         loop {
-            let s = self.slots[id.slot as usize].socket.as_mut().unwrap();
+            let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() else {
+                unreachable!("slot {} holds no TCP socket", id.slot)
+            };
             if s.waiting_for_link {
                 return;
             }
@@ -695,15 +823,21 @@ impl<M: Send + 'static> NetStack<M> {
     }
 
     fn release(&mut self, id: SocketId) {
-        let slot = &mut self.slots[id.slot as usize];
-        if let Some(socket) = slot.socket.take() {
+        if let Some(Socket::Tcp(socket)) = self.free_slot(id) {
             let info = socket.conn.info();
             self.stats.tcp_retransmits += info.retransmits;
             self.stats.tcp_timeouts += info.rto_count;
         }
+    }
+
+    /// Empties a slot for reuse under a new generation; returns what it held.
+    fn free_slot(&mut self, id: SocketId) -> Option<Socket<M>> {
+        let slot = &mut self.slots[id.slot as usize];
+        let socket = slot.socket.take();
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.slot);
         self.half_open.retain(|(_, _, ours)| *ours != id);
+        socket
     }
 
     /// Puts a packet on the upstream link and, unless the path loses it, on its way to `dst`.

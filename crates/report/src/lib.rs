@@ -27,7 +27,8 @@ pub use output::{
 };
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{
-    CircuitRecord, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo, WorkerRecord,
+    CircuitRecord, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo,
+    TransportRecord, WorkerRecord,
 };
 pub use report::{
     relative_change, write_comparison, write_comparison_with, write_report, write_report_with,

@@ -551,6 +551,7 @@ mod tests {
             progress: vec![(0.0, 0.0), (12.5, 3600.0)],
             emulation: None,
             plot_relays: Vec::new(),
+            transport: None,
         }
     }
 

@@ -183,4 +183,41 @@ pub struct RunInfo {
     /// run.json files load.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plot_relays: Vec<String>,
+    /// How the relays carried their channels (simulations; left out of older run.json files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<TransportRecord>,
+}
+
+/// How the relays of a simulated run carried their channels, from their counters at its end:
+/// for the `quic` design how many channels moved to QUIC and how many stayed on TCP, and for
+/// every design the bytes the relays put on the wire against the cell bytes they sent, so the
+/// transports' overheads compare for the same payload.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransportRecord {
+    /// `tor.channel`.
+    pub channel: String,
+    /// Channels relays opened that moved to QUIC, and that stayed on TCP because their QUIC
+    /// connection was not ready when the TCP link handshake completed.
+    pub quic_channels: u64,
+    pub tcp_fallbacks: u64,
+    /// Cells relays wrote, counted at 514 bytes each (the payload every design carries).
+    pub relay_cell_bytes: u64,
+    /// IP bytes relays sent (headers, TLS or QUIC framing, retransmissions, ACKs, handshakes):
+    /// over all their traffic, including exits' requests to servers.
+    pub relay_wire_bytes: u64,
+    /// Relays' QUIC connections: UDP payload bytes sent, stream bytes first sent and
+    /// retransmitted, packets declared lost, probe timeouts.
+    pub quic_udp_bytes: u64,
+    pub quic_stream_bytes: u64,
+    pub quic_stream_bytes_retransmitted: u64,
+    pub quic_packets_lost: u64,
+    pub quic_ptos: u64,
+}
+
+impl TransportRecord {
+    /// Wire bytes per cell byte, less one: what the transport adds to the payload.
+    pub fn overhead(&self) -> Option<f64> {
+        (self.relay_cell_bytes > 0)
+            .then(|| self.relay_wire_bytes as f64 / self.relay_cell_bytes as f64 - 1.0)
+    }
 }

@@ -225,6 +225,38 @@ fn settings_rows(input: &Input) -> Vec<Vec<String>> {
             rows.push((label, v));
         }
     }
+    if let Some(v) = json_text(tor.and_then(|t| t.get("channel"))) {
+        rows.push(("channel design", v));
+    }
+    // How the channels were carried, per trial: QUIC's outcome and what each transport put
+    // on the wire beyond the cells it carried.
+    let transports: Vec<&crate::records::TransportRecord> = runs
+        .iter()
+        .filter_map(|r| r.info.transport.as_ref())
+        .collect();
+    if transports
+        .iter()
+        .any(|t| t.quic_channels + t.tcp_fallbacks > 0)
+    {
+        let outcome: Vec<String> = transports
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} on QUIC, {} stayed on TCP",
+                    t.quic_channels, t.tcp_fallbacks
+                )
+            })
+            .collect();
+        rows.push(("relay channels opened", outcome.join("; ")));
+    }
+    let overheads: Vec<String> = transports
+        .iter()
+        .filter_map(|t| t.overhead())
+        .map(|o| format!("{:.1}%", 100.0 * o))
+        .collect();
+    if !overheads.is_empty() {
+        rows.push(("relays' wire bytes beyond cell bytes", overheads.join(", ")));
+    }
     let threads: BTreeSet<usize> = runs.iter().map(|r| r.info.threads).collect();
     rows.push((
         "threads",

@@ -84,6 +84,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
         progress: vec![(0.0, 0.0), (1.0, 30.0), (2.2, 70.0), (3.5, 120.0)],
         emulation: None,
         plot_relays: Vec::new(),
+        transport: None,
     }
 }
 

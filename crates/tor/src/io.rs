@@ -15,6 +15,7 @@ use std::ops::{Deref, DerefMut};
 
 use onionlab_engine::time::{SimDuration, SimTime};
 use onionlab_engine::{Context, HostId, HostRng};
+use onionlab_net::quic::QuicInfo;
 use onionlab_net::tcp::TcpInfo;
 use onionlab_net::{NetError, NetEvent, NetStack, SocketEvent, SocketId};
 
@@ -48,8 +49,18 @@ pub trait Io<T> {
     fn close(&mut self, socket: SocketId);
     fn abort(&mut self, socket: SocketId);
     fn is_open(&self, socket: SocketId) -> bool;
-    /// The kernel's view of a connection (KIST reads its congestion window and queues).
+    /// The kernel's view of a connection (KIST reads its congestion window and queues). For a
+    /// QUIC stream: its connection's window and flight, and the stream's own unsent bytes; for
+    /// a QUIC connection: its window, flight and the unsent bytes of all its streams.
     fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo>;
+
+    fn quic_listen(&mut self, port: u16) -> Result<(), NetError>;
+    /// Opens a QUIC connection; [`SocketEvent::Connected`] reports its handshake's end.
+    fn quic_connect(&mut self, peer: HostId, port: u16) -> SocketId;
+    /// Opens a stream on a QUIC connection (a socket of its own); `None` if it cannot.
+    fn open_stream(&mut self, conn: SocketId) -> Option<SocketId>;
+    /// A QUIC connection's (or a stream's connection's) state and counters.
+    fn quic_info(&self, socket: SocketId) -> Option<QuicInfo>;
 }
 
 /// The driver: a host's engine context and network stack, for one event.
@@ -178,6 +189,18 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
         self.stack.tcp_info(socket)
     }
+    fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
+        self.stack.quic_listen(port)
+    }
+    fn quic_connect(&mut self, peer: HostId, port: u16) -> SocketId {
+        self.stack.quic_connect(self.ctx, peer, port)
+    }
+    fn open_stream(&mut self, conn: SocketId) -> Option<SocketId> {
+        self.stack.open_stream(conn)
+    }
+    fn quic_info(&self, socket: SocketId) -> Option<QuicInfo> {
+        self.stack.quic_info(socket)
+    }
 }
 
 /// A scripted outside world for unit tests of the state machines: the test queues socket
@@ -223,6 +246,10 @@ pub(crate) mod script {
         pub listening: Vec<u16>,
         /// Congestion window (segments) every socket reports: what KIST may write.
         pub cwnd: u32,
+        /// Whether QUIC connections report their handshake complete.
+        pub quic_ready: bool,
+        /// The streams the state machine opened.
+        pub streams: Vec<SocketId>,
     }
 
     impl<T> ScriptIo<T> {
@@ -236,6 +263,8 @@ pub(crate) mod script {
                 asked: Vec::new(),
                 listening: Vec::new(),
                 cwnd: 10,
+                quic_ready: false,
+                streams: Vec::new(),
             }
         }
 
@@ -387,6 +416,26 @@ pub(crate) mod script {
                 fast_recoveries: 0,
                 send_buffer: 0,
                 recv_buffer: 0,
+            })
+        }
+        fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
+            self.listening.push(port);
+            Ok(())
+        }
+        fn quic_connect(&mut self, peer: HostId, port: u16) -> SocketId {
+            let socket = self.new_socket();
+            self.asked.push(Asked::Connect { socket, peer, port });
+            socket
+        }
+        fn open_stream(&mut self, _conn: SocketId) -> Option<SocketId> {
+            let stream = self.new_socket();
+            self.streams.push(stream);
+            Some(stream)
+        }
+        fn quic_info(&self, socket: SocketId) -> Option<QuicInfo> {
+            self.is_open(socket).then(|| QuicInfo {
+                established: self.quic_ready,
+                ..QuicInfo::default()
             })
         }
     }

@@ -8,6 +8,9 @@ use onionlab_torcore::TorParams;
 
 /// The port relays accept channels on.
 pub const OR_PORT: u16 = 9001;
+/// The UDP port relays accept QUIC connections on (the `quic` channel design). A number of
+/// its own, so that an accepted connection's port says whether it is QUIC or TCP.
+pub const QUIC_PORT: u16 = 9002;
 /// The port file servers listen on and exits connect to.
 pub const HTTP_PORT: u16 = 80;
 

@@ -8,7 +8,7 @@ use onionlab_engine::time::{millis, secs};
 use onionlab_engine::Simulation;
 use onionlab_netdir::RelayFlags;
 use onionlab_tor::attack::AttackPlan;
-use onionlab_tor::build::{build, HostRole, HostSpec};
+use onionlab_tor::build::{build, HostRole, HostSpec, TorNetwork};
 use onionlab_tor::measure::DownloadOutcome;
 use onionlab_tor::relay::DESTROY_CONNECT_FAILED;
 use onionlab_tor::transport::imux_socket_cap;
@@ -441,6 +441,7 @@ fn every_design_is_deterministic_across_thread_counts() {
         ChannelDesign::TorchestraIdeal,
         ChannelDesign::Pctcp,
         ChannelDesign::Imux,
+        ChannelDesign::Quic,
     ] {
         let one = fingerprint(&attack(channel, 1));
         let two = fingerprint(&attack(channel, 2));
@@ -449,4 +450,76 @@ fn every_design_is_deterministic_across_thread_counts() {
     for scheduler in [ImuxScheduler::RoundRobin, ImuxScheduler::ShortestQueue] {
         assert!(fingerprint(&imux_run(scheduler, 1)) == fingerprint(&imux_run(scheduler, 2)));
     }
+}
+
+fn quic_run(net: impl FnOnce(&mut TorNetwork), threads: usize) -> Simulation<TorHost> {
+    let mut params = design(ChannelDesign::Quic);
+    params.max_circuit_dirtiness_s = 10;
+    let clients = vec![bulk(2 * MIB), bulk(2 * MIB), web(), web()];
+    let mut spec = network_spec(
+        params,
+        guard_middle_exit_relays(),
+        vec![fast(); 3],
+        clients,
+        threads,
+    );
+    net(&mut spec);
+    let mut sim = build(spec).expect("network builds").0;
+    sim.run_until(secs(60));
+    sim
+}
+
+#[test]
+fn quic_channels_carry_each_circuit_on_a_stream_of_one_connection() {
+    let sim = quic_run(|_| {}, 1);
+    let (guard, middle) = (relay_host(&sim, GUARD), relay_host(&sim, MIDDLE));
+    eprintln!(
+        "guard {:?}\nmiddle {:?}",
+        guard.channel_stats, middle.channel_stats
+    );
+    // The guard's channel to the middle and the middle's to the exit went to QUIC.
+    assert!(guard.channel_stats.quic_channels >= 1);
+    assert!(middle.channel_stats.quic_channels >= 1);
+    assert_eq!(
+        guard.channel_stats.tcp_fallbacks + middle.channel_stats.tcp_fallbacks,
+        0
+    );
+    // One socket per peer: the middle holds its QUIC connections (guard, exit) and no socket
+    // per circuit, however many circuits came and went.
+    for s in &middle.samples {
+        assert!(
+            s.open_sockets <= 2,
+            "second {}: {} sockets",
+            s.second,
+            s.open_sockets
+        );
+    }
+    for ch in middle.channel_views() {
+        // One stream per circuit.
+        assert_eq!(ch.conns as u32, ch.circuits, "{ch:?}");
+    }
+    assert!(all_ok(&sim, 4..8) > 10);
+}
+
+#[test]
+fn a_quic_channel_falls_back_to_tcp_when_quic_is_slower_than_the_link_handshake() {
+    // A server flight far beyond three times the client's first datagram needs several
+    // round trips (the anti-amplification limit), so QUIC is not ready when TCP's link
+    // handshake completes one round trip after connecting.
+    let sim = quic_run(|spec| spec.net.quic.server_handshake_bytes = 40_000, 1);
+    let (guard, middle) = (relay_host(&sim, GUARD), relay_host(&sim, MIDDLE));
+    assert_eq!(
+        guard.channel_stats.quic_channels + middle.channel_stats.quic_channels,
+        0
+    );
+    assert!(guard.channel_stats.tcp_fallbacks >= 1);
+    assert!(middle.channel_stats.tcp_fallbacks >= 1);
+    assert!(all_ok(&sim, 4..8) > 10);
+}
+
+#[test]
+fn quic_channels_are_deterministic_across_thread_counts() {
+    let one = fingerprint(&quic_run(|_| {}, 1));
+    let two = fingerprint(&quic_run(|_| {}, 2));
+    assert!(one == two, "quic differs between 1 and 2 threads");
 }

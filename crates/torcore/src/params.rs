@@ -37,6 +37,10 @@ pub enum ChannelDesign {
     /// A set of connections per relay pair, sized by the channel's share of circuits, with a
     /// relay-wide cap of `conn_limit * imux_tau`.
     Imux,
+    /// QUUX: a QUIC connection per relay pair (one UDP socket), one QUIC stream per circuit.
+    /// The channel is set up over TCP with Tor's link handshake and moves to QUIC if the QUIC
+    /// connection is ready when that handshake completes; otherwise it stays on TCP.
+    Quic,
 }
 
 /// Which connection of an IMUX channel a cell goes on.
@@ -144,6 +148,16 @@ pub struct TorParams {
     pub imux_scheduler: ImuxScheduler,
     /// IMUX: the share of `conn_limit` a relay may fill with channel connections.
     pub imux_tau: f64,
+    /// QUIC channels: the largest UDP payload a QUIC packet fills (header and AEAD tag
+    /// included).
+    pub quic_max_udp_payload: u32,
+    /// QUIC channels: the initial receive window of each stream (one per circuit) and of the
+    /// whole connection, in bytes, and how far autotuning may grow them (a maximum at or
+    /// below the initial window turns autotuning off).
+    pub quic_stream_window: u64,
+    pub quic_stream_window_max: u64,
+    pub quic_conn_window: u64,
+    pub quic_conn_window_max: u64,
 
     // --- relay limits ---
     /// Token bucket refill interval (`TokenBucketRefillInterval`).
@@ -226,6 +240,11 @@ impl Default for TorParams {
             torchestra_threshold: 1.5,
             imux_scheduler: ImuxScheduler::Ewma,
             imux_tau: 0.9,
+            quic_max_udp_payload: 1350,
+            quic_stream_window: 256 * 1024,
+            quic_stream_window_max: 6 * 1024 * 1024,
+            quic_conn_window: 1024 * 1024,
+            quic_conn_window_max: 24 * 1024 * 1024,
             token_bucket_refill_ms: 100,
             conn_limit: 4096,
             tls_overhead_per_cell: 29,
@@ -489,6 +508,22 @@ impl TorParams {
             "IMUX's share of ConnLimit for channel connections, in (0, 1]; 0.9 was the \
              highest safe value in the IMUX paper"
         ),
+        whole!(
+            quic_max_udp_payload,
+            1200,
+            65_527,
+            "QUIC needs datagrams of at least 1200 bytes (RFC 9000 14); a UDP payload is at \
+             most 65,527 bytes"
+        ),
+        whole!(
+            quic_stream_window,
+            1024,
+            1u64 << 30,
+            "1 KiB (a couple of cells) to 1 GiB"
+        ),
+        whole!(quic_stream_window_max, 1024, 1u64 << 30, "1 KiB to 1 GiB"),
+        whole!(quic_conn_window, 1024, 1u64 << 32, "1 KiB to 4 GiB"),
+        whole!(quic_conn_window_max, 1024, 1u64 << 32, "1 KiB to 4 GiB"),
         // --- relay limits ---
         whole!(
             token_bucket_refill_ms,

@@ -42,6 +42,11 @@ impl Relay {
             chan.token = idx;
             chan.set_sequenced(sequenced(self.design));
         }
+        if self.design == ChannelDesign::Quic {
+            // Circuits have streams of their own, so a new circuit's CREATE2 could overtake
+            // an old one's DESTROY on another stream: never reuse an id.
+            chan.circs.reuse_ids = false;
+        }
         if idx as usize == self.channels.len() {
             self.channels.push(chan);
         } else {
@@ -73,6 +78,29 @@ impl Relay {
         socket: SocketId,
         open: bool,
     ) -> u32 {
+        let k = self.insert_conn(io, ch, socket, open, false);
+        self.note_socket_opened();
+        k
+    }
+
+    /// Adds a QUIC stream to a channel as a connection of its own (that costs no socket).
+    pub(super) fn add_stream(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+        socket: SocketId,
+    ) -> u32 {
+        self.insert_conn(io, ch, socket, true, true)
+    }
+
+    fn insert_conn(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+        socket: SocketId,
+        open: bool,
+        stream: bool,
+    ) -> u32 {
         let now = io.now();
         let conn = Conn {
             socket,
@@ -94,6 +122,7 @@ impl Relay {
             touched: false,
             watched: false,
             limit_run: 0,
+            stream,
         };
         self.conns_created += 1;
         let k = match self.free_conns.pop() {
@@ -108,7 +137,6 @@ impl Relay {
         };
         Self::map_socket(&mut self.conn_by_socket, socket, k);
         io.set_auto_read(socket, false);
-        self.note_socket_opened();
         let chan = &mut self.channels[ch as usize];
         chan.conns.push(k);
         chan.ranking_stale = true;
@@ -218,7 +246,10 @@ impl Relay {
         let extra = !self.channels[ch as usize].conns.is_empty();
         let socket = io.connect(peer, OR_PORT);
         let k = self.add_conn(io, ch, socket, false);
-        if self.design == ChannelDesign::Imux && extra {
+        // IMUX: a connection beyond the first waits for its Joined. QUIC: the channel waits
+        // for the link handshake's round trip (the Joined that answers its Join), in which
+        // the QUIC connection may get ready.
+        if self.design == ChannelDesign::Imux && extra || self.design == ChannelDesign::Quic {
             self.update_conn(k, |c| c.confirmed = false);
         }
         self.channel_stats.conns_opened += 1;
@@ -252,7 +283,9 @@ impl Relay {
         conn.open = false;
         let read_blocked = std::mem::take(&mut conn.read_blocked);
         self.conn_by_socket[socket.slot as usize] = NONE;
-        self.open_sockets -= 1;
+        if !conn.stream {
+            self.open_sockets -= 1;
+        }
         self.free_conns.push(k);
         if read_blocked {
             // Its slot may be reused before the refill: do not read a stranger's socket.
@@ -277,6 +310,7 @@ impl Relay {
         self.peer_pushback(ch, io.now());
         let conn = &self.conns[k as usize];
         let quiet = match self.design {
+            _ if conn.stream => conn.circuits == 0,
             ChannelDesign::Pctcp => conn.circuits == 0,
             ChannelDesign::Imux => self.channels[ch as usize].conns.len() > 1,
             _ => false,
@@ -290,9 +324,11 @@ impl Relay {
             if self.channels[ch as usize].conns.is_empty() {
                 self.close_channel(io, ch);
             }
-        } else if self.design == ChannelDesign::Pctcp && self.channels[ch as usize].conns.len() > 1
+        } else if conn.stream
+            || self.design == ChannelDesign::Pctcp && self.channels[ch as usize].conns.len() > 1
         {
-            // A PCTCP connection is its circuit's alone: only that circuit fails with it.
+            // A PCTCP connection (or QUIC stream) is its circuit's alone: only that circuit
+            // fails with it.
             let socket = conn.socket;
             let chan = &self.channels[ch as usize];
             let mut pinned = Vec::new();
@@ -354,7 +390,7 @@ impl Relay {
             // Over the cap: refuse the extra connection with the closing handshake.
             self.now_counters.conn_limit_refusals += 1;
             self.begin_closing(io, k);
-        } else if self.design == ChannelDesign::Imux {
+        } else if matches!(self.design, ChannelDesign::Imux | ChannelDesign::Quic) {
             let bytes = self.world.cell_wire_bytes();
             self.write_conn(io, k, bytes, Wire::Joined);
             io.flush(self.conns[k as usize].socket);
@@ -469,6 +505,8 @@ impl Relay {
         let chan = &mut self.channels[side.chan as usize];
         let conn = match self.design {
             ChannelDesign::Vanilla => chan.conns.first().copied().unwrap_or(NONE),
+            ChannelDesign::Quic if chan.carrier == Carrier::Quic => arrived_on,
+            ChannelDesign::Quic => chan.conns.first().copied().unwrap_or(NONE),
             ChannelDesign::Pctcp => arrived_on,
             ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
                 if declared_heavy && chan.heavy != NONE {
@@ -550,6 +588,17 @@ impl Relay {
             ChannelDesign::Vanilla | ChannelDesign::Imux => {
                 self.open_conn(io, ch, 0);
             }
+            ChannelDesign::Quic => {
+                if self.open_conn(io, ch, 0).is_some() {
+                    if self.open_sockets < self.socket_limit() {
+                        let quic = io.quic_connect(target, QUIC_PORT);
+                        self.bind_quic(ch, quic);
+                        self.channels[ch as usize].carrier = Carrier::Undecided;
+                    } else {
+                        self.now_counters.conn_limit_refusals += 1;
+                    }
+                }
+            }
         }
         self.chan_by_peer.insert(target, ch);
         Some(ch)
@@ -622,6 +671,7 @@ impl Relay {
         let opener = chan.opener;
         let circuits: Vec<u32> = chan.circs.all().collect();
         let conns = std::mem::take(&mut chan.conns);
+        let quic = chan.quic;
         let mut sockets = Vec::with_capacity(conns.len());
         for &k in &conns {
             sockets.push(self.conns[k as usize].socket);
@@ -646,5 +696,139 @@ impl Relay {
                 io.abort(socket);
             }
         }
+        if quic != NO_SOCKET {
+            self.unbind_quic(quic);
+            if io.is_open(quic) {
+                io.close(quic);
+            }
+        }
+    }
+
+    // --- the `quic` design (QUUX) ---
+
+    /// The channel of a QUIC connection.
+    pub(super) fn chan_of_quic(&self, socket: SocketId) -> Option<u32> {
+        self.chan_by_quic
+            .get(socket.slot as usize)
+            .copied()
+            .filter(|&ch| ch != NONE && self.channels[ch as usize].quic == socket)
+    }
+
+    /// Makes `quic` channel `ch`'s QUIC connection (which costs one socket).
+    fn bind_quic(&mut self, ch: u32, quic: SocketId) {
+        Self::map_socket(&mut self.chan_by_quic, quic, ch);
+        self.channels[ch as usize].quic = quic;
+        self.note_socket_opened();
+    }
+
+    /// Forgets a QUIC connection (closed, or about to be).
+    fn unbind_quic(&mut self, quic: SocketId) {
+        let Some(ch) = self.chan_of_quic(quic) else {
+            return;
+        };
+        self.channels[ch as usize].quic = NO_SOCKET;
+        self.chan_by_quic[quic.slot as usize] = NONE;
+        self.open_sockets -= 1;
+    }
+
+    /// A peer's QUIC connection completed its handshake: it is a channel of its own, whose
+    /// circuits arrive on its streams (the peer's TCP connection, if the peer moves the
+    /// channel here, goes unused and closes).
+    pub(super) fn quic_accepted(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        socket: SocketId,
+        peer: HostId,
+    ) {
+        if self.open_sockets >= self.socket_limit() {
+            self.now_counters.conn_limit_refusals += 1;
+            io.abort(socket);
+            return;
+        }
+        let ch = self.add_channel(io.now(), peer, false);
+        self.bind_quic(ch, socket);
+        self.channels[ch as usize].carrier = Carrier::Quic;
+    }
+
+    /// The peer opened a stream (for a circuit, whose CREATE2 is its first cell).
+    pub(super) fn stream_accepted(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        conn: SocketId,
+        stream: SocketId,
+    ) {
+        match self.chan_of_quic(conn) {
+            Some(ch) if self.channels[ch as usize].carrier == Carrier::Quic => {
+                self.add_stream(io, ch, stream);
+            }
+            _ => io.close(stream),
+        }
+    }
+
+    /// A QUIC connection closed or timed out: a channel on QUIC fails with it; one that
+    /// stayed on TCP (or is still deciding) just loses it.
+    pub(super) fn quic_lost(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
+        if self.channels[ch as usize].carrier == Carrier::Quic {
+            self.close_channel(io, ch);
+        } else {
+            let quic = self.channels[ch as usize].quic;
+            self.unbind_quic(quic);
+        }
+    }
+
+    /// The TCP link handshake of a `quic` channel we opened has completed: if its QUIC
+    /// connection is ready, the channel's circuits move to streams of it and the TCP
+    /// connection closes; otherwise the channel stays on TCP and the QUIC connection closes.
+    pub(super) fn quux_decide(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
+        let quic = self.channels[ch as usize].quic;
+        let ready = io.quic_info(quic).is_some_and(|i| i.established);
+        if !ready {
+            self.channels[ch as usize].carrier = Carrier::Tcp;
+            self.channel_stats.tcp_fallbacks += 1;
+            if quic != NO_SOCKET {
+                self.unbind_quic(quic);
+                io.close(quic);
+            }
+            return;
+        }
+        self.channels[ch as usize].carrier = Carrier::Quic;
+        self.channel_stats.quic_channels += 1;
+        let tcp: Vec<u32> = self.channels[ch as usize].conns.clone();
+        let circuits: Vec<u32> = self.channels[ch as usize].circs.all().collect();
+        for circ in circuits {
+            let Some(k) = self.open_stream_conn(io, ch) else {
+                let from_prev = self.circuits[circ as usize]
+                    .as_ref()
+                    .is_some_and(|c| c.prev.chan == ch);
+                self.destroy_circuit_because(io, circ, Some(from_prev), DESTROY_CONNECT_FAILED);
+                continue;
+            };
+            let Some(c) = self.circuits[circ as usize].as_mut() else {
+                continue;
+            };
+            let side = c.side_for(ch);
+            side.conn = k;
+            self.conns[k as usize].circuits += 1;
+        }
+        // Nothing but the Join went on the TCP connection: it closes unused.
+        for k in tcp {
+            let socket = self.conns[k as usize].socket;
+            self.drop_conn(k);
+            io.close(socket);
+        }
+        if !self.channels[ch as usize].mux.is_empty() {
+            self.mark_pending(io, ch);
+        }
+    }
+
+    /// Opens a stream for a circuit on a channel on QUIC.
+    pub(super) fn open_stream_conn(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+    ) -> Option<u32> {
+        let quic = self.channels[ch as usize].quic;
+        let stream = io.open_stream(quic)?;
+        Some(self.add_stream(io, ch, stream))
     }
 }

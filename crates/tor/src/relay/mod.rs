@@ -40,7 +40,7 @@ use crate::io::{Io, Machine, TimerEvent};
 use crate::measure::RelaySample;
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
 use crate::wire::{Wire, REQUEST_BYTES};
-use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
+use crate::world::{TorWorld, HTTP_PORT, OR_PORT, QUIC_PORT};
 
 mod channels;
 mod exit;
@@ -77,6 +77,11 @@ pub struct RelayLimits {
 }
 
 const NONE: u32 = u32::MAX;
+/// A socket id that names no socket.
+const NO_SOCKET: SocketId = SocketId {
+    slot: NONE,
+    generation: 0,
+};
 /// tor's END_CIRC_REASON_CONNECTFAILED: the next hop's connection could not be made (tor
 /// closes a circuit so when ConnLimit keeps it from connecting).
 pub const DESTROY_CONNECT_FAILED: u32 = 6;
@@ -256,6 +261,9 @@ struct Conn {
     watched: bool,
     /// The scheduler run whose `limit` and `queued_bytes` these are.
     limit_run: u32,
+    /// A QUIC stream (the `quic` design), not a socket of its own: it costs no socket, and
+    /// what it may take in a scheduler run is its channel's QUIC connection's to share.
+    stream: bool,
 }
 
 impl Conn {
@@ -268,8 +276,26 @@ impl Conn {
     }
 }
 
+/// What carries a `quic`-design channel's circuits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carrier {
+    /// Its TCP connection (every other design; a `quic` channel that stayed on TCP).
+    Tcp,
+    /// A `quic` channel we opened whose TCP link handshake has not completed: whether its
+    /// circuits go on QUIC is decided when it does.
+    Undecided,
+    /// One stream of its QUIC connection per circuit.
+    Quic,
+}
+
 struct Channel {
     peer: HostId,
+    carrier: Carrier,
+    /// Its QUIC connection, if it has one (`NO_SOCKET` otherwise).
+    quic: SocketId,
+    /// Channels on QUIC: what KIST lets the scheduler write to the QUIC connection in the
+    /// current run (from its congestion window and flight), shared by all its streams.
+    quic_limit: u64,
     /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
     opener: bool,
     /// The opener's index for the channel, named in each connection's Join message.
@@ -328,6 +354,9 @@ impl Channel {
     fn new(peer: HostId, initiator: bool, opener: bool, clock: &EwmaClock, now: SimTime) -> Self {
         Channel {
             peer,
+            carrier: Carrier::Tcp,
+            quic: NO_SOCKET,
+            quic_limit: 0,
             opener,
             token: NONE,
             conns: Vec::new(),
@@ -421,6 +450,13 @@ pub struct ChannelStats {
     /// Torchestra: circuits moved to the heavy connection, and back.
     pub switched_heavy: u64,
     pub switched_light: u64,
+    /// `quic` design, channels this relay opened: those whose QUIC connection was ready when
+    /// the TCP link handshake completed (they moved to QUIC), and those whose was not (they
+    /// stayed on TCP).
+    pub quic_channels: u64,
+    pub tcp_fallbacks: u64,
+    /// Cells written to channels over the run.
+    pub cells_written: u64,
 }
 
 pub struct Relay {
@@ -442,6 +478,8 @@ pub struct Relay {
     chan_by_peer: HashMap<HostId, u32>,
     /// Channels opened by a peer, by (peer, the peer's index of the channel).
     chan_by_token: HashMap<(HostId, u32), u32>,
+    /// Channels by the socket slot of their QUIC connection.
+    chan_by_quic: Vec<u32>,
     circuits: Vec<Option<Circuit>>,
     free_circuits: Vec<u32>,
     live_circuits: u32,
@@ -550,6 +588,7 @@ impl Relay {
             conns_created: 0,
             chan_by_peer: HashMap::new(),
             chan_by_token: HashMap::new(),
+            chan_by_quic: Vec::new(),
             circuits: Vec::new(),
             free_circuits: Vec::new(),
             live_circuits: 0,
@@ -580,6 +619,10 @@ impl Relay {
 
     /// Bytes a cell takes on channel `ch`: IMUX adds its sequence number.
     fn chan_cell_bytes(&self, ch: u32) -> u64 {
+        if self.channels[ch as usize].carrier == Carrier::Quic {
+            // QUIC's own headers and AEAD tags are counted by the QUIC model, per packet.
+            return onionlab_torcore::CELL_BYTES as u64;
+        }
         let seq = if self.design == ChannelDesign::Imux && self.channels[ch as usize].sequenced {
             IMUX_SEQ_BYTES
         } else {
@@ -634,6 +677,10 @@ impl Relay {
     fn on_socket(&mut self, io: &mut impl Io<RelayTimer>, event: SocketEvent<Wire>) {
         match event {
             SocketEvent::Accepted { socket, port, peer } => {
+                if port == QUIC_PORT && self.design == ChannelDesign::Quic {
+                    self.quic_accepted(io, socket, peer);
+                    return;
+                }
                 if port != OR_PORT {
                     return;
                 }
@@ -704,7 +751,9 @@ impl Relay {
             SocketEvent::Closed(socket)
             | SocketEvent::Reset(socket)
             | SocketEvent::TimedOut(socket) => {
-                if let Some(k) = self.conn_of(socket) {
+                if let Some(ch) = self.chan_of_quic(socket) {
+                    self.quic_lost(io, ch);
+                } else if let Some(k) = self.conn_of(socket) {
                     self.conn_lost(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     let done = self.streams[st as usize].as_ref().unwrap().server_done;
@@ -717,6 +766,7 @@ impl Relay {
                     }
                 }
             }
+            SocketEvent::StreamAccepted { conn, stream } => self.stream_accepted(io, conn, stream),
             SocketEvent::Datagram { .. } => {}
         }
     }
@@ -736,6 +786,9 @@ impl Relay {
             Wire::Joined => {
                 self.update_conn(k, |c| c.confirmed = true);
                 let ch = self.conns[k as usize].chan;
+                if self.channels[ch as usize].carrier == Carrier::Undecided {
+                    self.quux_decide(io, ch);
+                }
                 if !self.channels[ch as usize].mux.is_empty() {
                     self.mark_pending(io, ch);
                 }
@@ -917,6 +970,15 @@ impl Relay {
             return;
         };
         let mut arrived_on = NONE;
+        if self.channels[ch as usize].carrier == Carrier::Quic {
+            match self.open_stream_conn(io, ch) {
+                Some(k) => arrived_on = k,
+                None => {
+                    self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
+                    return;
+                }
+            }
+        }
         if self.design == ChannelDesign::Pctcp {
             match self.open_conn(io, ch, 0) {
                 Some(k) => arrived_on = k,
@@ -1040,6 +1102,16 @@ impl Relay {
                     io.flush(self.conns[conn as usize].socket);
                 }
             }
+            // QUIC: the circuit's stream goes with it (each side finishes its direction).
+            if side.conn != NONE
+                && self.channels[side.chan as usize].conns.contains(&side.conn)
+                && self.conns[side.conn as usize].stream
+                && self.conns[side.conn as usize].circuits == 0
+            {
+                let socket = self.conns[side.conn as usize].socket;
+                self.drop_conn(side.conn);
+                io.close(socket);
+            }
             // PCTCP: the circuit's connection goes with it (the opener closes it).
             if self.design == ChannelDesign::Pctcp
                 && side.conn != NONE
@@ -1134,6 +1206,10 @@ impl Machine for Relay {
         io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
         if self.design == ChannelDesign::Imux {
             io.arm_in(NANOS_PER_SEC, RelayTimer::ManageConnections);
+        }
+        if self.design == ChannelDesign::Quic {
+            io.quic_listen(QUIC_PORT)
+                .expect("a fresh relay has its QUIC port free");
         }
     }
 

@@ -3,6 +3,8 @@
 //! Torchestra's light/heavy classification).
 
 use super::*;
+use onionlab_net::tcp::TcpInfo;
+use onionlab_torcore::TorParams;
 
 impl Relay {
     pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
@@ -72,22 +74,24 @@ impl Relay {
             conn.limit = 0;
             return;
         }
+        if conn.stream {
+            // A stream takes what its send buffer (and flow control) takes; KIST's limit is
+            // its QUIC connection's, shared by the channel's streams (`Channel::quic_limit`).
+            conn.limit = u64::MAX;
+            conn.queued_bytes = 0;
+            return;
+        }
         let info = io.tcp_info(conn.socket);
-        conn.limit = match (params.scheduler, info.as_ref()) {
-            (_, None) => 0,
-            (SchedulerKind::Kist, Some(i)) => kist_write_limit(
-                i.cwnd,
-                i.unacked,
-                i.mss,
-                i.notsent,
-                0,
-                params.kist_sock_buf_size_factor,
-            ),
-            (SchedulerKind::KistLite, Some(_)) => kistlite_write_limit(params.outbuf_high_bytes, 0),
-            // The old scheduler writes until the kernel refuses more.
-            (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
-        };
+        conn.limit = write_limit(params, info.as_ref());
         conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
+    }
+
+    /// What KIST lets a channel on QUIC write to its QUIC connection in this scheduler run:
+    /// the connection's free congestion window plus KIST's extra socket space, less what its
+    /// streams hold unsent (tor's `tcp_space` with the connection in the socket's place).
+    pub(super) fn refresh_quic_limit(&mut self, io: &impl Io<RelayTimer>, ch: u32) {
+        let info = io.tcp_info(self.channels[ch as usize].quic);
+        self.channels[ch as usize].quic_limit = write_limit(&self.world.params, info.as_ref());
     }
 
     /// Under IMUX's EWMA mapping, brings the channel's ranking of its usable connections up
@@ -232,6 +236,9 @@ impl Relay {
                 continue;
             }
             let cell_bytes = self.chan_cell_bytes(ch);
+            if self.channels[ch as usize].carrier == Carrier::Quic {
+                self.refresh_quic_limit(io, ch);
+            }
             let lazy = self.channels[ch as usize].conns.len() > 1
                 && !(design == ChannelDesign::Imux
                     && params.imux_scheduler == ImuxScheduler::ShortestQueue);
@@ -257,6 +264,13 @@ impl Relay {
         while let Some(Reverse((_, ch))) = heap.pop() {
             let cell_bytes = self.chan_cell_bytes(ch);
             if allowance < cell_bytes {
+                deferred.push(ch);
+                continue;
+            }
+            let on_quic = self.channels[ch as usize].carrier == Carrier::Quic;
+            if on_quic && self.channels[ch as usize].quic_limit < cell_bytes {
+                // The QUIC connection has taken what KIST lets it have in this run.
+                self.write_limit_hits += 1;
                 deferred.push(ch);
                 continue;
             }
@@ -319,6 +333,9 @@ impl Relay {
                 continue;
             }
             side.seq_out += 1;
+            if on_quic {
+                self.channels[ch as usize].quic_limit -= cell_bytes;
+            }
             let conn = &mut self.conns[k as usize];
             conn.limit -= cell_bytes;
             if conn.limit < cell_bytes {
@@ -349,6 +366,7 @@ impl Relay {
             allowance -= cell_bytes;
             self.buckets.note_written(cell_bytes, true);
             self.now_counters.cells_out += 1;
+            self.channel_stats.cells_written += 1;
             self.now_counters.bytes_written += cell_bytes;
             chan.mux.note_sent(circ, 1, now);
             if emptied {
@@ -367,7 +385,8 @@ impl Relay {
             }
         }
         if params.scheduler == SchedulerKind::Kist {
-            for &k in &touched {
+            // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
+            for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
                 let socket = self.conns[k as usize].socket;
                 if let Some(i) = io.tcp_info(socket) {
                     let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
@@ -496,6 +515,26 @@ impl Relay {
         ) {
             io.flush(self.conns[light as usize].socket);
         }
+    }
+}
+
+/// What the scheduler may write to a socket (or QUIC connection) in one run: KIST's limit
+/// from its kernel facts, KIST-lite's output buffer, or for the old scheduler everything the
+/// kernel takes; nothing to a socket that is gone.
+fn write_limit(params: &TorParams, info: Option<&TcpInfo>) -> u64 {
+    match (params.scheduler, info) {
+        (_, None) => 0,
+        (SchedulerKind::Kist, Some(i)) => kist_write_limit(
+            i.cwnd,
+            i.unacked,
+            i.mss,
+            i.notsent,
+            0,
+            params.kist_sock_buf_size_factor,
+        ),
+        (SchedulerKind::KistLite, Some(_)) => kistlite_write_limit(params.outbuf_high_bytes, 0),
+        // The old scheduler writes until the kernel refuses more.
+        (SchedulerKind::Vanilla, Some(_)) => u64::MAX,
     }
 }
 

@@ -326,3 +326,84 @@ fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() 
     let on_extra: usize = extra.iter().map(|&s| sequenced_on(&io, s)).sum();
     assert!(on_extra > 0, "no cell used the confirmed connections");
 }
+
+/// The guard with circuits 1 and 2 extended to the middle under `quic`: returns the channel's
+/// TCP and QUIC sockets, with the TCP connection established but its link handshake (the
+/// peer's Joined) not yet answered.
+fn quic_channel(
+    relay: &mut Relay,
+    io: &mut ScriptIo<RelayTimer>,
+) -> (SocketId, SocketId, SocketId) {
+    let client = io.accept(CLIENT, OR_PORT);
+    for id in 1..=2 {
+        io.arrive(client, bytes(), create(id));
+        io.arrive(client, bytes(), extend(id, MIDDLE));
+    }
+    settle(relay, io, 20);
+    let opened = connects(io);
+    let ports: Vec<(HostId, u16)> = opened.iter().map(|c| (c.1, c.2)).collect();
+    assert_eq!(ports, [(MIDDLE, OR_PORT), (MIDDLE, QUIC_PORT)]);
+    let (tcp, quic) = (opened[0].0, opened[1].0);
+    io.establish(tcp);
+    settle(relay, io, 20);
+    // Only the link handshake's Join goes out before the peer answers it.
+    assert!(
+        matches!(io.written(tcp)[..], [Wire::Join { .. }]),
+        "{:?}",
+        io.written(tcp)
+    );
+    (client, tcp, quic)
+}
+
+#[test]
+fn a_quic_channel_moves_its_circuits_to_streams_when_quic_is_ready_in_time() {
+    let (mut relay, mut io) = guard(ChannelDesign::Quic, 100);
+    assert_eq!(io.listening, [OR_PORT, QUIC_PORT]);
+    let (client, tcp, quic) = quic_channel(&mut relay, &mut io);
+    io.quic_ready = true;
+    io.arrive(tcp, bytes(), Wire::Joined);
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(relay.channel_stats.quic_channels, 1);
+    assert_eq!(relay.channel_stats.tcp_fallbacks, 0);
+    // One stream per circuit, each carrying its circuit's CREATE2; nothing more on TCP,
+    // which closes; the QUIC connection stays.
+    assert_eq!(io.streams.len(), 2);
+    for &s in &io.streams {
+        assert_eq!(
+            commands(&io.written(s)),
+            [(CellCommand::Create2, RelayCommand::None)]
+        );
+    }
+    assert_eq!(io.written(tcp).len(), 1);
+    assert!(io.asked.contains(&Asked::Close(tcp)));
+    assert!(io.is_open(quic));
+    // The client's connection and the QUIC connection are the relay's sockets; streams
+    // cost none.
+    assert_eq!(relay.open_sockets(), 2);
+    // A third circuit gets a stream of its own at once.
+    io.arrive(client, bytes(), create(3));
+    io.arrive(client, bytes(), extend(3, MIDDLE));
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(io.streams.len(), 3);
+    assert_eq!(relay.open_sockets(), 2);
+}
+
+#[test]
+fn a_quic_channel_stays_on_tcp_when_quic_is_not_ready_in_time() {
+    let (mut relay, mut io) = guard(ChannelDesign::Quic, 100);
+    let (_, tcp, quic) = quic_channel(&mut relay, &mut io);
+    io.arrive(tcp, bytes(), Wire::Joined);
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(relay.channel_stats.quic_channels, 0);
+    assert_eq!(relay.channel_stats.tcp_fallbacks, 1);
+    assert!(io.streams.is_empty());
+    assert!(io.asked.contains(&Asked::Close(quic)));
+    assert_eq!(
+        commands(&io.written(tcp)),
+        [
+            (CellCommand::Create2, RelayCommand::None),
+            (CellCommand::Create2, RelayCommand::None)
+        ]
+    );
+    assert_eq!(relay.open_sockets(), 2);
+}
