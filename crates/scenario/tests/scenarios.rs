@@ -449,3 +449,52 @@ fn broken_scenario_messages_are_in_our_words() {
     }
     assert!(leaks.is_empty(), "library wording:\n{}", leaks.join("\n"));
 }
+
+#[test]
+fn impairments_name_relays_groups_and_authorities() {
+    let text = r#"
+run: { stop_time: 10m }
+network:
+  impairments:
+    - { between: [m, e], loss: 0.01 }
+    - { between: [clients:web, servers:web], loss: 0.02 }
+    - { between: [authorities, relay:g1], loss: 0.5 }
+relays:
+  list:
+    - { name: g, count: 2, flags: [guard, fast], bandwidth_rate: 5 MiB/s }
+    - { name: e, flags: [exit, fast], bandwidth_rate: 2 MiB/s }
+    - { name: m, bandwidth_rate: 1 MiB/s }
+servers: [ { name: web, count: 2 } ]
+clients: [ { name: web, count: 3, workload: { web: {} } } ]
+"#;
+    use onionlab_scenario::PlanHost::*;
+    let s = parse(text, Path::new("inline.yaml")).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    let imp = &plan.impairments;
+    assert_eq!(imp.len(), 3);
+    assert_eq!(imp[0].sides, [vec![Relay(3)], vec![Relay(2)]]);
+    assert_eq!(imp[0].loss, 0.01);
+    assert_eq!(
+        imp[1].sides,
+        [
+            vec![Client(0), Client(1), Client(2)],
+            vec![Server(0), Server(1)]
+        ]
+    );
+    assert_eq!(
+        imp[2].sides,
+        [
+            vec![Authority(0), Authority(1), Authority(2)],
+            vec![Relay(0)]
+        ]
+    );
+    // Written back (run.json), the section reads the same; without impairments it is left
+    // out, so earlier scenarios' run.json is unchanged.
+    let mut json = serde_json::to_value(&s).unwrap();
+    json.as_object_mut().unwrap().remove("source");
+    let back: Scenario = parse(&json.to_string(), Path::new("inline.yaml")).unwrap();
+    assert_eq!(back.network, s.network);
+    let plain = load(&example("toy")).unwrap();
+    let json = serde_json::to_value(&plain).unwrap();
+    assert!(json["network"].get("impairments").is_none());
+}
