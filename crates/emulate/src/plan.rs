@@ -129,6 +129,17 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
     if plan.clients.is_empty() {
         return Err("clients: the scenario has no clients, so there is nothing to measure".into());
     }
+    if let Some(c) = plan
+        .clients
+        .iter()
+        .find(|c| matches!(c.workload, ClientWorkload::Upload { .. }))
+    {
+        return Err(format!(
+            "clients: group {:?} uploads, and emulated clients only download so far: simulate \
+             it with `onionlab run`",
+            c.host.group
+        ));
+    }
     if plan.servers.is_empty() {
         return Err("servers: the scenario has no servers for its clients to fetch from".into());
     }

@@ -498,6 +498,7 @@ pub enum Workload {
     Web(WebWorkload),
     Bulk(BulkWorkload),
     Perf(PerfWorkload),
+    Upload(UploadWorkload),
 }
 
 /// Browsing: fetch a page, think, repeat.
@@ -542,6 +543,19 @@ fn bulk_size() -> Size {
 }
 fn bulk_timeout() -> Duration {
     Duration::from_secs(300)
+}
+
+/// Back-to-back uploads: the client sends `size` bytes through its circuit to a server,
+/// which answers once it has them all.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadWorkload {
+    #[serde(default = "bulk_size")]
+    pub size: Size,
+    /// The same default as bulk downloads': uploads are the bulk transfers of the other
+    /// direction.
+    #[serde(default = "bulk_timeout")]
+    pub timeout: Duration,
 }
 
 /// OnionPerf-style measurement: one download of a fixed size every `interval`.

@@ -119,6 +119,8 @@ pub enum ClientWorkload {
         interval: u64,
         timeout: u64,
     },
+    /// Upload `size` back to back.
+    Upload { size: u64, timeout: u64 },
 }
 
 impl ClientWorkload {
@@ -165,6 +167,10 @@ impl ClientWorkload {
             } => Workload::Perf {
                 size_bytes: size,
                 interval,
+                timeout,
+            },
+            ClientWorkload::Upload { size, timeout } => Workload::Upload {
+                size_bytes: size,
                 timeout,
             },
         }
@@ -588,6 +594,10 @@ impl Resolver<'_> {
                     size: p.size.0,
                     interval: p.interval.0,
                     timeout: p.effective_timeout().0,
+                },
+                Workload::Upload(u) => ClientWorkload::Upload {
+                    size: u.size.0,
+                    timeout: u.timeout.0,
                 },
             };
             for i in 1..=g.count {

@@ -919,6 +919,10 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
                 range(cx, format!("{w}.bulk.pause"), b.pause)?;
                 timeout(cx, format!("{w}.bulk.timeout"), b.timeout)?;
             }
+            Workload::Upload(u) => {
+                size(cx, format!("{w}.upload.size"), u.size)?;
+                timeout(cx, format!("{w}.upload.timeout"), u.timeout)?;
+            }
             Workload::Perf(pf) => {
                 size(cx, format!("{w}.perf.size"), pf.size)?;
                 duration_in(
