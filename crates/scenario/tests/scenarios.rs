@@ -498,3 +498,56 @@ clients: [ { name: web, count: 3, workload: { web: {} } } ]
     let json = serde_json::to_value(&plain).unwrap();
     assert!(json["network"].get("impairments").is_none());
 }
+
+#[test]
+fn upload_workloads_take_bulk_defaults() {
+    let text = r#"
+run: { stop_time: 10m }
+relays: { generate: { guard: 1, middle: 1, exit: 1, bandwidth: { fixed: 10 MiB/s } } }
+servers: [ { name: web } ]
+clients:
+  - { name: a, workload: { upload: {} } }
+  - { name: b, workload: { upload: { size: 32 MiB, timeout: 10m } } }
+"#;
+    let s = parse(text, Path::new("inline.yaml")).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    let upload = |i: usize| plan.clients[i].workload;
+    assert_eq!(
+        upload(0),
+        ClientWorkload::Upload {
+            size: 5 << 20,
+            timeout: 300_000_000_000
+        }
+    );
+    assert_eq!(
+        upload(1),
+        ClientWorkload::Upload {
+            size: 32 << 20,
+            timeout: 600_000_000_000
+        }
+    );
+    assert!(upload(1).workload().is_upload());
+}
+
+/// Experiments vary impairments with overrides: a whole list, or one entry's loss.
+#[test]
+fn impairments_can_be_overridden() {
+    use onionlab_scenario::parse_with_overrides;
+    let path = example("upload-loss");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let set = |path: &str, value: &str| vec![(path.to_string(), value.to_string())];
+    let s = parse_with_overrides(&text, &path, &set("network.impairments.0.loss", "0.05")).unwrap();
+    assert_eq!(s.network.impairments[0].loss, 0.05);
+    let s = parse_with_overrides(
+        &text,
+        &path,
+        &set(
+            "network.impairments",
+            "[{ between: [guard, middle], loss: 0.02 }]",
+        ),
+    )
+    .unwrap();
+    assert_eq!(s.network.impairments[0].between, ["guard", "middle"]);
+    let s = parse_with_overrides(&text, &path, &set("network.impairments", "[]")).unwrap();
+    assert!(s.network.impairments.is_empty());
+}
