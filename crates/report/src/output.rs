@@ -467,11 +467,7 @@ impl ResultsWriter {
     /// `downloads.csv` gets the direction column.
     pub fn create_for(dir: &OutputDir, uploads: bool) -> Result<Self, ReportError> {
         Ok(ResultsWriter {
-            downloads: AppendedCsv::create(
-                &dir.path,
-                DOWNLOADS_CSV,
-                &downloads_header(uploads),
-            )?,
+            downloads: AppendedCsv::create(&dir.path, DOWNLOADS_CSV, &downloads_header(uploads))?,
             relays: AppendedCsv::create(&dir.path, RELAYS_CSV, &RELAYS_HEADER)?,
             circuits: AppendedCsv::create(&dir.path, CIRCUITS_CSV, &CIRCUITS_HEADER)?,
             direction: uploads,

@@ -799,7 +799,9 @@ impl Client {
                 return;
             }
             let params = &self.world.params;
-            let sender = c.sender.get_or_insert_with(|| CircuitSender::new(params, now));
+            let sender = c
+                .sender
+                .get_or_insert_with(|| CircuitSender::new(params, now));
             if !sender.can_send() {
                 return;
             }

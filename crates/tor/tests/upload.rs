@@ -69,7 +69,11 @@ fn uploads_arrive_whole_within_the_windows(flow: FlowControl) {
     // The server answered an upload only after reading exactly its bytes, and every upload
     // the client saw answered is one of them.
     let s = server(&sim);
-    assert!(s.uploads_received.iter().all(|&b| b == 4 * MIB), "{s:?}", s = s.uploads_received);
+    assert!(
+        s.uploads_received.iter().all(|&b| b == 4 * MIB),
+        "{s:?}",
+        s = s.uploads_received
+    );
     assert!(s.uploads_received.len() >= ok.len());
     // Time to first byte: the request left once the stream was open, a round trip after
     // the circuit (three hops, 10 ms each way) was ready.
@@ -103,7 +107,11 @@ fn uploads_arrive_whole_within_the_windows(flow: FlowControl) {
             // and Vegas keeps it near the path's bandwidth-delay product.
             assert_eq!(c.max_stream_in_flight, 0);
             assert!(c.max_circuit_in_flight >= 124);
-            assert!(c.max_circuit_in_flight <= 2000, "{}", c.max_circuit_in_flight);
+            assert!(
+                c.max_circuit_in_flight <= 2000,
+                "{}",
+                c.max_circuit_in_flight
+            );
         }
     }
 }

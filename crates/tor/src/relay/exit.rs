@@ -174,7 +174,11 @@ impl Relay {
     /// Upload bytes that arrived and wait here to be written to their servers, over every
     /// stream (bounded by the client's windows only while the exit holds back SENDMEs).
     pub fn upload_bytes_waiting(&self) -> u64 {
-        self.streams.iter().flatten().map(|s| s.upload.waiting).sum()
+        self.streams
+            .iter()
+            .flatten()
+            .map(|s| s.upload.waiting)
+            .sum()
     }
 
     /// The server connection can take more: write the upload's waiting bytes.
@@ -210,8 +214,8 @@ impl Relay {
         }
         let mut flow = None;
         if self.world.params.flow_control == FlowControl::Vegas {
-            let xoff_bytes = u64::from(self.world.params.xoff_threshold_cells)
-                * u64::from(RELAY_DATA_BYTES);
+            let xoff_bytes =
+                u64::from(self.world.params.xoff_threshold_cells) * u64::from(RELAY_DATA_BYTES);
             if !s.upload.xoff && waiting > xoff_bytes {
                 s.upload.xoff = true;
                 flow = Some(RelayCommand::Xoff);
