@@ -1,9 +1,9 @@
 //! From a resolved scenario (its plan) to the hosts of a Tor network simulation.
 
 use onionlab_net::topology::Graph;
-use onionlab_net::{HostPlacement, NetworkConfig};
+use onionlab_net::{HostPlacement, Impairment, NetworkConfig};
 use onionlab_netdir::{Consensus, Relay, RelayFlags};
-use onionlab_scenario::{Plan, Scenario};
+use onionlab_scenario::{Plan, PlanHost, Scenario};
 use onionlab_tor::attack::AttackPlan;
 use onionlab_tor::build::{HostRole, HostSpec, TorNetwork};
 use onionlab_tor::RelayLimits;
@@ -97,6 +97,27 @@ pub fn tor_network(
             }),
         });
     }
+    // Host ids follow the order above: relays, authorities, servers, clients.
+    let (r, a, s) = (
+        plan.relays.len(),
+        plan.authorities.len(),
+        plan.servers.len(),
+    );
+    let host_id = |h: &PlanHost| match *h {
+        PlanHost::Relay(i) => i,
+        PlanHost::Authority(i) => r + i,
+        PlanHost::Server(i) => r + a + i,
+        PlanHost::Client(i) => r + a + s + i,
+    } as u32;
+    let impairments = plan
+        .impairments
+        .iter()
+        .map(|imp| Impairment {
+            a: imp.sides[0].iter().map(host_id).collect(),
+            b: imp.sides[1].iter().map(host_id).collect(),
+            loss: imp.loss,
+        })
+        .collect();
     Ok(TorNetwork {
         graph,
         hosts,
@@ -106,6 +127,7 @@ pub fn tor_network(
             lookahead_floor: scenario.network.lookahead_floor.0,
             down_queue_time: scenario.network.down_queue.0,
             quic: quic_config(&scenario.tor),
+            impairments,
             ..NetworkConfig::default()
         },
         seed,

@@ -69,6 +69,7 @@ pub fn drain(
                         middle,
                         exit,
                         bootstrap: d.start < bootstrap,
+                        upload: d.upload,
                     });
                 }
                 for circ in c.circuit_log.drain(..) {

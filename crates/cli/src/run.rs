@@ -405,7 +405,11 @@ pub(crate) fn run_one(
         ),
     };
     out.write_run(&info).map_err(write)?;
-    let mut sink = ResultsWriter::create(&out).map_err(write)?;
+    let uploads = scenario
+        .clients
+        .iter()
+        .any(|g| matches!(g.workload, onionlab_scenario::Workload::Upload(_)));
+    let mut sink = ResultsWriter::create_for(&out, uploads).map_err(write)?;
 
     let control = sim.control();
     watch_interrupts(&control);

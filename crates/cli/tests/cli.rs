@@ -611,3 +611,63 @@ fn imux_small_under_shortest_queue_stalls_no_circuit() {
     );
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// An upload scenario (uploads and downloads over a lossy middle-exit link): identical
+/// results on one and two threads, uploads marked in downloads.csv, and a report that shows
+/// each client's upload goodput.
+#[test]
+fn uploads_give_identical_results_on_one_and_two_threads_and_a_report() {
+    let dir = tmp("uploads");
+    let scenario = repo().join("examples/upload-loss.yaml");
+    let mut outputs = Vec::new();
+    for threads in ["1", "2"] {
+        let out_dir = dir.join(threads);
+        let out = onionlab(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--stop-time",
+            "3m",
+            "--quiet",
+            "--no-report",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outputs.push(out_dir);
+    }
+    for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
+        let a = fs::read(outputs[0].join(file)).unwrap();
+        let b = fs::read(outputs[1].join(file)).unwrap();
+        assert!(a.len() > 100, "{file} is nearly empty");
+        assert!(a == b, "{file} differs between 1 and 2 threads");
+    }
+    let downloads = fs::read_to_string(outputs[0].join("downloads.csv")).unwrap();
+    let mut lines = downloads.lines();
+    assert!(lines.next().unwrap().ends_with(",bootstrap,direction"));
+    let rows: Vec<&str> = lines.collect();
+    let ok_uploads = rows
+        .iter()
+        .filter(|r| r.contains(",ok,") && r.ends_with(",upload"))
+        .count();
+    assert!(ok_uploads >= 4, "{downloads}");
+    assert!(rows.iter().any(|r| r.ends_with(",download")));
+    let summary = fs::read_to_string(outputs[0].join("summary.txt")).unwrap();
+    assert!(summary.contains("up (upload)"), "{summary}");
+    assert!(summary.contains("Upload goodput per client"), "{summary}");
+    let out = onionlab(&["report", outputs[0].to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = fs::read_to_string(outputs[0].join("report.html")).unwrap();
+    assert!(html.contains("Upload goodput per client"));
+    assert!(html.contains("client-up-1"));
+    let _ = fs::remove_dir_all(&dir);
+}

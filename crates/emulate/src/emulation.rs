@@ -682,6 +682,8 @@ fn download_records(
                 middle,
                 exit,
                 bootstrap: d.start < bootstrap,
+                // Emulated clients only download (upload scenarios are refused).
+                upload: false,
             }
         })
         .collect();

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use onionlab_netdir::RelayFlags;
-use onionlab_scenario::{ClientWorkload, Plan, PlannedHost};
+use onionlab_scenario::{ClientWorkload, Plan, PlanHost, PlannedHost};
 use onionlab_topology::Graph;
 
 use crate::delay::PathSpec;
@@ -129,6 +129,17 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
     if plan.clients.is_empty() {
         return Err("clients: the scenario has no clients, so there is nothing to measure".into());
     }
+    if let Some(c) = plan
+        .clients
+        .iter()
+        .find(|c| matches!(c.workload, ClientWorkload::Upload { .. }))
+    {
+        return Err(format!(
+            "clients: group {:?} uploads, and emulated clients only download so far: simulate \
+             it with `onionlab run`",
+            c.host.group
+        ));
+    }
     if plan.servers.is_empty() {
         return Err("servers: the scenario has no servers for its clients to fetch from".into());
     }
@@ -195,7 +206,7 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
     let table = graph
         .paths(&used)
         .map_err(|e| format!("network.graph: {e}"))?;
-    let paths = nodes
+    let mut paths: Vec<Vec<PathSpec>> = nodes
         .iter()
         .map(|a| {
             nodes
@@ -211,6 +222,29 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
                 .collect()
         })
         .collect();
+    // Impairments add their loss to the paths between their sides, both ways, as in the
+    // model's network. Nodes follow the order above: authorities, relays, servers, clients.
+    let (a, r, s) = (
+        plan.authorities.len(),
+        plan.relays.len(),
+        plan.servers.len(),
+    );
+    let node_of = |h: &PlanHost| match *h {
+        PlanHost::Authority(i) => i,
+        PlanHost::Relay(i) => a + i,
+        PlanHost::Server(i) => a + r + i,
+        PlanHost::Client(i) => a + r + s + i,
+    };
+    for imp in &plan.impairments {
+        for x in imp.sides[0].iter().map(node_of) {
+            for y in imp.sides[1].iter().map(node_of) {
+                for (from, to) in [(x, y), (y, x)] {
+                    let p = &mut paths[from][to];
+                    p.loss = 1.0 - (1.0 - p.loss) * (1.0 - imp.loss);
+                }
+            }
+        }
+    }
     Ok(Layout { nodes, paths })
 }
 

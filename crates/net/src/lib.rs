@@ -14,7 +14,7 @@ pub mod packet;
 pub mod pipe;
 pub mod stack;
 
-pub use network::{HostPlacement, Network, NetworkConfig};
+pub use network::{HostPlacement, Impairment, Network, NetworkConfig};
 pub use onionlab_quic as quic;
 pub use onionlab_tcp as tcp;
 pub use onionlab_topology as topology;

@@ -1,6 +1,7 @@
 //! The Internet as the hosts see it: where each host sits on the graph, its access link rates,
 //! and the path between any two hosts. Built once before a run and shared read-only.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use onionlab_engine::time::{millis, SimDuration, NANOS_PER_SEC};
@@ -39,7 +40,29 @@ pub struct NetworkConfig {
     pub up_tcp_backlog: u64,
     pub tcp: TcpConfig,
     pub quic: QuicConfig,
+    /// Extra loss between chosen hosts, on top of their paths' own (an experiment that
+    /// impairs one link of a circuit while the other hops crossing the same graph nodes stay
+    /// clean).
+    pub impairments: Vec<Impairment>,
 }
+
+/// Loss between two sets of hosts: every packet from a host of one set to a host of the
+/// other, in either direction, is dropped with probability `loss`, independently of the
+/// path's own loss (the two combine as `1 - (1 - path) (1 - loss)`), and so are several
+/// impairments that name the same pair.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Impairment {
+    pub a: Vec<HostId>,
+    pub b: Vec<HostId>,
+    /// At least 0 and below 1.
+    pub loss: f64,
+}
+
+/// The most impairment classes (distinct ways a host is named by the impairments) a network
+/// may have: the lookup table holds one loss per pair of classes. A scenario's impairments
+/// name whole groups or single relays, so their classes are at most twice their number plus
+/// one.
+pub const MAX_IMPAIRMENT_CLASSES: usize = 1024;
 
 impl Default for NetworkConfig {
     fn default() -> Self {
@@ -51,6 +74,7 @@ impl Default for NetworkConfig {
             up_tcp_backlog: 64 * 1024,
             tcp: TcpConfig::default(),
             quic: QuicConfig::default(),
+            impairments: Vec::new(),
         }
     }
 }
@@ -70,7 +94,90 @@ pub struct Network {
     quic: Arc<QuicConfig>,
     paths: PathTable,
     lookahead: SimDuration,
+    /// Impairments resolved for a lookup that costs the same whatever the number of hosts:
+    /// each host's class (hosts that every impairment treats alike share one), and the extra
+    /// loss between two classes in a `classes × classes` table. Empty without impairments,
+    /// so that the common case costs one predictable branch per packet.
+    impair_class: Vec<u16>,
+    impair_loss: Vec<f64>,
+    impair_classes: usize,
     pub config: NetworkConfig,
+}
+
+/// Hosts' impairment classes and the loss between every two classes; class 0 is the hosts no
+/// impairment names.
+fn impairment_table(
+    hosts: usize,
+    impairments: &[Impairment],
+) -> Result<(Vec<u16>, Vec<f64>, usize), NetError> {
+    if impairments.is_empty() {
+        return Ok((Vec::new(), Vec::new(), 0));
+    }
+    // What each host is, as (impairment, side) pairs in order: hosts with equal lists are
+    // alike for every impairment.
+    let mut named: Vec<Vec<(u32, u8)>> = vec![Vec::new(); hosts];
+    for (k, imp) in impairments.iter().enumerate() {
+        if !(imp.loss >= 0.0 && imp.loss < 1.0) {
+            return Err(NetError::Config(format!(
+                "impairment {k}: loss must be at least 0 and below 1, got {}",
+                imp.loss
+            )));
+        }
+        for (side, set) in [(0u8, &imp.a), (1u8, &imp.b)] {
+            for &h in set {
+                let list = named.get_mut(h as usize).ok_or_else(|| {
+                    NetError::Config(format!(
+                        "impairment {k}: no host {h} (the network has {hosts})"
+                    ))
+                })?;
+                if list.last() != Some(&(k as u32, side)) {
+                    list.push((k as u32, side));
+                }
+            }
+        }
+    }
+    let mut classes: BTreeMap<&[(u32, u8)], u16> = BTreeMap::new();
+    classes.insert(&[], 0);
+    let mut class_of = Vec::with_capacity(hosts);
+    for list in &named {
+        let class = match classes.get(list.as_slice()) {
+            Some(&c) => c,
+            None => {
+                let c = classes.len();
+                if c >= MAX_IMPAIRMENT_CLASSES {
+                    return Err(NetError::Config(format!(
+                        "the impairments divide the hosts into more than \
+                         {MAX_IMPAIRMENT_CLASSES} classes; name groups of hosts rather than \
+                         many single hosts"
+                    )));
+                }
+                classes.insert(list.as_slice(), c as u16);
+                c as u16
+            }
+        };
+        class_of.push(class);
+    }
+    let n = classes.len();
+    let mut members: Vec<&[(u32, u8)]> = vec![&[]; n];
+    for (list, &c) in &classes {
+        members[c as usize] = list;
+    }
+    let mut loss = vec![0.0; n * n];
+    for x in 0..n {
+        for y in 0..n {
+            // Each impairment joining the two classes, once, however both name them.
+            let mut keep = 1.0;
+            for (k, imp) in impairments.iter().enumerate() {
+                let k = k as u32;
+                let has = |c: usize, side: u8| members[c].contains(&(k, side));
+                if (has(x, 0) && has(y, 1)) || (has(x, 1) && has(y, 0)) {
+                    keep *= 1.0 - imp.loss;
+                }
+            }
+            loss[x * n + y] = 1.0 - keep;
+        }
+    }
+    Ok((class_of, loss, n))
 }
 
 impl Network {
@@ -124,12 +231,17 @@ impl Network {
                 graph.source
             )));
         }
+        let (impair_class, impair_loss, impair_classes) =
+            impairment_table(hosts.len(), &config.impairments)?;
         Ok(Network {
             hosts,
             tcp: Arc::new(config.tcp.clone()),
             quic: Arc::new(config.quic.clone()),
             paths,
             lookahead,
+            impair_class,
+            impair_loss,
+            impair_classes,
             config,
         })
     }
@@ -142,10 +254,22 @@ impl Network {
         &self.hosts[id as usize]
     }
 
+    /// The path a packet from `from` to `to` takes, its loss including any impairment
+    /// between the two hosts. Called for every packet.
     #[inline]
     pub fn path(&self, from: HostId, to: HostId) -> Path {
-        self.paths
-            .path(self.hosts[from as usize].node, self.hosts[to as usize].node)
+        let mut path = self
+            .paths
+            .path(self.hosts[from as usize].node, self.hosts[to as usize].node);
+        if !self.impair_class.is_empty() {
+            let x = self.impair_class[from as usize] as usize;
+            let y = self.impair_class[to as usize] as usize;
+            let extra = self.impair_loss[x * self.impair_classes + y];
+            if extra > 0.0 {
+                path.loss = 1.0 - (1.0 - path.loss) * (1.0 - extra);
+            }
+        }
+        path
     }
 
     pub fn tcp_config(&self) -> &Arc<TcpConfig> {

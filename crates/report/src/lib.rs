@@ -35,5 +35,6 @@ pub use report::{
     ReportOptions, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
 };
 pub use summary::{
-    percentiles, render_summary, summarize, summary_table, total_goodput, GroupSummary, Percentiles,
+    percentiles, render_summary, summarize, summary_table, total_goodput, upload_goodput,
+    ClientGoodput, GroupSummary, Percentiles,
 };

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::output::{
-    io_err, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, DOWNLOADS_CSV, DOWNLOADS_HEADER,
-    RELAYS_CSV, RELAYS_HEADER, RUN_JSON, TRIALS_JSON,
+    io_err, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, DIRECTION_COLUMN, DOWNLOADS_CSV,
+    DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, TRIALS_JSON,
 };
 use crate::records::{CircuitRecord, DownloadRecord, Outcome, RelaySample, RunInfo};
 
@@ -45,9 +45,14 @@ impl RunData {
         Ok(RunData {
             dir: dir.to_path_buf(),
             info,
-            downloads: read_csv(&dir.join(DOWNLOADS_CSV), DOWNLOAD_COLUMNS, download_row)?,
-            relays: read_csv(&dir.join(RELAYS_CSV), RELAY_COLUMNS, relay_row)?,
-            circuits: read_csv(&dir.join(CIRCUITS_CSV), CIRCUIT_COLUMNS, circuit_row)?,
+            downloads: read_csv(
+                &dir.join(DOWNLOADS_CSV),
+                DOWNLOAD_COLUMNS,
+                &[DIRECTION_COLUMN],
+                download_row,
+            )?,
+            relays: read_csv(&dir.join(RELAYS_CSV), RELAY_COLUMNS, &[], relay_row)?,
+            circuits: read_csv(&dir.join(CIRCUITS_CSV), CIRCUIT_COLUMNS, &[], circuit_row)?,
         })
     }
 
@@ -259,9 +264,17 @@ struct Row<'a> {
     /// Index in the record of each required column, in the order of the column list.
     index: &'a [usize],
     columns: &'a [&'a str],
+    /// The same for the optional columns, where the file has them.
+    optional: &'a [Option<usize>],
+    optional_columns: &'a [&'a str],
 }
 
 impl Row<'_> {
+    /// Optional column `k`'s cell; `None` when the file has no such column.
+    fn optional(&self, k: usize) -> Option<&str> {
+        self.optional[k].map(|i| self.record.get(i).unwrap_or(""))
+    }
+
     fn cell(&self, k: usize) -> &str {
         self.record.get(self.index[k]).unwrap_or("")
     }
@@ -335,6 +348,16 @@ fn download_row(r: &Row) -> Result<DownloadRecord, String> {
         middle: r.text(10),
         exit: r.text(11),
         bootstrap: r.bool(12)?,
+        upload: match r.optional(0) {
+            None | Some("download") => false,
+            Some("upload") => true,
+            Some(other) => {
+                return Err(format!(
+                    "column {}: {other:?} is not download or upload",
+                    r.optional_columns[0]
+                ))
+            }
+        },
     })
 }
 
@@ -372,9 +395,11 @@ fn circuit_row(r: &Row) -> Result<CircuitRecord, String> {
     })
 }
 
+/// Reads a results CSV: `columns` must be there, `optional` may be.
 fn read_csv<T>(
     path: &Path,
     columns: &[&str],
+    optional: &[&str],
     parse: impl Fn(&Row) -> Result<T, String>,
 ) -> Result<Vec<T>, ReportError> {
     if !path.is_file() {
@@ -424,6 +449,10 @@ fn read_csv<T>(
             format!("missing required column(s): {}", missing.join(", ")),
         ));
     }
+    let optional_index: Vec<Option<usize>> = optional
+        .iter()
+        .map(|column| headers.iter().position(|h| h == *column))
+        .collect();
     let mut out = Vec::new();
     let mut record = csv::StringRecord::new();
     loop {
@@ -436,6 +465,8 @@ fn read_csv<T>(
             record: &record,
             index: &index,
             columns,
+            optional: &optional_index,
+            optional_columns: optional,
         };
         out.push(parse(&row).map_err(|message| {
             malformed(
@@ -497,14 +528,14 @@ mod tests {
             let path = dir.join("t.csv");
             let text = ["a,b", "1,2", "3,4", "5,x", "7,8"].join(ending) + ending;
             fs::write(&path, text).unwrap();
-            let err = read_csv(&path, &columns, |r| r.f64(1)).unwrap_err();
+            let err = read_csv(&path, &columns, &[], |r| r.f64(1)).unwrap_err();
             match err {
                 ReportError::Malformed { line, .. } => assert_eq!(line, 4, "{ending:?}"),
                 other => panic!("{other}"),
             }
             let text = ["a,b", "1,2", "3", "5,6"].join(ending);
             fs::write(&path, text).unwrap();
-            let err = read_csv(&path, &columns, |r| r.f64(1)).unwrap_err();
+            let err = read_csv(&path, &columns, &[], |r| r.f64(1)).unwrap_err();
             match err {
                 ReportError::Malformed { line, .. } => assert_eq!(line, 3, "{ending:?}"),
                 other => panic!("{other}"),

@@ -51,6 +51,11 @@ pub const DOWNLOADS_HEADER: [&str; 13] = [
     "bootstrap",
 ];
 
+/// The column after [`DOWNLOADS_HEADER`] that says whether a row is a `download` or an
+/// `upload`. Only runs with uploads write it, so that the files of runs without stay as they
+/// were; a file without it holds downloads only.
+pub const DIRECTION_COLUMN: &str = "direction";
+
 pub const RELAYS_HEADER: [&str; 11] = [
     "relay",
     "second",
@@ -299,11 +304,13 @@ impl OutputDir {
         })
     }
 
+    /// Writes `downloads.csv`, with the direction column when any record is an upload.
     pub fn write_downloads(&self, records: &[DownloadRecord]) -> Result<PathBuf, ReportError> {
+        let direction = records.iter().any(|r| r.upload);
         self.write_csv(
             DOWNLOADS_CSV,
-            &DOWNLOADS_HEADER,
-            records.iter().map(download_row),
+            &downloads_header(direction),
+            records.iter().map(|r| download_row(r, direction)),
         )
     }
 
@@ -336,8 +343,16 @@ impl OutputDir {
     }
 }
 
-fn download_row(r: &DownloadRecord) -> Vec<String> {
-    vec![
+fn downloads_header(direction: bool) -> Vec<&'static str> {
+    let mut header = DOWNLOADS_HEADER.to_vec();
+    if direction {
+        header.push(DIRECTION_COLUMN);
+    }
+    header
+}
+
+fn download_row(r: &DownloadRecord, direction: bool) -> Vec<String> {
+    let mut row = vec![
         r.client.clone(),
         r.group.clone(),
         r.size_bytes.to_string(),
@@ -351,7 +366,11 @@ fn download_row(r: &DownloadRecord) -> Vec<String> {
         r.middle.clone(),
         r.exit.clone(),
         r.bootstrap.to_string(),
-    ]
+    ];
+    if direction {
+        row.push(if r.upload { "upload" } else { "download" }.to_string());
+    }
+    row
 }
 
 fn relay_row(s: &RelaySample) -> Vec<String> {
@@ -434,15 +453,24 @@ pub struct ResultsWriter {
     downloads: AppendedCsv,
     relays: AppendedCsv,
     circuits: AppendedCsv,
+    /// `downloads.csv` has the direction column.
+    direction: bool,
 }
 
 impl ResultsWriter {
     /// Starts the three files (header only), replacing any there.
     pub fn create(dir: &OutputDir) -> Result<Self, ReportError> {
+        Self::create_for(dir, false)
+    }
+
+    /// As [`ResultsWriter::create`], for a run whose clients may upload (`uploads`): its
+    /// `downloads.csv` gets the direction column.
+    pub fn create_for(dir: &OutputDir, uploads: bool) -> Result<Self, ReportError> {
         Ok(ResultsWriter {
-            downloads: AppendedCsv::create(&dir.path, DOWNLOADS_CSV, &DOWNLOADS_HEADER)?,
+            downloads: AppendedCsv::create(&dir.path, DOWNLOADS_CSV, &downloads_header(uploads))?,
             relays: AppendedCsv::create(&dir.path, RELAYS_CSV, &RELAYS_HEADER)?,
             circuits: AppendedCsv::create(&dir.path, CIRCUITS_CSV, &CIRCUITS_HEADER)?,
+            direction: uploads,
         })
     }
 
@@ -452,7 +480,9 @@ impl ResultsWriter {
         relays: &[RelaySample],
         circuits: &[CircuitRecord],
     ) -> Result<(), ReportError> {
-        self.downloads.append(downloads.iter().map(download_row))?;
+        let direction = self.direction;
+        self.downloads
+            .append(downloads.iter().map(|r| download_row(r, direction)))?;
         self.relays.append(relays.iter().map(relay_row))?;
         self.circuits.append(circuits.iter().map(circuit_row))
     }
@@ -520,6 +550,7 @@ mod tests {
             middle: "relay2".into(),
             exit: "relay3".into(),
             bootstrap: false,
+            upload: false,
         }
     }
 

@@ -86,6 +86,12 @@ pub struct DownloadRecord {
     /// Started inside the bootstrap period: written to the CSV, excluded from the summary,
     /// because the network has not reached its steady state yet.
     pub bootstrap: bool,
+    /// An upload: the client sent `size_bytes`; `ttfb_s` is when its first DATA cell left
+    /// the client and `ttlb_s` when the server's response (sent once it had every byte)
+    /// arrived, so `size_bytes / ttlb_s` is the upload's goodput. In `downloads.csv` the
+    /// column `direction` (written only by runs with uploads) says `upload`.
+    #[serde(default)]
+    pub upload: bool,
 }
 
 /// One relay's activity during one second.

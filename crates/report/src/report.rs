@@ -13,7 +13,7 @@ use crate::output::{fixed, OutputDir, ReportError};
 use crate::plot::{render_svg, Rasterizer, FONT_PATHS, HEIGHT, WIDTH};
 use crate::relay_plots;
 use crate::stats::MeanCi;
-use crate::summary::{summarize, summary_table, total_goodput};
+use crate::summary::{summarize, summary_table, total_goodput, upload_goodput};
 
 pub const REPORT_HTML: &str = "report.html";
 pub const COMPARE_HTML: &str = "compare.html";
@@ -441,6 +441,33 @@ pub fn write_report_with(
                  counts errors and timeouts. The bootstrap period is excluded.</p>\n",
                 html_escape(&goodput)
             );
+            let uploads = upload_goodput(&run.downloads);
+            if !uploads.is_empty() {
+                html.push_str("<h3>Upload goodput per client</h3>\n");
+                let rows: Vec<Vec<String>> = uploads
+                    .iter()
+                    .map(|c| {
+                        vec![
+                            c.client.clone(),
+                            c.group.clone(),
+                            c.uploads.to_string(),
+                            format!("{:.3}", c.bytes as f64 / MIB),
+                            number(c.goodput() / MIB, 3),
+                        ]
+                    })
+                    .collect();
+                html.push_str(&html_table(
+                    &["client", "group", "uploads", "MiB", "goodput MiB/s"].map(String::from),
+                    &rows,
+                ));
+                html.push_str(
+                    "<p class=\"note\">Goodput: the client's bytes over the sum of its \
+                     uploads' times to last byte (from the start of each upload to the server's \
+                     answer), over successful uploads started after the bootstrap period. \
+                     Groups marked (upload) above: time to first byte is when the first DATA \
+                     cell left the client.</p>\n",
+                );
+            }
         }
         Input::Trials { .. } => {
             let stats = input_stats(runs);

@@ -62,6 +62,61 @@ pub struct GroupSummary {
     pub ttlb: Percentiles,
     /// TTLB per download size, ascending by size, since TTLB is only comparable within a size.
     pub ttlb_by_size: Vec<(u64, Percentiles)>,
+    /// The group's transfers are uploads (a group's clients all do the same).
+    #[serde(default)]
+    pub upload: bool,
+    /// Uploading groups: each client's goodput in bytes per second ([`upload_goodput`]),
+    /// as percentiles over the clients with a successful upload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_goodput: Option<Percentiles>,
+}
+
+/// One client's uploads over the measured period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientGoodput {
+    pub client: String,
+    pub group: String,
+    /// Successful uploads, their bytes, and their times to last byte summed.
+    pub uploads: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+impl ClientGoodput {
+    /// Bytes per second: size / duration over the client's successful uploads together.
+    pub fn goodput(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 / self.seconds
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+/// Per client, its successful uploads started after bootstrap, by group then client name.
+/// An upload lasts from its start to the server's response (`ttlb_s`), so goodput is what the
+/// user sees, the wait for a circuit included.
+pub fn upload_goodput(downloads: &[DownloadRecord]) -> Vec<ClientGoodput> {
+    let mut clients: BTreeMap<(&str, &str), ClientGoodput> = BTreeMap::new();
+    let done = downloads
+        .iter()
+        .filter(|d| d.upload && !d.bootstrap && d.outcome.is_ok());
+    for d in done {
+        let Some(t) = d.ttlb_s else { continue };
+        let c = clients
+            .entry((d.group.as_str(), d.client.as_str()))
+            .or_insert_with(|| ClientGoodput {
+                client: d.client.clone(),
+                group: d.group.clone(),
+                uploads: 0,
+                bytes: 0,
+                seconds: 0.0,
+            });
+        c.uploads += 1;
+        c.bytes += d.size_bytes;
+        c.seconds += t;
+    }
+    clients.into_values().collect()
 }
 
 /// Summarizes downloads per group, leaving out those started during bootstrap.
@@ -77,11 +132,13 @@ pub fn summarize(downloads: &[DownloadRecord]) -> Vec<GroupSummary> {
         ttfb: Vec<f64>,
         ttlb: Vec<f64>,
         ttlb_by_size: BTreeMap<u64, Vec<f64>>,
+        upload: bool,
     }
     let mut groups: BTreeMap<&str, Acc> = BTreeMap::new();
     for d in downloads.iter().filter(|d| !d.bootstrap) {
         let acc = groups.entry(d.group.as_str()).or_default();
         acc.downloads += 1;
+        acc.upload |= d.upload;
         match d.outcome {
             Outcome::Ok => {
                 acc.ttfb.extend(d.ttfb_s);
@@ -94,9 +151,20 @@ pub fn summarize(downloads: &[DownloadRecord]) -> Vec<GroupSummary> {
             Outcome::Error(_) => acc.errors += 1,
         }
     }
+    let mut goodput: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for c in upload_goodput(downloads) {
+        let g = c.goodput();
+        if g.is_finite() {
+            goodput.entry(c.group).or_default().push(g);
+        }
+    }
     groups
         .into_iter()
         .map(|(group, acc)| GroupSummary {
+            upload: acc.upload,
+            upload_goodput: acc
+                .upload
+                .then(|| percentiles(goodput.get(group).map_or(&[][..], Vec::as_slice))),
             group: group.to_string(),
             downloads: acc.downloads,
             errors: acc.errors,
@@ -188,8 +256,13 @@ pub fn summary_table(groups: &[GroupSummary]) -> Vec<Vec<String>> {
     .to_vec();
     let mut rows = vec![header];
     for g in groups {
+        let label = if g.upload {
+            format!("{} (upload)", g.group)
+        } else {
+            g.group.clone()
+        };
         rows.push(row(
-            g.group.clone(),
+            label,
             g.downloads.to_string(),
             format!("{:.2}%", g.error_rate * 100.0),
             Some(&g.ttfb),
@@ -248,6 +321,25 @@ pub fn render_summary(groups: &[GroupSummary], goodput_bytes_per_s: f64, complet
             "\nTimes in seconds from download start; nearest-rank percentiles over successful \
              downloads.\nError rate counts errors and timeouts. The bootstrap period is excluded.\n",
         );
+        let uploads: Vec<&GroupSummary> = groups.iter().filter(|g| g.upload).collect();
+        if !uploads.is_empty() {
+            out.push_str(
+                "Uploads: time to first byte is when the first DATA cell left the client, to \
+                 last byte when the server's answer arrived.\nUpload goodput per client (its \
+                 bytes over its uploads' times to last byte), MiB/s:\n",
+            );
+            for g in uploads {
+                let p = g.upload_goodput.unwrap_or_else(|| percentiles(&[]));
+                let _ = writeln!(
+                    out,
+                    "  {}: p50 {} p90 {} over {} clients",
+                    g.group,
+                    secs(p.p50 / MIB, p.n),
+                    secs(p.p90 / MIB, p.n),
+                    p.n
+                );
+            }
+        }
     }
     let _ = writeln!(
         out,
@@ -276,6 +368,7 @@ mod tests {
             middle: "m".into(),
             exit: "e".into(),
             bootstrap: false,
+            upload: false,
         }
     }
 

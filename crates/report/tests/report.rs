@@ -126,6 +126,7 @@ fn write_run(dir: &Path, name: &str, seed: u64) -> RunData {
             middle: "middle1".into(),
             exit: "exit1".into(),
             bootstrap: start < 20.0,
+            upload: false,
         });
     }
     let mut relays = Vec::new();

@@ -31,8 +31,8 @@ mod yaml;
 pub use model::*;
 pub use overrides::{load_with_overrides, parse_with_overrides};
 pub use resolve::{
-    load_graph, resolve, resolve_trial, ClientWorkload, Plan, PlannedAttack, PlannedClient,
-    PlannedHost, PlannedRelay,
+    load_graph, resolve, resolve_trial, ClientWorkload, Plan, PlanHost, PlannedAttack,
+    PlannedClient, PlannedHost, PlannedImpairment, PlannedRelay,
 };
 pub use units::{parse_duration, parse_rate, parse_size, Duration, Rate, Size};
 

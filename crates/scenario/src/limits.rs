@@ -94,3 +94,7 @@ pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
 
 /// The only port the model's web servers listen on and its clients ask exits for.
 pub const MODEL_PORT: u16 = 80;
+
+/// The most `network.impairments`: each names one link of an experiment, and the network's
+/// per-packet lookup table grows with the square of the host classes they make.
+pub const MAX_IMPAIRMENTS: usize = 64;

@@ -122,6 +122,20 @@ pub struct NetworkSection {
     pub lookahead_floor: Duration,
     #[serde(default = "default_down_queue")]
     pub down_queue: Duration,
+    /// Extra loss between chosen hosts (one link of a circuit), on top of the paths' own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub impairments: Vec<ImpairmentSpec>,
+}
+
+/// `{ between: [A, B], loss: p }`: packets between any host of A and any host of B, both
+/// ways, are lost with probability `p` on top of their path's loss. A and B each name a relay
+/// (its nickname), a server or client group, or `authorities`; `relay:`, `servers:` and
+/// `clients:` in front of a name say which is meant where a name is taken twice.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImpairmentSpec {
+    pub between: Vec<String>,
+    pub loss: f64,
 }
 
 fn default_graph() -> String {
@@ -139,6 +153,7 @@ impl Default for NetworkSection {
             builtin: None,
             lookahead_floor: Duration(0),
             down_queue: default_down_queue(),
+            impairments: Vec::new(),
         }
     }
 }
@@ -483,6 +498,7 @@ pub enum Workload {
     Web(WebWorkload),
     Bulk(BulkWorkload),
     Perf(PerfWorkload),
+    Upload(UploadWorkload),
 }
 
 /// Browsing: fetch a page, think, repeat.
@@ -527,6 +543,19 @@ fn bulk_size() -> Size {
 }
 fn bulk_timeout() -> Duration {
     Duration::from_secs(300)
+}
+
+/// Back-to-back uploads: the client sends `size` bytes through its circuit to a server,
+/// which answers once it has them all.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadWorkload {
+    #[serde(default = "bulk_size")]
+    pub size: Size,
+    /// The same default as bulk downloads': uploads are the bulk transfers of the other
+    /// direction.
+    #[serde(default = "bulk_timeout")]
+    pub timeout: Duration,
 }
 
 /// OnionPerf-style measurement: one download of a fixed size every `interval`.

@@ -30,6 +30,24 @@ pub struct Plan {
     pub servers: Vec<PlannedHost>,
     pub clients: Vec<PlannedClient>,
     pub attacks: Vec<PlannedAttack>,
+    /// `network.impairments` with their names turned into hosts.
+    pub impairments: Vec<PlannedImpairment>,
+}
+
+/// A host of a [`Plan`], by its list there and its position in that list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanHost {
+    Relay(usize),
+    Authority(usize),
+    Server(usize),
+    Client(usize),
+}
+
+/// Extra loss between two sets of hosts (`network.impairments`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedImpairment {
+    pub sides: [Vec<PlanHost>; 2],
+    pub loss: f64,
 }
 
 /// An attacker with its victim found among the planned relays.
@@ -101,6 +119,8 @@ pub enum ClientWorkload {
         interval: u64,
         timeout: u64,
     },
+    /// Upload `size` back to back.
+    Upload { size: u64, timeout: u64 },
 }
 
 impl ClientWorkload {
@@ -147,6 +167,10 @@ impl ClientWorkload {
             } => Workload::Perf {
                 size_bytes: size,
                 interval,
+                timeout,
+            },
+            ClientWorkload::Upload { size, timeout } => Workload::Upload {
+                size_bytes: size,
                 timeout,
             },
         }
@@ -242,13 +266,123 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
             ));
         }
     }
+    let mut impairments = Vec::with_capacity(s.network.impairments.len());
+    for (i, imp) in s.network.impairments.iter().enumerate() {
+        let p = format!("network.impairments[{i}]");
+        let mut sides = [Vec::new(), Vec::new()];
+        for (k, side) in imp.between.iter().enumerate() {
+            sides[k] = impairment_side(
+                s,
+                &format!("{p}.between[{k}]"),
+                side,
+                &relays,
+                &authorities,
+                &servers,
+                &clients,
+            )?;
+        }
+        if sides[0].iter().any(|h| sides[1].contains(h)) {
+            return Err(r.err(
+                format!("{p}.between"),
+                format!(
+                    "{} and {} are the same hosts: expected two different sides, the hosts at \
+                     either end of the link to impair",
+                    crate::validate::shown(&imp.between[0]),
+                    crate::validate::shown(&imp.between[1])
+                ),
+            ));
+        }
+        impairments.push(PlannedImpairment {
+            sides,
+            loss: imp.loss,
+        });
+    }
     Ok(Plan {
         relays,
         authorities,
         servers,
         clients,
         attacks,
+        impairments,
     })
+}
+
+/// The hosts one side of an impairment names: a relay, every host of a server or client
+/// group, or every authority. A name that could be two of these must say which with a prefix.
+fn impairment_side(
+    s: &Scenario,
+    field: &str,
+    side: &str,
+    relays: &[PlannedRelay],
+    authorities: &[PlannedHost],
+    servers: &[PlannedHost],
+    clients: &[PlannedClient],
+) -> Result<Vec<PlanHost>, ScenarioError> {
+    use crate::validate::{impairment_target, shown, TargetKind};
+    let err = |m: String| ScenarioError::new(&s.source, field, m);
+    let (kind, name) = impairment_target(side).map_err(err)?;
+    let wants = |k: TargetKind| kind.is_none_or(|want| want == k);
+    let mut found: Vec<(&str, Vec<PlanHost>)> = Vec::new();
+    if kind == Some(TargetKind::Authorities) {
+        found.push((
+            "the authorities",
+            (0..authorities.len()).map(PlanHost::Authority).collect(),
+        ));
+    }
+    if wants(TargetKind::Relay) {
+        if let Some(i) = relays.iter().position(|r| r.name == name) {
+            found.push(("the relay", vec![PlanHost::Relay(i)]));
+        }
+    }
+    if wants(TargetKind::Servers) && s.servers.iter().any(|g| g.name == name) {
+        let hosts = servers.iter().enumerate();
+        found.push((
+            "the server group",
+            hosts
+                .filter(|(_, h)| h.group == name)
+                .map(|(i, _)| PlanHost::Server(i))
+                .collect(),
+        ));
+    }
+    if wants(TargetKind::Clients) && s.clients.iter().any(|g| g.name == name) {
+        let hosts = clients.iter().enumerate();
+        found.push((
+            "the client group",
+            hosts
+                .filter(|(_, c)| c.host.group == name)
+                .map(|(i, _)| PlanHost::Client(i))
+                .collect(),
+        ));
+    }
+    match found.len() {
+        1 => Ok(found.pop().unwrap().1),
+        0 => {
+            let some: Vec<&str> = relays.iter().take(5).map(|r| r.name.as_str()).collect();
+            let groups = |names: Vec<&str>| {
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            };
+            Err(err(format!(
+                "no relay, server group or client group is named {} (relays are named like \
+                 {}; server groups: {}; client groups: {}; or write authorities)",
+                shown(side),
+                some.join(", "),
+                groups(s.servers.iter().map(|g| g.name.as_str()).collect()),
+                groups(s.clients.iter().map(|g| g.name.as_str()).collect()),
+            )))
+        }
+        _ => {
+            let what: Vec<&str> = found.iter().map(|(w, _)| *w).collect();
+            Err(err(format!(
+                "{} names {}: write relay:{name}, servers:{name} or clients:{name} to say which",
+                shown(side),
+                what.join(" and ")
+            )))
+        }
+    }
 }
 
 /// SplitMix64 finaliser: trial seeds far apart even for consecutive trials.
@@ -460,6 +594,10 @@ impl Resolver<'_> {
                     size: p.size.0,
                     interval: p.interval.0,
                     timeout: p.effective_timeout().0,
+                },
+                Workload::Upload(u) => ClientWorkload::Upload {
+                    size: u.size.0,
+                    timeout: u.timeout.0,
                 },
             };
             for i in 1..=g.count {

@@ -319,6 +319,7 @@ fn network(cx: &Ctx, s: &Scenario) -> Check {
             ),
         ));
     }
+    impairments(cx, n)?;
     if n.down_queue.0 == 0 || n.down_queue > MAX_DOWN_QUEUE {
         return Err(cx.err(
             "network.down_queue",
@@ -329,6 +330,83 @@ fn network(cx: &Ctx, s: &Scenario) -> Check {
         ));
     }
     Ok(())
+}
+
+/// The shape of `network.impairments`; which hosts the names stand for is settled once the
+/// relays exist (`resolve`), since sampled relays are named only then.
+fn impairments(cx: &Ctx, n: &NetworkSection) -> Check {
+    if n.impairments.len() > MAX_IMPAIRMENTS {
+        return Err(cx.err(
+            "network.impairments",
+            format!(
+                "expected at most {MAX_IMPAIRMENTS} impairments, got {}",
+                n.impairments.len()
+            ),
+        ));
+    }
+    for (i, imp) in n.impairments.iter().enumerate() {
+        let p = format!("network.impairments[{i}]");
+        if imp.between.len() != 2 {
+            return Err(cx.err(
+                format!("{p}.between"),
+                format!(
+                    "expected two names, [A, B] (a relay, a server or client group, or \
+                     authorities), got {}",
+                    imp.between.len()
+                ),
+            ));
+        }
+        for (k, side) in imp.between.iter().enumerate() {
+            impairment_target(side).map_err(|m| cx.err(format!("{p}.between[{k}]"), m))?;
+        }
+        if !(imp.loss >= 0.0 && imp.loss < 1.0) {
+            return Err(cx.err(
+                format!("{p}.loss"),
+                format!(
+                    "expected a probability between 0 and 1, below 1 (a link that loses every \
+                     packet carries nothing), got {}",
+                    format_real(imp.loss)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a name in `network.impairments[i].between` may stand for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TargetKind {
+    Relay,
+    Servers,
+    Clients,
+    Authorities,
+}
+
+/// Splits an impairment's side into the kind its prefix asks for (`None`: any kind) and the
+/// name, or says what was expected.
+pub(crate) fn impairment_target(side: &str) -> Result<(Option<TargetKind>, &str), String> {
+    let (kind, name) = match side.split_once(':') {
+        None if side == "authorities" => (Some(TargetKind::Authorities), side),
+        None => (None, side),
+        Some(("relay", n)) => (Some(TargetKind::Relay), n),
+        Some(("servers", n)) => (Some(TargetKind::Servers), n),
+        Some(("clients", n)) => (Some(TargetKind::Clients), n),
+        Some(_) => {
+            return Err(format!(
+                "expected a relay's nickname, a server or client group's name or \
+                 `authorities`, optionally after relay:, servers: or clients:, got {}",
+                shown(side)
+            ))
+        }
+    };
+    if !plain_name_ok(name) {
+        return Err(format!(
+            "expected a relay's nickname, a server or client group's name or `authorities`, \
+             got {}",
+            shown(side)
+        ));
+    }
+    Ok((kind, name))
 }
 
 /// Every group's host count and the total, against [`MAX_HOSTS`], before any check or step that
@@ -840,6 +918,10 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
                 size(cx, format!("{w}.bulk.size"), b.size)?;
                 range(cx, format!("{w}.bulk.pause"), b.pause)?;
                 timeout(cx, format!("{w}.bulk.timeout"), b.timeout)?;
+            }
+            Workload::Upload(u) => {
+                size(cx, format!("{w}.upload.size"), u.size)?;
+                timeout(cx, format!("{w}.upload.timeout"), u.timeout)?;
             }
             Workload::Perf(pf) => {
                 size(cx, format!("{w}.perf.size"), pf.size)?;

@@ -449,3 +449,105 @@ fn broken_scenario_messages_are_in_our_words() {
     }
     assert!(leaks.is_empty(), "library wording:\n{}", leaks.join("\n"));
 }
+
+#[test]
+fn impairments_name_relays_groups_and_authorities() {
+    let text = r#"
+run: { stop_time: 10m }
+network:
+  impairments:
+    - { between: [m, e], loss: 0.01 }
+    - { between: [clients:web, servers:web], loss: 0.02 }
+    - { between: [authorities, relay:g1], loss: 0.5 }
+relays:
+  list:
+    - { name: g, count: 2, flags: [guard, fast], bandwidth_rate: 5 MiB/s }
+    - { name: e, flags: [exit, fast], bandwidth_rate: 2 MiB/s }
+    - { name: m, bandwidth_rate: 1 MiB/s }
+servers: [ { name: web, count: 2 } ]
+clients: [ { name: web, count: 3, workload: { web: {} } } ]
+"#;
+    use onionlab_scenario::PlanHost::*;
+    let s = parse(text, Path::new("inline.yaml")).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    let imp = &plan.impairments;
+    assert_eq!(imp.len(), 3);
+    assert_eq!(imp[0].sides, [vec![Relay(3)], vec![Relay(2)]]);
+    assert_eq!(imp[0].loss, 0.01);
+    assert_eq!(
+        imp[1].sides,
+        [
+            vec![Client(0), Client(1), Client(2)],
+            vec![Server(0), Server(1)]
+        ]
+    );
+    assert_eq!(
+        imp[2].sides,
+        [
+            vec![Authority(0), Authority(1), Authority(2)],
+            vec![Relay(0)]
+        ]
+    );
+    // Written back (run.json), the section reads the same; without impairments it is left
+    // out, so earlier scenarios' run.json is unchanged.
+    let mut json = serde_json::to_value(&s).unwrap();
+    json.as_object_mut().unwrap().remove("source");
+    let back: Scenario = parse(&json.to_string(), Path::new("inline.yaml")).unwrap();
+    assert_eq!(back.network, s.network);
+    let plain = load(&example("toy")).unwrap();
+    let json = serde_json::to_value(&plain).unwrap();
+    assert!(json["network"].get("impairments").is_none());
+}
+
+#[test]
+fn upload_workloads_take_bulk_defaults() {
+    let text = r#"
+run: { stop_time: 10m }
+relays: { generate: { guard: 1, middle: 1, exit: 1, bandwidth: { fixed: 10 MiB/s } } }
+servers: [ { name: web } ]
+clients:
+  - { name: a, workload: { upload: {} } }
+  - { name: b, workload: { upload: { size: 32 MiB, timeout: 10m } } }
+"#;
+    let s = parse(text, Path::new("inline.yaml")).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    let upload = |i: usize| plan.clients[i].workload;
+    assert_eq!(
+        upload(0),
+        ClientWorkload::Upload {
+            size: 5 << 20,
+            timeout: 300_000_000_000
+        }
+    );
+    assert_eq!(
+        upload(1),
+        ClientWorkload::Upload {
+            size: 32 << 20,
+            timeout: 600_000_000_000
+        }
+    );
+    assert!(upload(1).workload().is_upload());
+}
+
+/// Experiments vary impairments with overrides: a whole list, or one entry's loss.
+#[test]
+fn impairments_can_be_overridden() {
+    use onionlab_scenario::parse_with_overrides;
+    let path = example("upload-loss");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let set = |path: &str, value: &str| vec![(path.to_string(), value.to_string())];
+    let s = parse_with_overrides(&text, &path, &set("network.impairments.0.loss", "0.05")).unwrap();
+    assert_eq!(s.network.impairments[0].loss, 0.05);
+    let s = parse_with_overrides(
+        &text,
+        &path,
+        &set(
+            "network.impairments",
+            "[{ between: [guard, middle], loss: 0.02 }]",
+        ),
+    )
+    .unwrap();
+    assert_eq!(s.network.impairments[0].between, ["guard", "middle"]);
+    let s = parse_with_overrides(&text, &path, &set("network.impairments", "[]")).unwrap();
+    assert!(s.network.impairments.is_empty());
+}

@@ -8,6 +8,11 @@
 //! when they take longer than the learned circuit build timeout, and kept ready ahead of need
 //! (preemptive circuits).
 //!
+//! An upload workload turns the stream around: after CONNECTED the client sends a request
+//! announcing the upload's size, then the bytes as DATA cells, as the sending end of flow
+//! control (the same package windows, or Vegas congestion control, that exits use, plus the
+//! exit's XON/XOFF); the transfer ends when the server's short response arrives.
+//!
 //! A stream for which no circuit can be launched (no path can be chosen, or
 //! `max_client_circuits_pending` circuits are already being built) stays pending, as in tor:
 //! the client tries again to attach pending streams once a second and when a circuit opens,
@@ -21,16 +26,18 @@ use onionlab_engine::time::{secs, secs_f64, SimDuration, SimTime};
 use onionlab_engine::HostId;
 use onionlab_net::{SocketEvent, SocketId};
 use onionlab_torcore::cbt::BuildTimeEstimator;
-use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand};
+use onionlab_torcore::{
+    Cell, CellCommand, ChannelDesign, FlowControl, RelayCommand, RELAY_DATA_BYTES,
+};
 use onionlab_traffic::{Action, ClientSchedule, Workload};
 use rand::RngExt;
 
 use crate::circ_ids::ChannelCircuits;
-use crate::flow::{CircuitReceiver, StreamReceiver};
+use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
 use crate::measure::{CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
-use crate::wire::{Wire, REQUEST_BYTES};
+use crate::wire::{Wire, REQUEST_BYTES, UPLOAD_RESPONSE_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
 
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +92,8 @@ struct Channel {
     /// Its circuits by id: the client is the initiating side, like a relay that opened a
     /// channel.
     circs: ChannelCircuits,
+    /// Uploads stopped packaging because `out` was full; they resume when it drains.
+    uploads_blocked: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -111,6 +120,15 @@ struct Circuit {
     next_stream: u16,
     receiver: CircuitReceiver,
     streams_opened: u32,
+    /// The sending end of the circuit's uploads, made with the first.
+    sender: Option<CircuitSender>,
+    /// Upload DATA cells packaged, and cells acknowledged by the circuit SENDMEs accepted:
+    /// plain counts, apart from the window state, so that the cells in flight can be checked
+    /// against the window independently of the code enforcing it (as the exit does).
+    packaged: u64,
+    acked: u64,
+    /// Round-robin position among the circuit's streams when packaging uploads.
+    turn: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -119,7 +137,9 @@ enum DlState {
     Waiting,
     /// BEGIN sent.
     Connecting,
-    /// Request sent, response arriving.
+    /// An upload's request and body going out.
+    Sending,
+    /// Request (and an upload's body) sent, response arriving.
     Receiving,
 }
 
@@ -137,6 +157,26 @@ struct Download {
     /// The last attempt to find a circuit for this download failed because no path could be
     /// chosen.
     no_path: bool,
+    /// An upload: `size` bytes go out, and a response of `UPLOAD_RESPONSE_BYTES` comes back.
+    upload: bool,
+    sender: StreamSender,
+    /// Upload: its request went out, and this many body bytes after it.
+    request_sent: bool,
+    sent: u64,
+    /// As `Circuit::packaged` and `acked`, for stream SENDMEs.
+    packaged: u64,
+    acked: u64,
+}
+
+impl Download {
+    /// Bytes that arrive before the transfer is complete: the response.
+    fn expected(&self) -> u64 {
+        if self.upload {
+            UPLOAD_RESPONSE_BYTES
+        } else {
+            self.size
+        }
+    }
 }
 
 pub struct Client {
@@ -169,6 +209,15 @@ pub struct Client {
     workload_due: bool,
     /// `run_workload` is on the stack (so a download finishing inside it does not re-enter).
     in_workload: bool,
+    /// The workload uploads.
+    uploads: bool,
+    /// Largest number of upload DATA cells in flight seen on any circuit (packaged minus
+    /// acknowledged by accepted SENDMEs, counted apart from the window state), and on any
+    /// stream (SENDME flow control only, where streams have windows).
+    pub max_circuit_in_flight: u32,
+    pub max_stream_in_flight: u32,
+    /// SENDMEs for upload cells never sent: the exit's protocol violation (must stay 0).
+    pub sendme_violations: u64,
 }
 
 impl Client {
@@ -180,6 +229,7 @@ impl Client {
     ) -> Self {
         let p = &world.params;
         let cbt = BuildTimeEstimator::new(p);
+        let uploads = workload.is_upload();
         Client {
             servers,
             schedule: ClientSchedule::new(workload, start),
@@ -202,6 +252,10 @@ impl Client {
             retry_armed: false,
             workload_due: false,
             in_workload: false,
+            uploads,
+            max_circuit_in_flight: 0,
+            max_stream_in_flight: 0,
+            sendme_violations: 0,
         }
     }
 
@@ -217,6 +271,9 @@ impl Client {
                 SocketEvent::Writable(socket) => {
                     if let Some(ch) = self.channel_of(socket) {
                         self.flush_channel(io, ch);
+                        if self.uploads {
+                            self.resume_uploads(io, ch);
+                        }
                     }
                 }
                 SocketEvent::Message {
@@ -295,6 +352,12 @@ impl Client {
             first_byte: None,
             state: DlState::Waiting,
             no_path: false,
+            upload: self.uploads,
+            sender: StreamSender::new(&self.world.params),
+            request_sent: false,
+            sent: 0,
+            packaged: 0,
+            acked: 0,
         };
         let idx = match self.free_downloads.pop() {
             Some(i) => {
@@ -460,6 +523,7 @@ impl Client {
             outcome,
             path,
             circuit,
+            upload: d.upload,
         });
         self.schedule.on_finished(now);
         self.workload_due = true;
@@ -495,6 +559,7 @@ impl Client {
                     open: false,
                     out: VecDeque::new(),
                     circs: ChannelCircuits::new(true),
+                    uploads_blocked: false,
                 });
                 self.channels.len() - 1
             }
@@ -515,6 +580,10 @@ impl Client {
             next_stream: 0,
             receiver: CircuitReceiver::new(&world.params),
             streams_opened: 0,
+            sender: None,
+            packaged: 0,
+            acked: 0,
+            turn: 0,
         };
         let idx = match self.free_circuits.pop() {
             Some(i) => {
@@ -532,7 +601,10 @@ impl Client {
         create.hop = 1;
         // Idealised Torchestra: the client tells its relays the circuit's traffic class.
         if self.world.params.channel == ChannelDesign::TorchestraIdeal {
-            create.arg = u32::from(matches!(self.schedule.workload(), Workload::Bulk { .. }));
+            create.arg = u32::from(matches!(
+                self.schedule.workload(),
+                Workload::Bulk { .. } | Workload::Upload { .. }
+            ));
         }
         self.send_cell(io, ch, create);
         io.arm_in(
@@ -594,10 +666,18 @@ impl Client {
             (_, RelayCommand::Extended2) => self.hop_built(io, circ, cell.hop + 1),
             (_, RelayCommand::Connected) => self.connected(io, circ, cell.stream_id),
             (_, RelayCommand::Data) => self.data(io, circ, cell),
+            (_, RelayCommand::Sendme) => self.sendme(io, circ, cell.stream_id),
+            (_, RelayCommand::Xoff | RelayCommand::Xon) => {
+                if let Some(dl) = self.download_on(circ, cell.stream_id) {
+                    let d = self.downloads[dl as usize].as_mut().unwrap();
+                    d.sender.set_xoff(cell.relay == RelayCommand::Xoff);
+                    self.package_uploads(io, circ);
+                }
+            }
             (_, RelayCommand::End) => {
                 if let Some(dl) = self.download_on(circ, cell.stream_id) {
                     let d = self.downloads[dl as usize].as_ref().unwrap();
-                    if d.received < d.size {
+                    if d.received < d.expected() {
                         let reason = if d.state == DlState::Connecting {
                             "refused by exit"
                         } else {
@@ -651,6 +731,11 @@ impl Client {
             return;
         };
         let d = self.downloads[dl as usize].as_mut().unwrap();
+        if d.upload {
+            d.state = DlState::Sending;
+            self.package_uploads(io, circ);
+            return;
+        }
         d.state = DlState::Receiving;
         let mut request = Cell::relay(0, RelayCommand::Data, 3, stream_id);
         request.length = REQUEST_BYTES as u16;
@@ -673,7 +758,9 @@ impl Client {
             return;
         };
         let d = self.downloads[dl as usize].as_mut().unwrap();
-        d.first_byte.get_or_insert(now);
+        if !d.upload {
+            d.first_byte.get_or_insert(now);
+        }
         d.received += cell.length as u64;
         match d.receiver.on_data() {
             Ok(true) => {
@@ -684,8 +771,142 @@ impl Client {
             Err(_) => self.window_violations += 1,
         }
         let d = self.downloads[dl as usize].as_ref().unwrap();
-        if d.received >= d.size {
+        if d.received >= d.expected() {
             self.finish(io, dl, DownloadOutcome::Ok);
+        }
+    }
+
+    // --- uploads ---
+
+    /// Packages upload DATA cells on a circuit for as long as its window (or congestion
+    /// window), its streams' windows (or XOFF), the bytes left and the channel allow, serving
+    /// its streams in turn. The request goes first: `arg` says the size, `upload` that a body
+    /// follows.
+    fn package_uploads(&mut self, io: &mut impl Io<ClientTimer>, circ: u32) {
+        let now = io.now();
+        let high = self.world.params.circuit_queue_high_cells as usize;
+        loop {
+            let Some(c) = self.circuits[circ as usize].as_mut() else {
+                return;
+            };
+            if c.state != CircState::Open {
+                return;
+            }
+            let ch = c.chan as usize;
+            if self.channels[ch].out.len() >= high {
+                // Tor stops reading from the edge while the circuit's cells pile up.
+                self.channels[ch].uploads_blocked = true;
+                return;
+            }
+            let params = &self.world.params;
+            let sender = c
+                .sender
+                .get_or_insert_with(|| CircuitSender::new(params, now));
+            if !sender.can_send() {
+                return;
+            }
+            let n = c.downloads.len();
+            let mut next = None;
+            for k in 0..n {
+                let i = (c.turn + k) % n;
+                let d = self.downloads[c.downloads[i] as usize].as_ref().unwrap();
+                if d.state == DlState::Sending && d.sender.can_send() {
+                    next = Some(i);
+                    break;
+                }
+            }
+            let Some(i) = next else {
+                return;
+            };
+            c.turn = (i + 1) % n;
+            let dl = c.downloads[i];
+            let d = self.downloads[dl as usize].as_mut().unwrap();
+            let mut cell = Cell::relay(0, RelayCommand::Data, 3, d.stream_id);
+            if d.request_sent {
+                let n = (d.size - d.sent).min(u64::from(RELAY_DATA_BYTES));
+                cell.length = n as u16;
+                d.sent += n;
+            } else {
+                cell.length = REQUEST_BYTES as u16;
+                cell.arg = d.size.min(u32::MAX as u64) as u32;
+                cell.upload = true;
+                d.request_sent = true;
+                d.first_byte = Some(now);
+            }
+            if d.sent >= d.size {
+                d.state = DlState::Receiving;
+            }
+            d.sender.on_sent();
+            d.packaged += 1;
+            if d.sender.windowed() {
+                let in_flight = d.packaged.saturating_sub(d.acked);
+                self.max_stream_in_flight = self
+                    .max_stream_in_flight
+                    .max(in_flight.min(u32::MAX as u64) as u32);
+            }
+            let c = self.circuits[circ as usize].as_mut().unwrap();
+            c.sender.as_mut().unwrap().on_sent(now);
+            c.packaged += 1;
+            let in_flight = c.packaged.saturating_sub(c.acked);
+            self.max_circuit_in_flight = self
+                .max_circuit_in_flight
+                .max(in_flight.min(u32::MAX as u64) as u32);
+            self.send_on_circuit(io, circ, cell);
+        }
+    }
+
+    /// A SENDME from the exit for upload cells: circuit level (stream 0) or for one stream.
+    /// Download clients get circuit SENDMEs for their requests too, and need none of them.
+    fn sendme(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, stream_id: u16) {
+        let now = io.now();
+        let params = &self.world.params;
+        if stream_id == 0 {
+            let c = self.circuits[circ as usize].as_mut().unwrap();
+            let Some(sender) = c.sender.as_mut() else {
+                return;
+            };
+            let blocked = !self.channels[c.chan as usize].out.is_empty();
+            if !sender.on_sendme(now, blocked) {
+                self.sendme_violations += 1;
+                return;
+            }
+            c.acked += u64::from(match params.flow_control {
+                FlowControl::Sendme => params.circuit_sendme_increment,
+                FlowControl::Vegas => params.cc_sendme_inc.max(1),
+            });
+        } else {
+            let increment = u64::from(params.stream_sendme_increment);
+            let Some(dl) = self.download_on(circ, stream_id) else {
+                return;
+            };
+            let d = self.downloads[dl as usize].as_mut().unwrap();
+            if !d.upload {
+                return;
+            }
+            if d.sender.on_sendme() {
+                d.acked += increment;
+            } else {
+                self.sendme_violations += 1;
+            }
+        }
+        self.package_uploads(io, circ);
+    }
+
+    /// The channel's queue drained: the uploads it held back package again.
+    fn resume_uploads(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
+        let high = self.world.params.circuit_queue_high_cells as usize;
+        let chan = &mut self.channels[ch];
+        if !chan.uploads_blocked || chan.out.len() >= high {
+            return;
+        }
+        chan.uploads_blocked = false;
+        for circ in 0..self.circuits.len() {
+            let uploading = self.circuits[circ]
+                .as_ref()
+                .is_some_and(|c| c.chan as usize == ch && c.sender.is_some());
+            if uploading {
+                self.package_uploads(io, circ as u32);
+            }
         }
     }
 
@@ -726,7 +947,7 @@ impl Client {
             let Some(d) = self.downloads[dl as usize].as_mut() else {
                 continue;
             };
-            if d.received == 0 {
+            if d.received == 0 && !d.request_sent {
                 d.circ = None;
                 d.state = DlState::Waiting;
                 self.attach(io, dl);

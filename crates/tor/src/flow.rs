@@ -1,9 +1,10 @@
 //! End-to-end flow and congestion control of circuits and streams, as the model's edges use it.
 //!
 //! Downloads flow from the exit to the client, so the exit is the sending end (package
-//! windows, or Vegas congestion control) and the client the receiving end (it owes SENDMEs).
-//! Under congestion control a SENDME acknowledges `cc_sendme_inc` cells and streams rely on
-//! XON/XOFF instead of windows.
+//! windows, or Vegas congestion control) and the client the receiving end (it owes SENDMEs);
+//! uploads flow the other way, with the same types at the other ends. Under congestion
+//! control a SENDME acknowledges `cc_sendme_inc` cells and streams rely on XON/XOFF instead
+//! of windows.
 
 use onionlab_engine::time::SimTime;
 use onionlab_torcore::sendme::{DeliverWindow, PackageWindow, SendmeError};
@@ -171,6 +172,25 @@ impl StreamReceiver {
         match self {
             StreamReceiver::Sendme(w) => w.on_delivered(),
             StreamReceiver::None => Ok(false),
+        }
+    }
+
+    /// A DATA cell arrived; its acknowledgement waits for [`StreamReceiver::take_sendme`]. An
+    /// exit acknowledges an upload's cells only once their bytes have gone on towards the
+    /// server, as tor sends no stream SENDME while the edge connection's buffer is full, so a
+    /// slow server holds the client back.
+    pub fn on_received(&mut self) -> Result<(), SendmeError> {
+        match self {
+            StreamReceiver::Sendme(w) => w.on_received(),
+            StreamReceiver::None => Ok(()),
+        }
+    }
+
+    /// Whether a stream SENDME is owed now (crediting it); call until false.
+    pub fn take_sendme(&mut self) -> bool {
+        match self {
+            StreamReceiver::Sendme(w) => w.take_sendme(),
+            StreamReceiver::None => false,
         }
     }
 }

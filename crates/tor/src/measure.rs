@@ -45,6 +45,9 @@ pub struct DownloadLog {
     /// Consensus indices of guard, middle and exit, if a circuit was used.
     pub path: Option<[usize; 3]>,
     pub circuit: Option<u64>,
+    /// An upload: `size` bytes sent; `first_byte` is when its first DATA cell (the request)
+    /// left the client, `last_byte` when the server's response arrived.
+    pub upload: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -40,6 +40,14 @@ pub enum Wire {
     Request {
         bytes: u32,
     },
+    /// An HTTP-like upload's header (a PUT): `bytes` of body follow on the connection, and
+    /// the server answers with [`UPLOAD_RESPONSE_BYTES`] once it has read them all.
+    Upload {
+        bytes: u32,
+    },
+    /// A piece of an upload's body as the exit writes it (the bytes of its DATA cells); the
+    /// server counts the bytes it reads and needs nothing from the descriptor.
+    UploadBody,
 }
 
 /// Circuit ids chosen by the side that opened the channel (a client, or the relay that
@@ -48,3 +56,7 @@ pub const INITIATOR_BIT: u32 = 1 << 31;
 
 /// Bytes an HTTP GET with its headers takes on the wire (request to a file server).
 pub const REQUEST_BYTES: u64 = 200;
+
+/// Bytes of a server's answer to an upload (status line and headers): the client's upload is
+/// done when they arrive.
+pub const UPLOAD_RESPONSE_BYTES: u64 = 200;

@@ -54,6 +54,9 @@ pub struct Cell {
     /// What the payload says that the model needs: the host to extend to (EXTEND2), the
     /// destination (BEGIN), a request's size, a DESTROY reason.
     pub arg: u32,
+    /// On a stream's first DATA cell (the application's request): it announces an upload
+    /// of `arg` bytes (a PUT) rather than asking for a download of them (a GET).
+    pub upload: bool,
 }
 
 impl Cell {
@@ -66,6 +69,7 @@ impl Cell {
             stream_id: 0,
             length: 0,
             arg: 0,
+            upload: false,
         }
     }
 
@@ -78,6 +82,7 @@ impl Cell {
             stream_id,
             length: 0,
             arg: 0,
+            upload: false,
         }
     }
 

@@ -51,6 +51,13 @@ pub enum Workload {
         interval: SimDuration,
         timeout: SimDuration,
     },
+    /// Upload `size_bytes` to a server back to back, like `Bulk` in the other direction: the
+    /// client sends the bytes and the transfer ends when the server's short response
+    /// (confirming it received all of them) arrives.
+    Upload {
+        size_bytes: u64,
+        timeout: SimDuration,
+    },
 }
 
 impl Workload {
@@ -85,22 +92,29 @@ impl Workload {
         }
     }
 
-    /// Bytes each download of this workload fetches.
+    /// Bytes each transfer of this workload fetches (or, uploading, sends).
     pub fn size_bytes(&self) -> u64 {
         match *self {
             Workload::Web { size_bytes, .. }
             | Workload::Bulk { size_bytes, .. }
-            | Workload::Perf { size_bytes, .. } => size_bytes,
+            | Workload::Perf { size_bytes, .. }
+            | Workload::Upload { size_bytes, .. } => size_bytes,
         }
     }
 
-    /// How long each download may take before it is abandoned.
+    /// How long each transfer may take before it is abandoned.
     pub fn timeout(&self) -> SimDuration {
         match *self {
             Workload::Web { timeout, .. }
             | Workload::Bulk { timeout, .. }
-            | Workload::Perf { timeout, .. } => timeout,
+            | Workload::Perf { timeout, .. }
+            | Workload::Upload { timeout, .. } => timeout,
         }
+    }
+
+    /// Whether the client sends its transfers' bytes rather than fetching them.
+    pub fn is_upload(&self) -> bool {
+        matches!(self, Workload::Upload { .. })
     }
 
     /// Rejects parameters that would make a client do nothing or spin without time advancing.
@@ -428,6 +442,32 @@ mod tests {
         s.on_finished(secs(3));
         // The pause counts from the finish time, so polling after it has elapsed starts at once.
         assert!(matches!(s.poll(secs(10), &mut rng), Action::Start { .. }));
+    }
+
+    #[test]
+    fn uploads_run_back_to_back() {
+        let mut rng = rng();
+        let w = Workload::Upload {
+            size_bytes: 3 * MIB,
+            timeout: secs(300),
+        };
+        assert!(w.is_upload() && !Workload::bulk_default().is_upload());
+        w.validate().unwrap();
+        let mut s = ClientSchedule::new(w, 0);
+        let mut now = 0;
+        for _ in 0..10 {
+            assert_eq!(
+                s.poll(now, &mut rng),
+                Action::Start {
+                    size_bytes: 3 * MIB,
+                    timeout: secs(300)
+                }
+            );
+            assert_eq!(s.poll(now, &mut rng), Action::Idle);
+            now += secs(2);
+            s.on_finished(now);
+        }
+        assert_eq!(s.started(), 10);
     }
 
     #[test]

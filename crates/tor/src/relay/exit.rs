@@ -1,7 +1,29 @@
 //! The exit edge: streams from exit circuits to file servers, packaging their responses into
 //! DATA cells within the circuit's and stream's windows and the read bucket, and SENDMEs.
+//!
+//! Uploads run the other way: the client packages DATA cells within its windows, and the exit
+//! is the receiving end. It writes each cell's bytes to the server connection as far as the
+//! socket takes them; what it cannot write waits at the exit (tor's edge buffer), and while
+//! more than [`EDGE_BUFFER_FULL_BYTES`] wait it owes the client no stream SENDME (under
+//! congestion control it sends XOFF instead, and XON once the buffer has drained), so a slow
+//! server holds the client back. Circuit SENDMEs go out as cells arrive, as in tor.
 
 use super::*;
+
+/// tor's `connection_outbuf_too_full`: an edge connection holding more than ten cell payloads
+/// (509 bytes each) unwritten gets no stream SENDME.
+pub(super) const EDGE_BUFFER_FULL_BYTES: u64 = 10 * 509;
+
+/// The exit's side of an upload: its body on the way to the server.
+#[derive(Default)]
+pub(super) struct UploadEdge {
+    /// The client's request announced an upload.
+    pub(super) active: bool,
+    /// Body bytes that arrived in DATA cells and are not yet written to the server socket.
+    pub(super) waiting: u64,
+    /// Congestion control: XOFF was sent, and no XON since.
+    pub(super) xoff: bool,
+}
 
 impl Relay {
     pub(super) fn exit_circuit(&mut self, circ: u32, now: SimTime) -> &mut ExitCircuit {
@@ -65,6 +87,8 @@ impl Relay {
             server_done: false,
             packaged: 0,
             acked: 0,
+            requested: false,
+            upload: UploadEdge::default(),
         };
         let st = match self.free_streams.pop() {
             Some(i) => {
@@ -88,22 +112,30 @@ impl Relay {
         let connected = Cell::relay(0, RelayCommand::Connected, hop, stream_id);
         self.queue_towards(io, circ, false, connected);
         if let Some(bytes) = request {
-            self.send_request(io, socket, bytes);
+            let upload = self.streams[st as usize].as_ref().unwrap().upload.active;
+            self.send_request(io, socket, bytes, upload);
         }
     }
 
+    /// Writes the client's request to the server: a download's GET, or an upload's header.
     pub(super) fn send_request(
         &mut self,
         io: &mut impl Io<RelayTimer>,
         socket: SocketId,
         bytes: u32,
+        upload: bool,
     ) {
-        if io.write_message(socket, REQUEST_BYTES, Wire::Request { bytes }) {
+        let message = if upload {
+            Wire::Upload { bytes }
+        } else {
+            Wire::Request { bytes }
+        };
+        if io.write_message(socket, REQUEST_BYTES, message) {
             io.flush(socket);
         }
     }
 
-    /// A DATA cell from the client: the request of a download.
+    /// A DATA cell from the client: a stream's request (the first), or a piece of an upload.
     pub(super) fn exit_data(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
         let now = io.now();
         let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
@@ -120,16 +152,86 @@ impl Relay {
             return;
         };
         let s = self.streams[st as usize].as_mut().unwrap();
-        if s.receiver.on_data().unwrap_or(false) {
-            let sendme = Cell::relay(0, RelayCommand::Sendme, hop, cell.stream_id);
-            self.queue_towards(io, circ, false, sendme);
-        }
-        let s = self.streams[st as usize].as_mut().unwrap();
-        if s.connected {
-            let socket = s.socket;
-            self.send_request(io, socket, cell.arg);
+        // Counted now, acknowledged once its bytes are on their way (`drain_upload`). A cell
+        // beyond the window is the client's protocol violation, which the model's clients
+        // never commit.
+        let _ = s.receiver.on_received();
+        if s.requested {
+            s.upload.waiting += u64::from(cell.length);
         } else {
-            s.request = Some(cell.arg);
+            s.requested = true;
+            s.upload.active = cell.upload;
+            if s.connected {
+                let socket = s.socket;
+                self.send_request(io, socket, cell.arg, cell.upload);
+            } else {
+                s.request = Some(cell.arg);
+            }
+        }
+        self.drain_upload(io, st);
+    }
+
+    /// Upload bytes that arrived and wait here to be written to their servers, over every
+    /// stream (bounded by the client's windows only while the exit holds back SENDMEs).
+    pub fn upload_bytes_waiting(&self) -> u64 {
+        self.streams
+            .iter()
+            .flatten()
+            .map(|s| s.upload.waiting)
+            .sum()
+    }
+
+    /// The server connection can take more: write the upload's waiting bytes.
+    pub(super) fn upload_writable(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
+        self.drain_upload(io, st);
+    }
+
+    /// Writes what waits of an upload to the server socket, a cell's payload at a time, as far
+    /// as the socket takes it, then gives the client the stream SENDMEs (or XON/XOFF) that the
+    /// bytes left waiting allow.
+    fn drain_upload(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
+        let s = self.streams[st as usize].as_mut().unwrap();
+        if s.connected && s.upload.waiting > 0 {
+            let mut wrote = false;
+            while s.upload.waiting > 0 {
+                let n = s.upload.waiting.min(u64::from(RELAY_DATA_BYTES));
+                if !io.write_message(s.socket, n, Wire::UploadBody) {
+                    break;
+                }
+                s.upload.waiting -= n;
+                wrote = true;
+            }
+            if wrote {
+                io.flush(s.socket);
+            }
+        }
+        let (circ, stream_id, waiting) = (s.circ, s.stream_id, s.upload.waiting);
+        let mut sendmes = 0;
+        if waiting <= EDGE_BUFFER_FULL_BYTES {
+            while s.receiver.take_sendme() {
+                sendmes += 1;
+            }
+        }
+        let mut flow = None;
+        if self.world.params.flow_control == FlowControl::Vegas {
+            let xoff_bytes =
+                u64::from(self.world.params.xoff_threshold_cells) * u64::from(RELAY_DATA_BYTES);
+            if !s.upload.xoff && waiting > xoff_bytes {
+                s.upload.xoff = true;
+                flow = Some(RelayCommand::Xoff);
+            } else if s.upload.xoff && waiting == 0 {
+                s.upload.xoff = false;
+                flow = Some(RelayCommand::Xon);
+            }
+        }
+        let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
+        let replies = std::iter::repeat_n(RelayCommand::Sendme, sendmes).chain(flow);
+        for command in replies {
+            // A full circuit queue destroys the circuit, and with it the stream.
+            if self.circuits[circ as usize].is_none() {
+                return;
+            }
+            self.queue_towards(io, circ, false, Cell::relay(0, command, hop, stream_id));
         }
     }
 

@@ -211,6 +211,10 @@ struct ExitStream {
     /// As `ExitCircuit::packaged` and `acked`, for stream-level SENDMEs.
     packaged: u64,
     acked: u64,
+    /// The client's request arrived (later DATA cells are an upload's body).
+    requested: bool,
+    /// An upload's body on its way to the server (see `exit.rs`).
+    upload: exit::UploadEdge,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -732,6 +736,8 @@ impl Relay {
                     if !self.channels[ch as usize].mux.is_empty() {
                         self.mark_pending(io, ch);
                     }
+                } else if let Some(st) = self.stream_of(socket) {
+                    self.upload_writable(io, st);
                 }
             }
             SocketEvent::PeerClosed(socket) => {
@@ -815,7 +821,7 @@ impl Relay {
                     self.pin_torchestra(circ, ch, circ_id, heavy, target);
                 }
             }
-            Wire::Request { .. } => {}
+            Wire::Request { .. } | Wire::Upload { .. } | Wire::UploadBody => {}
         }
     }
 
