@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use onionlab_data::clip;
 use onionlab_report::{
-    OutputDir, TrialsManifest, CIRCUITS_CSV, DOWNLOADS_CSV, RELAYS_CSV, RUN_JSON,
+    IndexEntry, OutputDir, Sweep, SweepMetric, SweepPoint, TrialsManifest, CIRCUITS_CSV,
+    DOWNLOADS_CSV, RELAYS_CSV, RUN_JSON,
 };
 use onionlab_scenario::Scenario;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -171,7 +172,44 @@ pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
             execute(plan, &root.join(&experiment.name), &args.options)?;
         }
     }
+    if !args.options.check {
+        let page = write_reproduction_index(entry, &plans, &root)?;
+        println!(
+            "reproduce {}: every experiment on one page: {}",
+            entry.name,
+            page.display()
+        );
+    }
     Ok(())
+}
+
+/// `<root>/index.html`: each experiment's key figures and a link to its comparison, so that a
+/// reproduction's result, which may span experiments, reads from one page.
+fn write_reproduction_index(
+    entry: &Reproduction,
+    plans: &[Plan],
+    root: &Path,
+) -> Result<PathBuf, Failure> {
+    let entries: Vec<IndexEntry> = plans
+        .iter()
+        .map(|p| IndexEntry {
+            name: p.experiment.name.clone(),
+            about: p
+                .experiment
+                .file
+                .strip_prefix("embedded:")
+                .unwrap_or(&p.experiment.file)
+                .to_string(),
+            compare: format!("{}/{COMPARE_DIR}", p.experiment.name),
+        })
+        .collect();
+    onionlab_report::write_index(
+        root,
+        &format!("onionlab reproduce {}", entry.name),
+        entry.about,
+        &entries,
+    )
+    .map_err(|e| Failure::internal(e.to_string()))
 }
 
 /// A file compiled into the binary, so that `reproduce` works from any directory: its path in
@@ -220,8 +258,13 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
     Reproduction {
         name: "quux",
         about: "QUIC between relays (the QUUX design) against vanilla Tor on the toy network \
-                (3 trials each, 20 simulated minutes)",
-        experiments: &[embed!("examples/experiments/quux-toy.yaml")],
+                (3 trials each, 20 simulated minutes), then the loss experiment: the slowest \
+                of 1-8 uploading clients' goodput against loss (0-2%) on the middle-exit \
+                link, per design (48 variants, 1 trial each); index.html shows both",
+        experiments: &[
+            embed!("examples/experiments/quux-toy.yaml"),
+            embed!("examples/experiments/quux-loss.yaml"),
+        ],
     },
     Reproduction {
         name: "schedulers",
@@ -234,9 +277,7 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
 /// Scenario files that embedded experiments may name by a relative path, besides the built-in
 /// scenarios (which they may name either way, `toy` or `../toy.yaml`). Such a scenario must not
 /// itself name files by relative path: there is no folder around it in the binary.
-pub(crate) const EMBEDDED_SCENARIOS: &[Embedded] = &[
-    // For example: embed!("examples/some-scenario.yaml"),
-];
+pub(crate) const EMBEDDED_SCENARIOS: &[Embedded] = &[embed!("examples/quux-loss.yaml")];
 
 /// What `reproduce --list` prints.
 fn reproduction_list() -> String {
@@ -267,6 +308,20 @@ struct ExperimentFile {
     #[serde(default)]
     set: Overrides,
     variants: Vec<VariantFile>,
+    /// A metric plotted against a setting the variants vary.
+    #[serde(default)]
+    sweep: Option<SweepFile>,
+}
+
+/// `sweep:` as written: the override path on the x axis, the paths telling curves apart, the
+/// metric.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepFile {
+    x: String,
+    #[serde(default)]
+    series: Vec<String>,
+    metric: String,
 }
 
 #[derive(Deserialize)]
@@ -333,6 +388,14 @@ struct Experiment {
     /// Overrides of every variant, applied before each variant's own.
     common: Vec<(String, Value)>,
     variants: Vec<Variant>,
+    sweep: Option<SweepSpec>,
+}
+
+/// A checked `sweep:`: paths as written, the metric known.
+struct SweepSpec {
+    x: String,
+    series: Vec<String>,
+    metric: SweepMetric,
 }
 
 struct Variant {
@@ -594,6 +657,11 @@ fn parse_experiment(
             set: v.set.0,
         });
     }
+    let sweep = file
+        .sweep
+        .map(|sw| check_sweep(sw, &variants))
+        .transpose()
+        .map_err(|(field, m)| bad(&field, m))?;
     Ok(Experiment {
         file: shown.to_string(),
         name,
@@ -604,7 +672,227 @@ fn parse_experiment(
         output: file.output.map(PathBuf::from),
         common: file.set.0,
         variants,
+        sweep,
     })
+}
+
+/// The segments of an override path, `clients[0].count` and `clients.0.count` alike; `None`
+/// for a path with an empty segment.
+fn path_segments(path: &str) -> Option<Vec<String>> {
+    let dotted = path.replace('[', ".").replace(']', "");
+    let segments: Vec<String> = dotted.split('.').map(str::to_string).collect();
+    if segments.iter().any(|s| s.trim().is_empty()) {
+        return None;
+    }
+    Some(segments)
+}
+
+/// Whether an override of `set` decides the value at `path`: the same path, a mapping or list
+/// above it (`network.impairments` sets `network.impairments.0.loss`), or a part of it.
+fn sets(set: &[String], path: &[String]) -> bool {
+    let n = set.len().min(path.len());
+    set[..n] == path[..n]
+}
+
+/// Checks what `sweep:` can be checked without the scenario: the metric is one onionlab
+/// computes, the paths are paths, none repeats, and each is one that some variant's own `set:`
+/// varies (a path no variant sets would draw every variant at one x, or one curve per
+/// variant). Errors are `(field, message)`.
+fn check_sweep(sweep: SweepFile, variants: &[Variant]) -> Result<SweepSpec, (String, String)> {
+    let metric = SweepMetric::from_id(&sweep.metric).ok_or_else(|| {
+        let known: Vec<&str> = SweepMetric::ALL.iter().map(|m| m.id()).collect();
+        (
+            "sweep.metric".to_string(),
+            format!(
+                "unknown metric {:?}; expected one of {}",
+                sweep.metric,
+                known.join(", ")
+            ),
+        )
+    })?;
+    let fields = std::iter::once(("sweep.x".to_string(), &sweep.x)).chain(
+        sweep
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("sweep.series[{i}]"), p)),
+    );
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    for (field, path) in fields {
+        let segments = path_segments(path).ok_or_else(|| {
+            (
+                field.clone(),
+                format!(
+                    "expected an override path such as `network.impairments.0.loss`, found \
+                     {path:?}"
+                ),
+            )
+        })?;
+        if seen.contains(&segments) {
+            return Err((
+                field,
+                format!("`{path}` is named twice in sweep:; name each setting once"),
+            ));
+        }
+        let set_by_some = variants.iter().any(|v| {
+            v.set
+                .iter()
+                .filter_map(|(p, _)| path_segments(p))
+                .any(|p| sets(&p, &segments))
+        });
+        if !set_by_some {
+            return Err((
+                field,
+                format!(
+                    "no variant sets `{path}`; a sweep plots against settings that the \
+                     variants' own `set:` vary"
+                ),
+            ));
+        }
+        seen.push(segments);
+    }
+    Ok(SweepSpec {
+        x: sweep.x,
+        series: sweep.series,
+        metric,
+    })
+}
+
+/// The value at `path` in a scenario as run.json records it (every default filled in), or
+/// the part of the path that is not there.
+fn lookup<'v>(scenario: &'v Value, path: &[String]) -> Result<&'v Value, String> {
+    let mut at = scenario;
+    for (i, segment) in path.iter().enumerate() {
+        let next = match at {
+            Value::Object(map) => map.get(segment),
+            Value::Array(list) => segment.parse::<usize>().ok().and_then(|k| list.get(k)),
+            _ => None,
+        };
+        at = next.ok_or_else(|| {
+            if i == 0 {
+                format!("the scenario has no `{segment}`")
+            } else {
+                format!(
+                    "the scenario has no `{segment}` in `{}`",
+                    path[..i].join(".")
+                )
+            }
+        })?;
+    }
+    Ok(at)
+}
+
+/// A setting's value as a legend shows it: text bare, anything else as JSON.
+fn value_label(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The short name of a series setting in labels: its last segment that is not a number
+/// (`tor.channel` is `channel`, `clients.0.count` is `count`), or the whole path where two
+/// settings would share one.
+fn series_names(paths: &[String]) -> Vec<String> {
+    let short: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            path_segments(p)
+                .and_then(|s| s.into_iter().rev().find(|x| x.parse::<usize>().is_err()))
+                .unwrap_or_else(|| p.clone())
+        })
+        .collect();
+    let unique = short
+        .iter()
+        .enumerate()
+        .all(|(i, a)| !short[..i].contains(a));
+    if unique {
+        short
+    } else {
+        paths.to_vec()
+    }
+}
+
+/// Places every variant in the sweep from its scenario as it will run: its x value (a number)
+/// and its series label. Checked before anything runs: each path must exist in every
+/// variant's scenario, x must be a number, the metric must have clients to measure, and no two
+/// variants may take the same place.
+fn place_sweep(
+    experiment: &Experiment,
+    sweep: &SweepSpec,
+    prepared: &[Prepared],
+) -> Result<Vec<SweepPoint>, Failure> {
+    let file = &experiment.file;
+    let names = series_names(&sweep.series);
+    let mut points: Vec<SweepPoint> = Vec::with_capacity(prepared.len());
+    for (i, p) in prepared.iter().enumerate() {
+        let variant = &p.variant.name;
+        let scenario = serde_json::to_value(&p.scenario)
+            .map_err(|e| Failure::internal(format!("{file}: variant {variant}: {e}")))?;
+        let at = |field: &str, path: &str| -> Result<&Value, Failure> {
+            let segments = path_segments(path).unwrap_or_default();
+            lookup(&scenario, &segments).map_err(|m| {
+                Failure::input(format!(
+                    "{file}: {field}: {}",
+                    clip(format!(
+                        "`{path}` is not a setting of the scenario (variant {variant}: {m})"
+                    ))
+                ))
+            })
+        };
+        let x = at("sweep.x", &sweep.x)?;
+        let x = x.as_f64().ok_or_else(|| {
+            Failure::input(format!(
+                "{file}: sweep.x: {}",
+                clip(format!(
+                    "variant {variant} has `{}` = {x}; the x axis needs a number",
+                    sweep.x
+                ))
+            ))
+        })?;
+        let mut labels = Vec::with_capacity(sweep.series.len());
+        for (k, path) in sweep.series.iter().enumerate() {
+            let v = at(&format!("sweep.series[{k}]"), path)?;
+            labels.push(format!("{}={}", names[k], value_label(v)));
+        }
+        let counted = scenario
+            .get("clients")
+            .and_then(Value::as_array)
+            .is_some_and(|groups| groups.iter().any(|g| sweep.metric.counts_group(g)));
+        if !counted {
+            return Err(Failure::input(format!(
+                "{file}: sweep.metric: {} measures {} clients, and variant {variant} has no \
+                 client group of that kind",
+                sweep.metric.id(),
+                if sweep.metric == SweepMetric::SlowestUploadGoodput {
+                    "uploading (an `upload` workload)"
+                } else {
+                    "downloading (a `web`, `bulk` or `perf` workload)"
+                }
+            )));
+        }
+        let point = SweepPoint {
+            series: labels.join(", "),
+            x,
+        };
+        if let Some(j) = points.iter().position(|q| *q == point) {
+            return Err(Failure::input(format!(
+                "{file}: sweep: {}",
+                clip(format!(
+                    "variants {} and {variant} (variants[{j}] and variants[{i}]) have the same \
+                     x and series ({}); name the setting that tells them apart in sweep.series",
+                    prepared[j].variant.name,
+                    if point.series.is_empty() {
+                        format!("x = {x}")
+                    } else {
+                        format!("x = {x}, {}", point.series)
+                    }
+                ))
+            )));
+        }
+        points.push(point);
+    }
+    Ok(points)
 }
 
 /// A scenario to try a stop time on.
@@ -736,6 +1024,8 @@ struct Plan<'a> {
     experiment: &'a Experiment,
     trials: u32,
     variants: Vec<Prepared<'a>>,
+    /// Each variant's place in the experiment's sweep, if it has one.
+    sweep: Option<Vec<SweepPoint>>,
 }
 
 /// `--threads`, checked once for every variant and experiment.
@@ -780,10 +1070,16 @@ fn plan<'a>(
             eprintln!("warning: {w} (variant {})", variants.join(", "));
         }
     }
+    let sweep = experiment
+        .sweep
+        .as_ref()
+        .map(|sw| place_sweep(experiment, sw, &prepared))
+        .transpose()?;
     Ok(Plan {
         experiment,
         trials,
         variants: prepared,
+        sweep,
     })
 }
 
@@ -927,14 +1223,35 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         inputs.push((p.variant.name.clone(), input));
     }
     let compare_dir = out.join(COMPARE_DIR);
-    let table = onionlab_report::write_comparison(&inputs, &compare_dir)
-        .map_err(|e| Failure::internal(e.to_string()))?;
+    let sweep = match (&experiment.sweep, &plan.sweep) {
+        (Some(spec), Some(points)) => Some(Sweep {
+            x_label: spec.x.clone(),
+            series_label: spec.series.join(", "),
+            metric: spec.metric,
+            points: points.clone(),
+        }),
+        _ => None,
+    };
+    let table = onionlab_report::write_comparison_sweep(
+        &inputs,
+        &compare_dir,
+        &onionlab_report::ReportOptions::default(),
+        sweep.as_ref(),
+    )
+    .map_err(|e| Failure::internal(e.to_string()))?;
     ledger.write(true)?;
     println!("{table}");
     println!(
         "comparison: {}",
         compare_dir.join(onionlab_report::COMPARE_HTML).display()
     );
+    if let Some(sweep) = &sweep {
+        println!(
+            "sweep: {} (plot, also .png) and {} (table)",
+            compare_dir.join(format!("{}.svg", sweep.stem())).display(),
+            compare_dir.join(onionlab_report::SWEEP_CSV).display()
+        );
+    }
     Ok(())
 }
 
@@ -1061,6 +1378,15 @@ impl Ledger<'_> {
             "compare": if complete { Some(COMPARE_DIR) } else { None },
             "complete": complete,
         });
+        // Only experiments with a sweep record one, so every other experiment.json stays as
+        // it was.
+        let mut record = record;
+        if let (Some(sweep), Value::Object(map)) = (&experiment.sweep, &mut record) {
+            map.insert(
+                "sweep".into(),
+                json!({ "x": sweep.x, "series": sweep.series, "metric": sweep.metric.id() }),
+            );
+        }
         let mut text = serde_json::to_string_pretty(&record)
             .map_err(|e| Failure::internal(format!("{EXPERIMENT_JSON}: {e}")))?;
         text.push('\n');

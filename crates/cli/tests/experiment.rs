@@ -162,6 +162,9 @@ fn an_experiment_runs_compares_and_resumes() {
     for v in ["kist", "vanilla"] {
         assert!(out.join(v).join("trials.json").is_file());
     }
+    // Without `sweep:` there is no sweep anywhere.
+    assert!(!compare.join("sweep.csv").exists());
+    assert!(!html.contains("Sweep"), "no sweep section");
     let record: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(out.join("experiment.json")).unwrap()).unwrap();
     assert_eq!(record["name"], "sched");
@@ -172,6 +175,7 @@ fn an_experiment_runs_compares_and_resumes() {
     assert_eq!(record["variants"][1]["set"][0]["value"], "vanilla");
     assert_eq!(record["variants"][1]["set"][1]["value"], 10);
     assert_eq!(record["variants"][0]["trials"][1]["status"], "ran");
+    assert!(record.get("sweep").is_none(), "{record}");
 
     // (b) Again: nothing runs, nothing is rewritten, the comparison is made again.
     let before = snapshot(&out);
@@ -481,6 +485,236 @@ fn bad_experiments_exit_2_naming_the_file_and_field() {
         assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
         assert!(stderr.contains(expect), "{flag}: {stderr}");
     }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Three relays, a middle-exit link whose loss the sweep varies, and uploading clients: a
+/// run takes about a second.
+const TINY_UPLOADS: &str = r#"
+name: tiny-up
+run: { seed: 3, stop_time: 30s, bootstrap: 1s }
+network:
+  graph: builtin
+  builtin: { latency: 10ms, bandwidth: 1 Gbit }
+  impairments: [ { between: [middle, exit], loss: 0.0 } ]
+authorities: 1
+relays:
+  list:
+    - { name: guard, flags: [guard, fast, stable], bandwidth_rate: 20 MiB/s }
+    - { name: middle, flags: [fast, stable], bandwidth_rate: 20 MiB/s }
+    - { name: exit, flags: [exit, fast, stable], bandwidth_rate: 20 MiB/s }
+servers: [ { name: sink, bandwidth: 1 Gbit } ]
+clients:
+  - { name: up, count: 1, workload: { upload: { size: 1 MiB } }, bandwidth: 50 Mbit, start: 2s }
+"#;
+
+/// A sweep over loss (x) and client count (series), two trials per variant; the first variant
+/// is listed last on purpose, to show that points are ordered by x and curves by first
+/// appearance.
+const SWEEP_EXPERIMENT: &str = r#"
+name: sweep
+scenario: tiny-up.yaml
+trials: 2
+sweep:
+  x: network.impairments.0.loss
+  series: [ "clients[0].count" ]
+  metric: slowest_upload_goodput
+variants:
+  - { name: one-lossy, set: { network.impairments.0.loss: 0.02 } }
+  - { name: two-clean, set: { clients.0.count: 2 } }
+  - { name: two-lossy, set: { clients.0.count: 2, network.impairments.0.loss: 0.02 } }
+  - { name: one-clean, set: { network.impairments.0.loss: 0 } }
+"#;
+
+/// The slowest client's goodput in MiB/s, computed here from a trial's downloads.csv the
+/// plain way: per client its first finished upload's size over its time to last byte, the
+/// minimum over `clients`, 0 for a client without one.
+fn slowest_from_csv(trial: &Path, clients: usize) -> f64 {
+    let text = fs::read_to_string(trial.join("downloads.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    (1..=clients)
+        .map(|i| {
+            let name = format!("client-up-{i}");
+            rows.iter()
+                .filter(|r| r[col("client")] == name && r[col("outcome")] == "ok")
+                .filter(|r| r[col("direction")] == "upload" && r[col("bootstrap")] == "false")
+                .map(|r| {
+                    let start: f64 = r[col("start_s")].parse().unwrap();
+                    let ttlb: f64 = r[col("ttlb_s")].parse().unwrap();
+                    let size: f64 = r[col("size_bytes")].parse().unwrap();
+                    (start + ttlb, size / ttlb / (1024.0 * 1024.0))
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .map_or(0.0, |(_, g)| g)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[test]
+fn a_sweep_plots_the_metric_against_the_swept_setting() {
+    let dir = tmp("sweep");
+    fs::write(dir.join("tiny-up.yaml"), TINY_UPLOADS).unwrap();
+    let file = dir.join("sweep.yaml");
+    fs::write(&file, SWEEP_EXPERIMENT).unwrap();
+    let out = dir.join("out");
+    let stdout = ok(&onionlab(&[
+        "experiment",
+        file.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]));
+    let compare = out.join("compare");
+    // The summary names the plot and the table, after the sweep's own table.
+    assert!(stdout.contains("Sweep: slowest_upload_goodput"), "{stdout}");
+    assert!(
+        stdout.contains("sweep_slowest_upload_goodput.svg") && stdout.contains("sweep.csv"),
+        "{stdout}"
+    );
+    for f in [
+        "sweep_slowest_upload_goodput.svg",
+        "sweep_slowest_upload_goodput.png",
+        "sweep.csv",
+    ] {
+        assert!(compare.join(f).is_file(), "{f} missing");
+    }
+    let svg = fs::read_to_string(compare.join("sweep_slowest_upload_goodput.svg")).unwrap();
+    assert!(
+        svg.contains("count=1") && svg.contains("count=2"),
+        "a curve per count"
+    );
+    let html = fs::read_to_string(compare.join("compare.html")).unwrap();
+    assert!(html.contains("src=\"sweep_slowest_upload_goodput.svg\""));
+    assert!(html.contains("href=\"sweep.csv\""));
+
+    let csv = fs::read_to_string(compare.join("sweep.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "series,x,metric,variant,trials,mean,ci_low,ci_high,unfinished_clients,quic_channels,\
+         tcp_fallbacks"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let placed: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[0], r[1], r[3])).collect();
+    assert_eq!(
+        placed,
+        [
+            ("count=1", "0", "one-clean"),
+            ("count=1", "0.02", "one-lossy"),
+            ("count=2", "0", "two-clean"),
+            ("count=2", "0.02", "two-lossy"),
+        ],
+        "{csv}"
+    );
+    for r in &rows {
+        assert_eq!(r[2], "slowest_upload_goodput");
+        assert_eq!(r[4], "2", "two trials");
+        // The mean is that of the metric computed independently from each trial's files.
+        let clients = if r[0] == "count=1" { 1 } else { 2 };
+        let per_trial: Vec<f64> = (1..=2)
+            .map(|k| slowest_from_csv(&out.join(r[3]).join(format!("trial-{k}")), clients))
+            .collect();
+        let mean: f64 = per_trial.iter().sum::<f64>() / 2.0;
+        let written: f64 = r[5].parse().unwrap();
+        assert!(
+            (written - mean).abs() < 1e-6,
+            "{}: {written} against {mean}",
+            r[3]
+        );
+        assert!(mean > 0.0, "{}: every client finishes an upload", r[3]);
+        let (low, high): (f64, f64) = (r[6].parse().unwrap(), r[7].parse().unwrap());
+        // (Written to six decimals: two equal trials give an interval of width 0.)
+        assert!(
+            low <= mean + 1e-6 && mean <= high + 1e-6,
+            "{}: interval around the mean",
+            r[3]
+        );
+        assert_eq!(r[8], "0");
+    }
+    // Loss slows the slowest client down.
+    let mean = |variant: &str| -> f64 {
+        rows.iter().find(|r| r[3] == variant).unwrap()[5]
+            .parse()
+            .unwrap()
+    };
+    assert!(mean("one-lossy") < mean("one-clean"), "{csv}");
+
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("experiment.json")).unwrap()).unwrap();
+    assert_eq!(record["sweep"]["x"], "network.impairments.0.loss");
+    assert_eq!(record["sweep"]["metric"], "slowest_upload_goodput");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_sweeps_exit_2_naming_the_file_and_field() {
+    let dir = tmp("bad-sweep");
+    let with_sweep = |sweep: &str| {
+        format!(
+            "scenario: tiny.yaml\nsweep: {sweep}\nvariants:\n  - name: base\n    set: {{ \
+             network.impairments: [ {{ between: [\"clients:bulk\", guard1], loss: 0.0 }} ] }}\n  \
+             - name: lossy\n    set: {{ network.impairments: [ {{ between: [\"clients:bulk\", \
+             guard1], loss: 0.01 }} ], tor.scheduler: vanilla }}\n"
+        )
+    };
+    refused(
+        &dir,
+        "sweep-unknown-metric",
+        &with_sweep("{ x: network.impairments.0.loss, metric: goodput }"),
+        &[
+            "sweep.metric",
+            "unknown metric \"goodput\"",
+            "slowest_upload_goodput",
+        ],
+    );
+    refused(
+        &dir,
+        "sweep-unknown-path",
+        &with_sweep("{ x: network.impairments.0.los, metric: slowest_download_goodput }"),
+        &[
+            "sweep.x",
+            "`network.impairments.0.los` is not a setting",
+            "no `los` in `network.impairments.0`",
+        ],
+    );
+    refused(
+        &dir,
+        "sweep-unset-path",
+        &with_sweep(
+            "{ x: network.impairments.0.loss, series: [run.seed], \
+             metric: slowest_download_goodput }",
+        ),
+        &["sweep.series[0]", "no variant sets `run.seed`"],
+    );
+    refused(
+        &dir,
+        "sweep-text-x",
+        &with_sweep("{ x: tor.scheduler, metric: slowest_download_goodput }"),
+        &["sweep.x", "the x axis needs a number"],
+    );
+    refused(
+        &dir,
+        "sweep-no-uploads",
+        &with_sweep("{ x: network.impairments.0.loss, metric: slowest_upload_goodput }"),
+        &["sweep.metric", "no client group of that kind"],
+    );
+    refused(
+        &dir,
+        "sweep-same-place",
+        "scenario: tiny.yaml\nsweep: { x: run.seed, metric: slowest_download_goodput }\n\
+         variants:\n  - { name: kist, set: { run.seed: 5 } }\n  - { name: vanilla, set: { \
+         run.seed: 5, tor.scheduler: vanilla } }\n",
+        &["sweep", "variants kist and vanilla", "same x and series"],
+    );
+    refused(
+        &dir,
+        "sweep-misspelt-key",
+        &with_sweep("{ x: network.impairments.0.loss, metrc: slowest_download_goodput }"),
+        &["sweep", "unknown field `metrc`"],
+    );
     let _ = fs::remove_dir_all(&dir);
 }
 

@@ -25,6 +25,10 @@ pub static FILES: &[DataFile] = &[
         bytes: include_bytes!("../../../data/topology/internet-2018-183-nodes.graphml.xml.xz"),
     },
     DataFile {
+        path: "topology/transatlantic-2-sites.gml",
+        bytes: include_bytes!("../../../data/topology/transatlantic-2-sites.gml"),
+    },
+    DataFile {
         path: "workload/client-speed-by-country-2020-04.json.xz",
         bytes: include_bytes!("../../../data/workload/client-speed-by-country-2020-04.json.xz"),
     },

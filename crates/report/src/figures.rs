@@ -33,6 +33,7 @@ pub fn cdf_line(label: String, color: usize, per_trial: &[Vec<f64>]) -> Line {
             points: steps,
             band: Vec::new(),
             faint: false,
+            markers: false,
         };
     }
     let band = mean_cdf_band(per_trial);
@@ -52,6 +53,7 @@ pub fn cdf_line(label: String, color: usize, per_trial: &[Vec<f64>]) -> Line {
         points,
         band: polygon,
         faint: false,
+        markers: false,
     }
 }
 
@@ -82,6 +84,7 @@ pub(crate) fn mean_series(label: String, color: usize, per_trial: &[BTreeMap<u64
         points: cis.iter().map(|(x, c)| (*x, c.mean)).collect(),
         band,
         faint: false,
+        markers: false,
     }
 }
 
@@ -241,6 +244,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                     .collect(),
                 band: Vec::new(),
                 faint: false,
+                markers: false,
             })
             .collect();
         let which = if runs.len() > 1 {
@@ -295,6 +299,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 points,
                 band: Vec::new(),
                 faint: false,
+                markers: false,
             }
         })
         .collect();

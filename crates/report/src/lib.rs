@@ -7,10 +7,13 @@
 //! Reports read run directories back ([`RunData::load`], [`load_input`]), draw plots as SVG and
 //! PNG and write a self-contained HTML page ([`write_report`]) or overlay several runs or sets
 //! of trials ([`write_comparison`]); [`write_report_with`] and [`write_comparison_with`] also
-//! plot chosen relays over time ([`ReportOptions`]). The statistics are described in [`stats`].
+//! plot chosen relays over time ([`ReportOptions`]); [`write_comparison_sweep`] adds a metric
+//! plotted against a setting the inputs vary ([`Sweep`]), and [`write_index`] one page over
+//! several comparisons. The statistics are described in [`stats`].
 
 mod analysis;
 mod figures;
+mod index;
 mod load;
 mod output;
 mod plot;
@@ -19,7 +22,9 @@ mod relay_plots;
 mod report;
 pub mod stats;
 mod summary;
+mod sweep;
 
+pub use index::{key_figures, write_index, IndexEntry, INDEX_HTML};
 pub use load::{load_input, Input, RunData, TrialsManifest};
 pub use output::{
     peak_rss_bytes, OutputDir, ReportError, ResultsWriter, CIRCUITS_CSV, CIRCUITS_HEADER,
@@ -31,10 +36,13 @@ pub use records::{
     TransportRecord, WorkerRecord,
 };
 pub use report::{
-    relative_change, write_comparison, write_comparison_with, write_report, write_report_with,
-    ReportOptions, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
+    relative_change, write_comparison, write_comparison_sweep, write_comparison_with, write_report,
+    write_report_with, ReportOptions, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
 };
 pub use summary::{
     percentiles, render_summary, summarize, summary_table, total_goodput, upload_goodput,
     ClientGoodput, GroupSummary, Percentiles,
+};
+pub use sweep::{
+    metric_clients, slowest_goodput, Slowest, Sweep, SweepMetric, SweepPoint, SWEEP_CSV,
 };

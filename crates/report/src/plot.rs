@@ -52,6 +52,9 @@ pub struct Line {
     /// Drawn thin and pale beneath every other curve, and left out of the legend: one trial
     /// behind the mean over trials, so the spread between trials shows without hiding the mean.
     pub faint: bool,
+    /// A dot at every point: for curves through a few measured points (a sweep), where the
+    /// line between them is only a guide to the eye.
+    pub markers: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,6 +234,16 @@ fn draw_lines(
     for line in c.lines.iter().filter(|l| !l.faint) {
         let points: Vec<(f64, f64)> = line.points.iter().copied().filter(finite).collect();
         let col = color(line.color);
+        if line.markers {
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .map(|&p| Circle::new(p, 4, col.filled()))
+                        .collect::<Vec<_>>(),
+                )
+                .map_err(plot_err(file))?;
+        }
         let series = chart
             .draw_series(LineSeries::new(points, col.stroke_width(2)))
             .map_err(plot_err(file))?;

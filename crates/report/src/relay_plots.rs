@@ -149,6 +149,7 @@ fn trials_and_mean(label: &str, color: usize, per_trial: &[BTreeMap<u64, f64>]) 
             points: t.iter().map(|(s, v)| (*s as f64, *v)).collect(),
             band: Vec::new(),
             faint: true,
+            markers: false,
         }));
     }
     lines.push(mean_series(label.to_string(), color, per_trial));

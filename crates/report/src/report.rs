@@ -14,13 +14,14 @@ use crate::plot::{render_svg, Rasterizer, FONT_PATHS, HEIGHT, WIDTH};
 use crate::relay_plots;
 use crate::stats::MeanCi;
 use crate::summary::{summarize, summary_table, total_goodput, upload_goodput};
+use crate::sweep::{self, Sweep};
 
 pub const REPORT_HTML: &str = "report.html";
 pub const COMPARE_HTML: &str = "compare.html";
 pub const COMPARISON_CSV: &str = "comparison.csv";
 
 /// Escapes text for HTML element content and double-quoted attributes.
-pub fn html_escape(s: &str) -> String {
+pub(crate) fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -41,7 +42,7 @@ padding:.25em .6em}td.n{text-align:right;font-variant-numeric:tabular-nums}th{ba
 figure{margin:2em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}\
 .note{color:#555;font-size:.9em}.partial{color:#a00;font-weight:bold}";
 
-fn page_start(title: &str) -> String {
+pub(crate) fn page_start(title: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
@@ -53,7 +54,7 @@ fn page_start(title: &str) -> String {
 
 /// An HTML table; cells whose first character is a digit, sign or `-` alone are numbers and
 /// right-aligned.
-fn html_table(header: &[String], rows: &[Vec<String>]) -> String {
+pub(crate) fn html_table(header: &[String], rows: &[Vec<String>]) -> String {
     let mut out = String::from("<table>\n<thead><tr>");
     for h in header {
         let _ = write!(out, "<th>{}</th>", html_escape(h));
@@ -78,7 +79,7 @@ fn html_table(header: &[String], rows: &[Vec<String>]) -> String {
 }
 
 /// Writes every figure as SVG and PNG; returns the files and the HTML for the page.
-fn write_figures(
+pub(crate) fn write_figures(
     figures: &[Named],
     dir: &OutputDir,
     raster: &Rasterizer,
@@ -111,7 +112,7 @@ fn write_figures(
     Ok((files, html))
 }
 
-fn font_note(raster: &Rasterizer) -> String {
+pub(crate) fn font_note(raster: &Rasterizer) -> String {
     match raster.font() {
         Some(path) => format!(
             "<p class=\"note\">PNG text is set in {}.</p>\n",
@@ -507,7 +508,7 @@ pub fn write_report_with(
 }
 
 /// Pads columns to their widest cell: the first `left` columns left-aligned, the rest right.
-fn align(rows: &[Vec<String>], left: usize) -> String {
+pub(crate) fn align(rows: &[Vec<String>], left: usize) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -698,6 +699,22 @@ pub fn write_comparison_with(
     out: &Path,
     options: &ReportOptions,
 ) -> Result<String, ReportError> {
+    write_comparison_sweep(inputs, out, options, None)
+}
+
+/// [`write_comparison_with`], and with `sweep` also the sweep's plot (`sweep_<metric>.svg`
+/// and `.png`), its table (`sweep.csv`, see [`crate::SWEEP_CSV`]) and a section of
+/// `compare.html` showing both, before the other plots; the returned text then ends with the
+/// sweep's table. Without a sweep the outputs are exactly [`write_comparison_with`]'s.
+///
+/// `sweep.points` gives each input's place, in the inputs' order; a different count is
+/// [`ReportError::Invalid`].
+pub fn write_comparison_sweep(
+    inputs: &[(String, Input)],
+    out: &Path,
+    options: &ReportOptions,
+    sweep: Option<&Sweep>,
+) -> Result<String, ReportError> {
     let invalid = |message: String| ReportError::Invalid {
         path: out.to_path_buf(),
         message,
@@ -716,7 +733,7 @@ pub fn write_comparison_with(
     let relays = relay_plots::compare_relays(inputs, &options.relays, out)?;
     let dir = OutputDir::create(out)?;
     let comparison = Comparison::new(inputs);
-    let text = comparison.text();
+    let mut text = comparison.text();
     let csv = comparison.csv().map_err(|source| ReportError::Csv {
         path: out.join(COMPARISON_CSV),
         source,
@@ -724,6 +741,14 @@ pub fn write_comparison_with(
     dir.write_bytes(COMPARISON_CSV, &csv)?;
 
     let raster = Rasterizer::new();
+    let sweep_html = match sweep {
+        Some(sweep) => {
+            let (rows, _) = sweep::write_sweep_files(inputs, sweep, &dir, out)?;
+            text.push_str(&sweep::sweep_text(sweep, &rows));
+            sweep_section(sweep, &rows, &dir, &raster)?
+        }
+        None => String::new(),
+    };
     let (_, figures_html) = write_figures(&compare_figures(inputs), &dir, &raster)?;
     let (_, relay_html) = write_figures(&relays.figures, &dir, &raster)?;
     let title = format!("onionlab comparison: {}", comparison.labels.join(" vs "));
@@ -770,6 +795,7 @@ pub fn write_comparison_with(
         html,
         "<p>The table as tidy data: <a href=\"{COMPARISON_CSV}\">{COMPARISON_CSV}</a>.</p>"
     );
+    html.push_str(&sweep_html);
     html.push_str("<h2>Plots</h2>\n");
     html.push_str(&font_note(&raster));
     html.push_str(&figures_html);
@@ -777,4 +803,46 @@ pub fn write_comparison_with(
     html.push_str("</body>\n</html>\n");
     dir.write_bytes(COMPARE_HTML, html.as_bytes())?;
     Ok(text)
+}
+
+/// The page's sweep section: the plot, the table and how to read them, with a link to
+/// `sweep.csv`. The plot is written here, like every figure of the page.
+fn sweep_section(
+    sweep: &Sweep,
+    rows: &[sweep::SweepRow],
+    dir: &OutputDir,
+    raster: &Rasterizer,
+) -> Result<String, ReportError> {
+    let figure = figures::Named {
+        stem: sweep.stem(),
+        figure: sweep::sweep_figure(sweep, rows),
+        caption: if sweep.series_label.is_empty() {
+            String::new()
+        } else {
+            format!("One curve per {}.", sweep.series_label)
+        },
+    };
+    let (_, figure_html) = write_figures(std::slice::from_ref(&figure), dir, raster)?;
+    let mut html = format!(
+        "<h2 id=\"sweep\">Sweep: {} against {}</h2>\n",
+        html_escape(sweep.metric.describe()),
+        html_escape(&sweep.x_label)
+    );
+    html.push_str(&figure_html);
+    let (header, body) = sweep::sweep_table(sweep, rows);
+    html.push_str(&html_table(&header, &body));
+    for n in sweep::sweep_notes(sweep, rows) {
+        let class = if n.starts_with("FLAGGED") {
+            "partial"
+        } else {
+            "note"
+        };
+        let _ = writeln!(html, "<p class=\"{class}\">{}</p>", html_escape(&n));
+    }
+    let _ = writeln!(
+        html,
+        "<p>The sweep as tidy data: <a href=\"{csv}\">{csv}</a>.</p>",
+        csv = sweep::SWEEP_CSV
+    );
+    Ok(html)
 }
