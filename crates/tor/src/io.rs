@@ -433,7 +433,11 @@ pub(crate) mod script {
             Some(stream)
         }
         fn quic_info(&self, socket: SocketId) -> Option<QuicInfo> {
-            self.is_open(socket).then(|| QuicInfo {
+            let open = self
+                .sockets
+                .get(socket.slot as usize)
+                .is_some_and(|s| s.open);
+            open.then(|| QuicInfo {
                 established: self.quic_ready,
                 ..QuicInfo::default()
             })

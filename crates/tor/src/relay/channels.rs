@@ -590,10 +590,12 @@ impl Relay {
             }
             ChannelDesign::Quic => {
                 if self.open_conn(io, ch, 0).is_some() {
+                    // Without a socket left for QUIC the channel still decides when its link
+                    // handshake completes, and so counts as a fallback to TCP.
+                    self.channels[ch as usize].carrier = Carrier::Undecided;
                     if self.open_sockets < self.socket_limit() {
                         let quic = io.quic_connect(target, QUIC_PORT);
                         self.bind_quic(ch, quic);
-                        self.channels[ch as usize].carrier = Carrier::Undecided;
                     } else {
                         self.now_counters.conn_limit_refusals += 1;
                     }

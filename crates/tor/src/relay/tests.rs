@@ -407,3 +407,31 @@ fn a_quic_channel_stays_on_tcp_when_quic_is_not_ready_in_time() {
     );
     assert_eq!(relay.open_sockets(), 2);
 }
+
+#[test]
+fn a_quic_channel_without_a_socket_left_for_quic_stays_on_tcp_and_says_so() {
+    // Two sockets: the client's connection and the channel's TCP connection.
+    let (mut relay, mut io) = guard(ChannelDesign::Quic, 2);
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, bytes(), create(1));
+    io.arrive(client, bytes(), extend(1, MIDDLE));
+    settle(&mut relay, &mut io, 20);
+    let opened = connects(&io);
+    assert_eq!(
+        opened.len(),
+        1,
+        "no QUIC connection at the limit: {opened:?}"
+    );
+    let tcp = opened[0].0;
+    io.establish(tcp);
+    io.quic_ready = true;
+    io.arrive(tcp, bytes(), Wire::Joined);
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(relay.channel_stats.tcp_fallbacks, 1);
+    assert_eq!(relay.channel_stats.quic_channels, 0);
+    assert_eq!(
+        commands(&io.written(tcp)),
+        [(CellCommand::Create2, RelayCommand::None)]
+    );
+    assert_eq!(relay.open_sockets(), 2);
+}
