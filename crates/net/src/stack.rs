@@ -253,7 +253,8 @@ impl<M: Send + 'static> NetStack<M> {
 
     /// Receives datagrams on `port`.
     pub fn udp_bind(&mut self, port: u16) -> Result<(), NetError> {
-        if self.udp_ports.contains(&port) {
+        // QUIC listens on UDP ports too.
+        if self.udp_ports.contains(&port) || self.quic_ports.contains(&port) {
             return Err(NetError::PortInUse(port));
         }
         self.udp_ports.push(port);

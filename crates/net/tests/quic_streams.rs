@@ -240,3 +240,23 @@ fn quic_streams_deliver_the_same_on_one_and_two_threads() {
     assert!(stats.quic_stream_bytes_retransmitted >= CELL, "{stats:?}");
     assert!(stats.quic_udp_bytes > stats.quic_stream_bytes, "{stats:?}");
 }
+
+#[test]
+fn quic_and_plain_udp_cannot_share_a_port() {
+    let graph = Graph::from_gml(GML, "quic.gml").unwrap();
+    let place = HostPlacement {
+        node: graph.node_index(1).unwrap(),
+        bandwidth_up: None,
+        bandwidth_down: None,
+    };
+    let net = Arc::new(
+        Network::build(&graph, &[place.clone(), place], NetworkConfig::default()).unwrap(),
+    );
+    let mut stack: NetStack<Msg> = NetStack::new(0, net);
+    stack.quic_listen(PORT).unwrap();
+    assert!(stack.udp_bind(PORT).is_err());
+    stack.udp_bind(PORT + 1).unwrap();
+    assert!(stack.quic_listen(PORT + 1).is_err());
+    // TCP ports are a namespace of their own.
+    stack.listen(PORT).unwrap();
+}

@@ -47,6 +47,31 @@ pub(super) struct QuicSocket<M> {
 }
 
 impl<M> QuicSocket<M> {
+    fn new(
+        conn: QuicConnection,
+        peer: HostId,
+        local_port: u16,
+        peer_port: u16,
+        peer_conn: Option<SocketAddr>,
+        pipes: Arc<QuicPipes<M>>,
+        initiator: bool,
+    ) -> Self {
+        QuicSocket {
+            conn,
+            peer,
+            local_port,
+            peer_port,
+            peer_conn,
+            pipes,
+            initiator,
+            waiting_for_link: false,
+            timer: u64::MAX,
+            ours: StreamTable::default(),
+            theirs: StreamTable::default(),
+            closing: Vec::new(),
+        }
+    }
+
     fn table(&mut self, stream: StreamId) -> &mut StreamTable {
         // Bit 0 of a stream id names its initiator (0: the client).
         if (stream.0 & 1 == 0) == self.initiator {
@@ -259,20 +284,9 @@ impl<M: Send + 'static> NetStack<M> {
     ) -> SocketId {
         let local_port = self.ephemeral_port();
         let conn = QuicConnection::connect(self.net.quic_config().clone(), ctx.now());
-        let id = self.insert(Socket::Quic(Box::new(QuicSocket {
-            conn,
-            peer: dst,
-            local_port,
-            peer_port: port,
-            peer_conn: None,
-            pipes: Arc::new(QuicPipes::default()),
-            initiator: true,
-            waiting_for_link: false,
-            timer: u64::MAX,
-            ours: StreamTable::default(),
-            theirs: StreamTable::default(),
-            closing: Vec::new(),
-        })));
+        let pipes = Arc::new(QuicPipes::default());
+        let q = QuicSocket::new(conn, dst, local_port, port, None, pipes, true);
+        let id = self.insert(Socket::Quic(Box::new(q)));
         self.drive_quic(ctx, id);
         id
     }
@@ -450,20 +464,16 @@ impl<M: Send + 'static> NetStack<M> {
         pipes: Arc<QuicPipes<M>>,
     ) {
         let conn = QuicConnection::accept(self.net.quic_config().clone(), ctx.now(), &d.packet);
-        let id = self.insert(Socket::Quic(Box::new(QuicSocket {
+        let q = QuicSocket::new(
             conn,
-            peer: from,
-            local_port: d.dst_port,
-            peer_port: d.src_port,
-            peer_conn: Some(d.src_conn),
+            from,
+            d.dst_port,
+            d.src_port,
+            Some(d.src_conn),
             pipes,
-            initiator: false,
-            waiting_for_link: false,
-            timer: u64::MAX,
-            ours: StreamTable::default(),
-            theirs: StreamTable::default(),
-            closing: Vec::new(),
-        })));
+            false,
+        );
+        let id = self.insert(Socket::Quic(Box::new(q)));
         self.half_open.push((from, d.src_conn, id));
         self.drive_quic(ctx, id);
     }
