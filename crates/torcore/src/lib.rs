@@ -5,6 +5,7 @@
 //! `onionlab-tor` drives them inside simulated relays and clients.
 
 pub mod cbt;
+pub mod cpu;
 pub mod cell;
 pub mod ewma;
 pub mod kist;
