@@ -26,6 +26,7 @@ pub fn tor_network(
 ) -> Result<TorNetwork, String> {
     let mut relays = Vec::with_capacity(plan.relays.len());
     let mut hosts = Vec::new();
+    let cpu = plan.cpu.as_ref().map(cpu_configs);
     for (i, r) in plan.relays.iter().enumerate() {
         relays.push(Relay {
             nickname: r.name.clone(),
@@ -50,6 +51,7 @@ pub fn tor_network(
                     relay_bandwidth_burst: r.relay_bandwidth_burst,
                     conn_limit: r.conn_limit,
                 },
+                cpu: cpu.as_ref().map(|c| c[i].clone()),
             },
         });
     }
@@ -133,6 +135,32 @@ pub fn tor_network(
         seed,
         threads,
     })
+}
+
+/// Each relay's CPU (relay host ids are their plan indices): its machine's cores, its
+/// workers, the other relays on its machine, and the profile's prices.
+fn cpu_configs(p: &onionlab_scenario::cpu::PlannedCpu) -> Vec<onionlab_tor::cpu::CpuConfig> {
+    let (crypto, path) = p.profile.parts();
+    let table = onionlab_torcore::cpu::CostTable::new(&p.costs, crypto, path);
+    let mut on_machine: Vec<Vec<u32>> = vec![Vec::new(); p.machines.len()];
+    for (r, &m) in p.machine_of.iter().enumerate() {
+        on_machine[m].push(r as u32);
+    }
+    p.machine_of
+        .iter()
+        .enumerate()
+        .map(|(r, &m)| onionlab_tor::cpu::CpuConfig {
+            table,
+            cores: p.machines[m].1,
+            workers: p.workers[r],
+            mates: on_machine[m]
+                .iter()
+                .copied()
+                .filter(|&o| o != r as u32)
+                .collect(),
+            window: p.share_window_ns,
+        })
+        .collect()
 }
 
 /// The QUIC connections' settings from the scenario's `tor` parameters (used by the `quic`

@@ -242,6 +242,19 @@ impl<M: Send + 'static> NetStack<M> {
         self.events.pop_front()
     }
 
+    /// Whether socket events wait to be polled.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Packets this host has sent and received so far (what a CPU model prices per packet;
+    /// cheaper than [`NetStack::stats`], which visits every socket).
+    #[inline]
+    pub fn packets(&self) -> u64 {
+        self.stats.packets_sent + self.stats.packets_received
+    }
+
     /// Accepts connections on `port`.
     pub fn listen(&mut self, port: u16) -> Result<(), NetError> {
         if self.listeners.contains(&port) {

@@ -19,6 +19,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub mod cpu;
 mod data;
 pub mod limits;
 mod model;

@@ -12,6 +12,7 @@ use onionlab_torcore::TorParams;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use crate::cpu::{CpuSection, CpuSpec, MachineSpec};
 use crate::units::{Duration, Rate, Size};
 
 /// A whole scenario, as written (after defaults), ready to [`crate::resolve`].
@@ -42,6 +43,9 @@ pub struct Scenario {
     /// What reports show beyond the defaults.
     #[serde(default, skip_serializing_if = "ReportSection::is_empty")]
     pub report: ReportSection,
+    /// The relays' CPU model (`none` by default).
+    #[serde(default, skip_serializing_if = "CpuSection::is_none")]
+    pub cpu: CpuSection,
 }
 
 /// `report:` — relays whose throughput and sockets the report plots over time (attack

@@ -32,6 +32,8 @@ pub struct Plan {
     pub attacks: Vec<PlannedAttack>,
     /// `network.impairments` with their names turned into hosts.
     pub impairments: Vec<PlannedImpairment>,
+    /// The relays' CPU model, if the scenario has one.
+    pub cpu: Option<crate::cpu::PlannedCpu>,
 }
 
 /// A host of a [`Plan`], by its list there and its position in that list.
@@ -297,6 +299,13 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
             loss: imp.loss,
         });
     }
+    let cpu = match &s.cpu {
+        crate::model::CpuSection::Model(spec) => {
+            let names: Vec<String> = relays.iter().map(|r| r.name.clone()).collect();
+            Some(crate::cpu::plan(&s.source, spec, &names)?)
+        }
+        crate::model::CpuSection::None => None,
+    };
     Ok(Plan {
         relays,
         authorities,
@@ -304,6 +313,7 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
         clients,
         attacks,
         impairments,
+        cpu,
     })
 }
 

@@ -51,6 +51,9 @@ pub(crate) fn check(s: &Scenario) -> Check {
     clients(&cx, s)?;
     attacks(&cx, s)?;
     report(&cx, s)?;
+    if let CpuSection::Model(spec) = &s.cpu {
+        crate::cpu::check(cx.source, spec)?;
+    }
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use onionlab_netdir::Consensus;
 use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
 
+use crate::cpu::CpuConfig;
 use crate::attack::{AttackPlan, Attacker};
 use crate::host::{Driven, Ev, TorHost};
 use crate::relay::{Relay, RelayLimits};
@@ -24,6 +25,8 @@ pub enum HostRole {
     Relay {
         relay: usize,
         limits: RelayLimits,
+        /// Its CPU, when the scenario models one.
+        cpu: Option<CpuConfig>,
     },
     Client {
         workload: Workload,
@@ -101,10 +104,13 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
     for (id, h) in network.hosts.into_iter().enumerate() {
         let stack = NetStack::new(id as HostId, net.clone());
         models.push(match h.role {
-            HostRole::Relay { relay, limits } => TorHost::Relay(Box::new(Driven::new(
-                stack,
-                Relay::new(relay, world.clone(), &limits),
-            ))),
+            HostRole::Relay { relay, limits, cpu } => {
+                let driven = Driven::new(stack, Relay::new(relay, world.clone(), &limits));
+                TorHost::Relay(Box::new(match cpu {
+                    Some(cfg) => driven.with_cpu(&cfg),
+                    None => driven,
+                }))
+            }
             HostRole::Client {
                 workload,
                 servers,

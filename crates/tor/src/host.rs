@@ -6,6 +6,7 @@ use onionlab_net::NetEvent;
 
 use crate::attack::{AttackTimer, Attacker};
 use crate::client::{Client, ClientTimer};
+use crate::cpu::CpuEvent;
 pub use crate::io::Driven;
 use crate::relay::{Relay, RelayTimer};
 use crate::server::Server;
@@ -17,6 +18,8 @@ pub enum Ev {
     Relay(RelayTimer),
     Client(ClientTimer),
     Attack(AttackTimer),
+    /// A relay's CPU stage.
+    Cpu(CpuEvent),
     /// A deliberate failure, for tests of what happens when a model panics: any host handling
     /// it panics with the message [`INJECTED_FAULT`]. Scheduled by [`inject_fault`].
     Fault,
@@ -66,6 +69,7 @@ impl Host for TorHost {
             (TorHost::Relay(r), Ev::Net(e)) => r.on_net(ctx, e),
             (TorHost::Relay(r), Ev::Relay(t)) => r.on_timer(ctx, t),
             (TorHost::Relay(r), Ev::Start) => r.start(ctx),
+            (TorHost::Relay(r), Ev::Cpu(e)) => r.on_cpu(ctx, e),
             (TorHost::Client(c), Ev::Net(e)) => c.on_net(ctx, e),
             (TorHost::Client(c), Ev::Client(t)) => c.on_timer(ctx, t),
             (TorHost::Client(c), Ev::Start) => c.start(ctx),

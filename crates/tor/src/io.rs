@@ -19,6 +19,9 @@ use onionlab_net::quic::QuicInfo;
 use onionlab_net::tcp::TcpInfo;
 use onionlab_net::{NetError, NetEvent, NetStack, SocketEvent, SocketId};
 
+use onionlab_torcore::cpu::Work;
+
+use crate::cpu::{CpuConfig, CpuEvent, CpuSecond, CpuStage};
 use crate::host::Ev;
 use crate::wire::Wire;
 
@@ -61,12 +64,23 @@ pub trait Io<T> {
     fn open_stream(&mut self, conn: SocketId) -> Option<SocketId>;
     /// A QUIC connection's (or a stream's connection's) state and counters.
     fn quic_info(&self, socket: SocketId) -> Option<QuicInfo>;
+
+    /// Hands an onion-skin handshake to the worker threads; returns when its answer is
+    /// ready (now, without a CPU model).
+    fn onion_skin(&mut self) -> SimTime {
+        self.now()
+    }
+    /// The CPU's figures for the second just ended (none without a CPU model).
+    fn cpu_second(&mut self) -> Option<CpuSecond> {
+        None
+    }
 }
 
 /// The driver: a host's engine context and network stack, for one event.
 pub struct HostIo<'a, 'b> {
     pub ctx: &'a mut Context<'b, Ev>,
     pub stack: &'a mut NetStack<Wire>,
+    pub cpu: Option<&'a mut CpuStage>,
 }
 
 /// The engine event that carries a state machine's timer back to it.
@@ -82,6 +96,15 @@ pub trait Machine {
     fn on_timer(&mut self, io: &mut impl Io<Self::Timer>, timer: Self::Timer);
     /// Handles what the sockets reported since the last call.
     fn on_socket_events(&mut self, io: &mut impl Io<Self::Timer>);
+    /// What the machine has done so far, for a CPU model to price (counts only grow).
+    fn work(&self) -> Work {
+        Work::default()
+    }
+    /// Whether `timer` is work for the main thread, which waits while the thread is busy
+    /// (measurement is not).
+    fn deferrable(_timer: &Self::Timer) -> bool {
+        true
+    }
 }
 
 /// A sans-IO Tor state machine and the network stack its driver ([`HostIo`]) runs it on.
@@ -89,40 +112,103 @@ pub trait Machine {
 pub struct Driven<M> {
     pub stack: NetStack<Wire>,
     pub core: M,
+    /// The host's CPU, when the scenario models one.
+    cpu: Option<Box<CpuStage>>,
 }
 
 impl<M> Driven<M> {
     pub fn new(stack: NetStack<Wire>, core: M) -> Self {
-        Driven { stack, core }
+        Driven {
+            stack,
+            core,
+            cpu: None,
+        }
+    }
+
+    /// Runs the state machine on a modelled CPU.
+    pub fn with_cpu(mut self, cfg: &CpuConfig) -> Self {
+        self.cpu = Some(Box::new(CpuStage::new(cfg)));
+        self
     }
 }
 
 impl<M: Machine> Driven<M> {
-    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
-        self.core.start(&mut HostIo {
+    fn io<'a, 'b>(
+        ctx: &'a mut Context<'b, Ev>,
+        stack: &'a mut NetStack<Wire>,
+        cpu: &'a mut Option<Box<CpuStage>>,
+    ) -> HostIo<'a, 'b> {
+        HostIo {
             ctx,
-            stack: &mut self.stack,
-        });
+            stack,
+            cpu: cpu.as_deref_mut(),
+        }
+    }
+
+    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
+        self.core
+            .start(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+        self.charge(ctx);
     }
 
     pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
-        self.core.on_timer(
-            &mut HostIo {
-                ctx,
-                stack: &mut self.stack,
-            },
-            timer,
-        );
+        if let Some(cpu) = &self.cpu {
+            if cpu.busy(ctx.now()) && M::deferrable(&timer) {
+                ctx.schedule_at(cpu.busy_until(), timer.event());
+                return;
+            }
+        }
+        self.core
+            .on_timer(&mut Self::io(ctx, &mut self.stack, &mut self.cpu), timer);
+        self.charge(ctx);
     }
 
     /// A packet or timer of the network stack: the stack handles it, then the state machine
-    /// what the stack reported.
+    /// what the stack reported (at once, or when its CPU is free).
     pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
         self.stack.handle(ctx, event);
-        self.core.on_socket_events(&mut HostIo {
-            ctx,
-            stack: &mut self.stack,
-        });
+        if let Some(cpu) = &mut self.cpu {
+            if !self.stack.has_events() {
+                return;
+            }
+            if cpu.busy(ctx.now()) {
+                cpu.arm_wake(ctx);
+                return;
+            }
+        }
+        self.core
+            .on_socket_events(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+        self.charge(ctx);
+    }
+
+    /// An event of the CPU stage.
+    pub fn on_cpu(&mut self, ctx: &mut Context<'_, Ev>, event: CpuEvent) {
+        let Some(cpu) = &mut self.cpu else {
+            return;
+        };
+        match event {
+            CpuEvent::Wake => {
+                cpu.woken();
+                if cpu.busy(ctx.now()) {
+                    cpu.arm_wake(ctx);
+                    return;
+                }
+                if self.stack.has_events() {
+                    self.core
+                        .on_socket_events(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+                    self.charge(ctx);
+                }
+            }
+            CpuEvent::Window => cpu.window_ended(ctx),
+            CpuEvent::Demand { from, ppm } => cpu.mate_demand(from, ppm),
+        }
+    }
+
+    /// Keeps the CPU busy for what the last handler did.
+    fn charge(&mut self, ctx: &mut Context<'_, Ev>) {
+        if let Some(cpu) = &mut self.cpu {
+            cpu.charge(ctx, self.core.work(), self.stack.packets());
+        }
     }
 }
 
@@ -197,6 +283,15 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     }
     fn open_stream(&mut self, conn: SocketId) -> Option<SocketId> {
         self.stack.open_stream(conn)
+    }
+    fn onion_skin(&mut self) -> SimTime {
+        match &mut self.cpu {
+            Some(cpu) => cpu.onion_skin(self.ctx),
+            None => self.ctx.now(),
+        }
+    }
+    fn cpu_second(&mut self) -> Option<CpuSecond> {
+        self.cpu.as_mut().map(|cpu| cpu.take_second())
     }
     fn quic_info(&self, socket: SocketId) -> Option<QuicInfo> {
         self.stack.quic_info(socket)

@@ -10,6 +10,7 @@ pub mod attack;
 pub mod build;
 mod circ_ids;
 pub mod client;
+pub mod cpu;
 mod flow;
 pub mod host;
 pub mod io;

@@ -22,6 +22,8 @@ pub struct RelaySample {
     pub circuits_killed: u64,
     /// Connections refused or not opened in this second because of ConnLimit.
     pub conn_limit_refusals: u64,
+    /// What the relay's CPU did in this second (with a CPU model).
+    pub cpu: Option<crate::cpu::CpuSecond>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -213,6 +213,8 @@ pub struct Work {
     pub digest_bytes: u64,
     /// Cells handled (read from a channel, or packaged at the edge).
     pub cells: u64,
+    /// TLS bytes written since the last flush (they go out in the flush's records).
+    pub unflushed: u64,
 }
 
 impl Work {
@@ -227,6 +229,7 @@ impl Work {
             cipher_bytes: self.cipher_bytes - earlier.cipher_bytes,
             digest_bytes: self.digest_bytes - earlier.digest_bytes,
             cells: self.cells - earlier.cells,
+            unflushed: 0,
         }
     }
 
@@ -235,6 +238,26 @@ impl Work {
         self.syscalls += 1;
         self.tls_records += bytes.div_ceil(TLS_RECORD_BYTES).max(1);
         self.tls_bytes += bytes;
+    }
+
+    /// Bytes written to a TLS connection's buffer (they are sealed when it is flushed).
+    pub fn tls_write(&mut self, bytes: u64) {
+        self.tls_bytes += bytes;
+        self.unflushed += bytes;
+    }
+
+    /// A TLS connection's buffer written to the kernel: a system call, and the records
+    /// that its bytes since the last flush take.
+    pub fn tls_flush(&mut self) {
+        self.syscalls += 1;
+        self.tls_records += self.unflushed.div_ceil(TLS_RECORD_BYTES).max(1);
+        self.unflushed = 0;
+    }
+
+    /// A cell this hop originates (at the edge of its circuit): digest and one layer.
+    pub fn originate(&mut self) {
+        self.relay_crypt(true);
+        self.cells += 1;
     }
 
     /// One layer of relay crypto on one cell; `edge` adds the running digest.

@@ -167,6 +167,7 @@ impl Relay {
         Self::write_to(
             &mut self.conns,
             &mut self.unsent_watch,
+            &mut self.work,
             io,
             k,
             bytes,
@@ -178,6 +179,7 @@ impl Relay {
     pub(super) fn write_to(
         conns: &mut [Conn],
         unsent_watch: &mut Vec<u32>,
+        work: &mut Work,
         io: &mut impl Io<RelayTimer>,
         k: u32,
         bytes: u64,
@@ -188,7 +190,17 @@ impl Relay {
             conn.watched = true;
             unsent_watch.push(k);
         }
-        io.write_message(conn.socket, bytes, message)
+        let written = io.write_message(conn.socket, bytes, message);
+        if written {
+            work.tls_write(bytes);
+        }
+        written
+    }
+
+    /// Hands what was written to connection `k` to the kernel (sealing its TLS records).
+    pub(super) fn flush_conn(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+        self.work.tls_flush();
+        io.flush(self.conns[k as usize].socket);
     }
 
     /// The bytes written to the relay's connections and not yet sent, summed; connections
@@ -393,7 +405,7 @@ impl Relay {
         } else if matches!(self.design, ChannelDesign::Imux | ChannelDesign::Quic) {
             let bytes = self.world.cell_wire_bytes();
             self.write_conn(io, k, bytes, Wire::Joined);
-            io.flush(self.conns[k as usize].socket);
+            self.flush_conn(io, k);
         }
     }
 
@@ -411,11 +423,10 @@ impl Relay {
             self.channel_stats.conns_closed += 1;
             return;
         }
-        let socket = conn.socket;
         self.update_conn(k, |c| c.state = ConnState::Closing);
         let bytes = self.world.cell_wire_bytes();
         self.write_conn(io, k, bytes, Wire::ClosingBegin);
-        io.flush(socket);
+        self.flush_conn(io, k);
     }
 
     pub(super) fn finish_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {

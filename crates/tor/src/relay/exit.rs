@@ -56,6 +56,7 @@ impl Relay {
         let c = self.circuits[circ as usize].as_ref().unwrap();
         if c.next.is_some() || !relay.exit_policy.allows_port(HTTP_PORT) {
             let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
+            self.work.originate();
             end.arg = 1;
             self.queue_towards(io, circ, false, end);
             return;
@@ -67,6 +68,7 @@ impl Relay {
         if self.open_sockets >= self.conn_limit {
             self.now_counters.conn_limit_refusals += 1;
             let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
+            self.work.originate();
             end.arg = 1;
             self.queue_towards(io, circ, false, end);
             return;
@@ -110,6 +112,7 @@ impl Relay {
         let (circ, stream_id, socket, request) = (s.circ, s.stream_id, s.socket, s.request.take());
         let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
         let connected = Cell::relay(0, RelayCommand::Connected, hop, stream_id);
+        self.work.originate();
         self.queue_towards(io, circ, false, connected);
         if let Some(bytes) = request {
             let upload = self.streams[st as usize].as_ref().unwrap().upload.active;
@@ -131,6 +134,7 @@ impl Relay {
             Wire::Request { bytes }
         };
         if io.write_message(socket, REQUEST_BYTES, message) {
+            self.work.syscalls += 1;
             io.flush(socket);
         }
     }
@@ -146,6 +150,7 @@ impl Relay {
             .unwrap_or(false)
         {
             let sendme = Cell::relay(0, RelayCommand::Sendme, hop, 0);
+            self.work.originate();
             self.queue_towards(io, circ, false, sendme);
         }
         let Some(st) = self.find_stream(circ, cell.stream_id) else {
@@ -202,6 +207,7 @@ impl Relay {
                 wrote = true;
             }
             if wrote {
+                self.work.syscalls += 1;
                 io.flush(s.socket);
             }
         }
@@ -231,6 +237,7 @@ impl Relay {
             if self.circuits[circ as usize].is_none() {
                 return;
             }
+            self.work.originate();
             self.queue_towards(io, circ, false, Cell::relay(0, command, hop, stream_id));
         }
     }
@@ -264,7 +271,18 @@ impl Relay {
 
     /// Turns server data into DATA cells for as long as the circuit's and streams' windows,
     /// the data waiting and the read bucket allow, serving the circuit's streams in turn.
+    /// Packages what the circuit's streams have read from their servers into DATA cells,
+    /// as far as the windows allow. Each call that packages anything reads its streams'
+    /// sockets once (one system call, as tor reads a socket's waiting bytes at once).
     pub(super) fn package(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
+        let before = self.work.cells;
+        self.package_cells(io, circ);
+        if self.work.cells > before {
+            self.work.syscalls += 1;
+        }
+    }
+
+    fn package_cells(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
         let now = io.now();
         loop {
             let Some(c) = self.circuits[circ as usize].as_mut() else {
@@ -330,6 +348,7 @@ impl Relay {
                 let n = io.read(socket, want);
                 self.buckets.note_read(n, false);
                 let mut data = Cell::relay(0, RelayCommand::Data, hop, stream_id);
+                self.work.originate();
                 data.length = n as u16;
                 let exit = self.circuits[circ as usize]
                     .as_mut()
@@ -372,6 +391,7 @@ impl Relay {
             exit.streams.retain(|&x| x != st);
         }
         let mut end = Cell::relay(0, RelayCommand::End, hop, s.stream_id);
+        self.work.originate();
         end.arg = failed as u32;
         self.queue_towards(io, s.circ, false, end);
     }

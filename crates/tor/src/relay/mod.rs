@@ -27,6 +27,7 @@ use onionlab_engine::HostId;
 use onionlab_net::{SocketEvent, SocketId};
 use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
+use onionlab_torcore::cpu::Work;
 use onionlab_torcore::token_bucket::RelayBuckets;
 use onionlab_torcore::{
     Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
@@ -57,6 +58,8 @@ pub enum RelayTimer {
     Sample,
     /// IMUX's once-a-second connection manager.
     ManageConnections,
+    /// An onion skin handed to the worker threads is done.
+    OnionSkin,
 }
 
 impl TimerEvent for RelayTimer {
@@ -528,6 +531,11 @@ pub struct Relay {
     /// Counts scheduler runs, so a connection's write limit is read once per run, when first
     /// needed (a multi-connection channel may hold hundreds and use a few in one run).
     run_stamp: u32,
+    /// What the relay has done, for a CPU model to price.
+    work: Work,
+    /// CREATE2 cells whose onion skin the worker threads are handling, by when they are
+    /// done: (done, circuit, its channel and id towards the client, to tell a reused slot).
+    onion_skins: BinaryHeap<Reverse<(SimTime, u32, u32, u32)>>,
 }
 
 /// One channel as tests and diagnostics see it.
@@ -618,6 +626,8 @@ impl Relay {
             channel_stats: ChannelStats::default(),
             rank_scratch: Vec::new(),
             run_stamp: 0,
+            work: Work::default(),
+            onion_skins: BinaryHeap::new(),
         }
     }
 
@@ -781,11 +791,13 @@ impl Relay {
         match message {
             Wire::Cell(cell) => {
                 self.now_counters.cells_in += 1;
+                self.work.cells += 1;
                 let ch = self.conns[k as usize].chan;
                 self.handle_cell(io, ch, k, cell);
             }
             Wire::Sequenced { cell, seq } => {
                 self.now_counters.cells_in += 1;
+                self.work.cells += 1;
                 self.sequenced_cell(io, k, cell, seq);
             }
             Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
@@ -803,10 +815,9 @@ impl Relay {
                 self.peer_pushback(self.conns[k as usize].chan, io.now());
                 // Everything we wrote on it is in the socket already: answer and close.
                 self.update_conn(k, |c| c.state = ConnState::Closing);
-                let socket = self.conns[k as usize].socket;
                 let bytes = self.world.cell_wire_bytes();
                 self.write_conn(io, k, bytes, Wire::ClosingEnd);
-                io.flush(socket);
+                self.flush_conn(io, k);
                 self.finish_closing(io, k);
             }
             Wire::ClosingEnd => self.finish_closing(io, k),
@@ -836,6 +847,9 @@ impl Relay {
         if waiting > 0 {
             let allowance = self.buckets.read_allowance(now, true);
             let n = io.read(socket, waiting.min(allowance));
+            if n > 0 {
+                self.work.tls_io(n);
+            }
             self.buckets.note_read(n, true);
             if n < waiting {
                 let c = &mut self.conns[k as usize];
@@ -891,12 +905,18 @@ impl Relay {
         };
         let c = self.circuits[circ as usize].as_ref().unwrap();
         let from_prev = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
+        if matches!(cell.command, CellCommand::Relay | CellCommand::RelayEarly) {
+            // One layer off (towards the exit) or on (towards the client); the hop a cell is
+            // for also checks its digest.
+            self.work.relay_crypt(from_prev && cell.hop == c.hop);
+        }
         match cell.command {
             CellCommand::Destroy => self.destroy_circuit(io, circ, Some(from_prev)),
             CellCommand::Created2 if !from_prev => {
                 // Our EXTEND2 succeeded: tell the client.
                 let hop = c.hop;
                 let reply = Cell::relay(0, RelayCommand::Extended2, hop, 0);
+                self.work.originate();
                 self.queue_towards(io, circ, false, reply);
             }
             CellCommand::Relay | CellCommand::RelayEarly if from_prev => {
@@ -934,8 +954,34 @@ impl Relay {
             return;
         }
         self.assign_conn(circ, false, k);
+        let done = io.onion_skin();
+        if done > io.now() {
+            // A worker thread answers it; the CREATED2 waits for that.
+            self.onion_skins
+                .push(Reverse((done, circ, ch, cell.circ_id)));
+            io.arm_at(done, RelayTimer::OnionSkin);
+            return;
+        }
         let reply = Cell::new(0, CellCommand::Created2);
         self.queue_towards(io, circ, false, reply);
+    }
+
+    /// Answers the CREATE2 cells whose onion skins the workers have finished.
+    fn onion_skins_done(&mut self, io: &mut impl Io<RelayTimer>) {
+        let now = io.now();
+        while let Some(&Reverse((done, circ, ch, circ_id))) = self.onion_skins.peek() {
+            if done > now {
+                break;
+            }
+            self.onion_skins.pop();
+            let alive = self.circuits[circ as usize]
+                .as_ref()
+                .is_some_and(|c| c.prev.chan == ch && c.prev.circ_id == circ_id);
+            if alive {
+                let reply = Cell::new(0, CellCommand::Created2);
+                self.queue_towards(io, circ, false, reply);
+            }
+        }
     }
 
     fn relay_cell_for_us(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
@@ -1105,7 +1151,7 @@ impl Relay {
                     Wire::Cell(destroy)
                 };
                 if self.write_conn(io, conn, cell_bytes, message) {
-                    io.flush(self.conns[conn as usize].socket);
+                    self.flush_conn(io, conn);
                 }
             }
             // QUIC: the circuit's stream goes with it (each side finishes its direction).
@@ -1239,6 +1285,7 @@ impl Machine for Relay {
                     self.run_scheduler(io);
                 }
             }
+            RelayTimer::OnionSkin => self.onion_skins_done(io),
             RelayTimer::Sample => {
                 let c = std::mem::take(&mut self.now_counters);
                 let socket_queued_bytes = self.sum_unsent(io);
@@ -1253,8 +1300,12 @@ impl Machine for Relay {
                     socket_queued_bytes,
                     circuits_killed: c.circuits_killed,
                     conn_limit_refusals: c.conn_limit_refusals,
+                    cpu: io.cpu_second(),
                 });
                 io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
+                // Measuring is no work of the relay's: what the sockets reported waits for
+                // the main thread (without a CPU model nothing waits here).
+                return;
             }
             RelayTimer::ManageConnections => {
                 self.manage_connections(io);
@@ -1267,6 +1318,14 @@ impl Machine for Relay {
     /// Handles what the sockets reported since the last call.
     fn on_socket_events(&mut self, io: &mut impl Io<RelayTimer>) {
         self.pump(io);
+    }
+
+    fn work(&self) -> Work {
+        self.work
+    }
+
+    fn deferrable(timer: &RelayTimer) -> bool {
+        !matches!(timer, RelayTimer::Sample)
     }
 }
 

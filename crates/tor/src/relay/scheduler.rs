@@ -318,6 +318,7 @@ impl Relay {
             if !Self::write_to(
                 &mut self.conns,
                 &mut self.unsent_watch,
+                &mut self.work,
                 io,
                 k,
                 cell_bytes,
@@ -400,8 +401,7 @@ impl Relay {
         }
         for &k in &touched {
             self.conns[k as usize].touched = false;
-            let socket = self.conns[k as usize].socket;
-            io.flush(socket);
+            self.flush_conn(io, k);
         }
         for ch in parked {
             let chan = &mut self.channels[ch as usize];
@@ -513,7 +513,7 @@ impl Relay {
                 heavy: heavy_now,
             },
         ) {
-            io.flush(self.conns[light as usize].socket);
+            self.flush_conn(io, light);
         }
     }
 }

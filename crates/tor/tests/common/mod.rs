@@ -129,6 +129,7 @@ pub fn network_spec(
             name: r.nickname.clone(),
             placement: at(relay_links[i].1, relay_links[i].1),
             role: HostRole::Relay {
+                cpu: None,
                 relay: i,
                 limits: limits(relay_links[i].0),
             },
