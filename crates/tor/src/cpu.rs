@@ -87,7 +87,8 @@ pub struct CpuStage {
     /// A thread's speed, in `FULL_SPEED` units.
     speed: u64,
     window_armed: bool,
-    /// Wall time the relay's threads were busy in jobs started in the current window.
+    /// Wall time the relay's threads were busy with jobs started since the last window
+    /// ended (their parts beyond it are taken off when it ends, and counted in the next).
     window_busy: u64,
     /// The last demand told to the mates, and theirs, in ppm.
     told: u32,
@@ -205,10 +206,17 @@ impl CpuStage {
     /// changed, and set the threads' speed.
     pub fn window_ended(&mut self, ctx: &mut Context<'_, Ev>) {
         self.window_armed = false;
+        let now = ctx.now();
+        // What the threads are still to do belongs to the next window.
+        let ahead: u64 = std::iter::once(self.busy_until)
+            .chain(self.workers.iter().copied())
+            .map(|t| t.saturating_sub(now))
+            .sum();
         let threads = self.workers.len() as u64 + 1;
-        let ppm = (self.window_busy as u128 * PPM as u128 / self.window as u128)
+        let within = self.window_busy.saturating_sub(ahead);
+        let ppm = (within as u128 * PPM as u128 / self.window as u128)
             .min((threads * PPM) as u128) as u32;
-        self.window_busy = 0;
+        self.window_busy = ahead;
         self.own = ppm;
         if ppm != self.told && !self.mates.is_empty() {
             let at = ctx.now() + ctx.lookahead();
@@ -219,7 +227,7 @@ impl CpuStage {
             self.told = ppm;
         }
         self.set_speed();
-        if ppm > 0 {
+        if ppm > 0 || ahead > 0 {
             // Keep measuring while there is work (an idle relay's last window reports 0).
             self.window_armed = true;
             ctx.schedule_in(self.window, Ev::Cpu(CpuEvent::Window));

@@ -109,19 +109,27 @@ pub trait Machine {
 
 /// A sans-IO Tor state machine and the network stack its driver ([`HostIo`]) runs it on.
 /// It reads as the state machine itself (`Deref`), so results are read straight off it.
-pub struct Driven<M> {
+pub struct Driven<M: Machine> {
     pub stack: NetStack<Wire>,
     pub core: M,
     /// The host's CPU, when the scenario models one.
     cpu: Option<Box<CpuStage>>,
+    /// What woke the state machine while its CPU was busy, in order: timers, and `None` for
+    /// socket events (one entry handles all that arrived). The main thread works through it
+    /// one entry per free moment, as an event loop runs each ready callback in turn, so a
+    /// relay flooded with input still runs its scheduler.
+    backlog: std::collections::VecDeque<Option<M::Timer>>,
+    sockets_waiting: bool,
 }
 
-impl<M> Driven<M> {
+impl<M: Machine> Driven<M> {
     pub fn new(stack: NetStack<Wire>, core: M) -> Self {
         Driven {
             stack,
             core,
             cpu: None,
+            backlog: std::collections::VecDeque::new(),
+            sockets_waiting: false,
         }
     }
 
@@ -130,9 +138,7 @@ impl<M> Driven<M> {
         self.cpu = Some(Box::new(CpuStage::new(cfg)));
         self
     }
-}
 
-impl<M: Machine> Driven<M> {
     fn io<'a, 'b>(
         ctx: &'a mut Context<'b, Ev>,
         stack: &'a mut NetStack<Wire>,
@@ -152,9 +158,10 @@ impl<M: Machine> Driven<M> {
     }
 
     pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
-        if let Some(cpu) = &self.cpu {
-            if cpu.busy(ctx.now()) && M::deferrable(&timer) {
-                ctx.schedule_at(cpu.busy_until(), timer.event());
+        if let Some(cpu) = &mut self.cpu {
+            if (cpu.busy(ctx.now()) || !self.backlog.is_empty()) && M::deferrable(&timer) {
+                self.backlog.push_back(Some(timer));
+                cpu.arm_wake(ctx);
                 return;
             }
         }
@@ -171,7 +178,11 @@ impl<M: Machine> Driven<M> {
             if !self.stack.has_events() {
                 return;
             }
-            if cpu.busy(ctx.now()) {
+            if cpu.busy(ctx.now()) || !self.backlog.is_empty() {
+                if !self.sockets_waiting {
+                    self.sockets_waiting = true;
+                    self.backlog.push_back(None);
+                }
                 cpu.arm_wake(ctx);
                 return;
             }
@@ -193,10 +204,22 @@ impl<M: Machine> Driven<M> {
                     cpu.arm_wake(ctx);
                     return;
                 }
-                if self.stack.has_events() {
-                    self.core
-                        .on_socket_events(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
-                    self.charge(ctx);
+                let Some(next) = self.backlog.pop_front() else {
+                    return;
+                };
+                let io = &mut Self::io(ctx, &mut self.stack, &mut self.cpu);
+                match next {
+                    Some(timer) => self.core.on_timer(io, timer),
+                    None => {
+                        self.sockets_waiting = false;
+                        self.core.on_socket_events(io);
+                    }
+                }
+                self.charge(ctx);
+                if !self.backlog.is_empty() {
+                    if let Some(cpu) = &mut self.cpu {
+                        cpu.arm_wake(ctx);
+                    }
                 }
             }
             CpuEvent::Window => cpu.window_ended(ctx),
@@ -212,14 +235,14 @@ impl<M: Machine> Driven<M> {
     }
 }
 
-impl<M> Deref for Driven<M> {
+impl<M: Machine> Deref for Driven<M> {
     type Target = M;
     fn deref(&self) -> &M {
         &self.core
     }
 }
 
-impl<M> DerefMut for Driven<M> {
+impl<M: Machine> DerefMut for Driven<M> {
     fn deref_mut(&mut self) -> &mut M {
         &mut self.core
     }
