@@ -13,7 +13,7 @@ use crate::Failure;
 #[derive(clap::Args)]
 pub struct CalibrateArgs {
     /// Calibration file to write.
-    #[arg(short, long, default_value = "cpu-profile.yaml")]
+    #[arg(short, long, value_name = "FILE", default_value = "cpu-profile.yaml")]
     pub output: PathBuf,
     /// Fewer, shorter timings (about a second instead of several): a first look, noisier.
     #[arg(long)]

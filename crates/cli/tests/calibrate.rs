@@ -53,12 +53,13 @@ fn calibrate_writes_a_loadable_file_and_keeps_an_existing_one() {
         "calibrate",
         "--quick",
         "--force",
-        "--cell-other",
-        "-1",
+        "--cell-other=-1",
         "-o",
         path,
     ]);
-    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--cell-other -1"), "{stderr}");
     assert_eq!(fs::read_to_string(&file).unwrap(), text);
 
     let _ = fs::remove_dir_all(&dir);
