@@ -4,6 +4,7 @@
 //! 1 for an internal failure (results gathered so far are still written, marked partial).
 
 mod assemble;
+mod calibrate;
 mod emulate;
 mod experiment;
 mod results;
@@ -74,6 +75,9 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         relay: Vec<String>,
     },
+    /// Measure this machine's unit costs of a relay's work (system calls, kernel packets,
+    /// TLS, AES, SHA-1, ntor) and write them as a calibration file for scenarios.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 #[derive(clap::Args)]
@@ -156,6 +160,7 @@ fn main() -> ExitCode {
             label,
             relay,
         } => run::compare(&dirs, &label, &output, &relay),
+        Command::Calibrate(args) => calibrate::calibrate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -266,6 +266,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
             caption: String::new(),
         });
     }
+    out.extend(crate::cpu::cpu_figure(runs));
 
     out.push(Named {
         stem: "error_rates".into(),

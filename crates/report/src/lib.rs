@@ -12,6 +12,7 @@
 //! several comparisons. The statistics are described in [`stats`].
 
 mod analysis;
+mod cpu;
 mod figures;
 mod index;
 mod load;
@@ -24,15 +25,17 @@ pub mod stats;
 mod summary;
 mod sweep;
 
+pub use cpu::render_cpu_summary;
 pub use index::{key_figures, write_index, IndexEntry, INDEX_HTML};
 pub use load::{load_input, Input, RunData, TrialsManifest};
 pub use output::{
-    peak_rss_bytes, OutputDir, ReportError, ResultsWriter, CIRCUITS_CSV, CIRCUITS_HEADER,
-    DOWNLOADS_CSV, DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, SUMMARY_TXT, TRIALS_JSON,
+    peak_rss_bytes, OutputDir, ReportError, ResultsOptions, ResultsWriter, CIRCUITS_CSV,
+    CIRCUITS_HEADER, CPU_COLUMNS, DOWNLOADS_CSV, DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER,
+    RUN_JSON, SUMMARY_TXT, TRIALS_JSON,
 };
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{
-    CircuitRecord, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo,
+    CircuitRecord, CpuShare, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo,
     TransportRecord, WorkerRecord,
 };
 pub use report::{

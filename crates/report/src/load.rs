@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::output::{
-    io_err, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, DIRECTION_COLUMN, DOWNLOADS_CSV,
-    DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, TRIALS_JSON,
+    io_err, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, CPU_COLUMNS, DIRECTION_COLUMN,
+    DOWNLOADS_CSV, DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, TRIALS_JSON,
 };
-use crate::records::{CircuitRecord, DownloadRecord, Outcome, RelaySample, RunInfo};
+use crate::records::{CircuitRecord, CpuShare, DownloadRecord, Outcome, RelaySample, RunInfo};
 
 /// A finished (or partial) run directory read back.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,7 +28,9 @@ impl RunData {
     ///
     /// Columns are found by header name, so files with extra columns (tidy data may grow) still
     /// load; a missing required column, a missing file or an unparsable cell is an error naming
-    /// the file and, for cells, the line and column.
+    /// the file and, for cells, the line and column. The optional columns are read where the
+    /// files have them: `direction` of downloads.csv and the CPU columns of relays.csv, which
+    /// come all seven or none (a file with only some of them is malformed).
     pub fn load(dir: &Path) -> Result<RunData, ReportError> {
         if !dir.is_dir() {
             return Err(ReportError::NoSuchDirectory(dir.to_path_buf()));
@@ -48,10 +50,15 @@ impl RunData {
             downloads: read_csv(
                 &dir.join(DOWNLOADS_CSV),
                 DOWNLOAD_COLUMNS,
-                &[DIRECTION_COLUMN],
+                &[&[DIRECTION_COLUMN]],
                 download_row,
             )?,
-            relays: read_csv(&dir.join(RELAYS_CSV), RELAY_COLUMNS, &[], relay_row)?,
+            relays: read_csv(
+                &dir.join(RELAYS_CSV),
+                RELAY_COLUMNS,
+                &[&CPU_COLUMNS],
+                relay_row,
+            )?,
             circuits: read_csv(&dir.join(CIRCUITS_CSV), CIRCUIT_COLUMNS, &[], circuit_row)?,
         })
     }
@@ -264,7 +271,8 @@ struct Row<'a> {
     /// Index in the record of each required column, in the order of the column list.
     index: &'a [usize],
     columns: &'a [&'a str],
-    /// The same for the optional columns, where the file has them.
+    /// The same for the optional columns (every set's, one after the other), where the file
+    /// has them.
     optional: &'a [Option<usize>],
     optional_columns: &'a [&'a str],
 }
@@ -321,6 +329,33 @@ impl Row<'_> {
         }
     }
 
+    /// Optional column `k` as a finite number that is not negative; `None` when the file has
+    /// no such column or the cell is empty.
+    fn optional_non_negative(&self, k: usize) -> Result<Option<f64>, String> {
+        let Some(cell) = self.optional(k).filter(|c| !c.is_empty()) else {
+            return Ok(None);
+        };
+        match cell.parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
+            _ => Err(format!(
+                "column {}: {cell:?} is not a non-negative number",
+                self.optional_columns[k]
+            )),
+        }
+    }
+
+    fn optional_count(&self, k: usize) -> Result<Option<u64>, String> {
+        let Some(cell) = self.optional(k).filter(|c| !c.is_empty()) else {
+            return Ok(None);
+        };
+        cell.parse().map(Some).map_err(|_| {
+            format!(
+                "column {}: {cell:?} is not a non-negative integer",
+                self.optional_columns[k]
+            )
+        })
+    }
+
     fn bool(&self, k: usize) -> Result<bool, String> {
         match self.cell(k) {
             "true" => Ok(true),
@@ -375,7 +410,55 @@ fn relay_row(r: &Row) -> Result<RelaySample, String> {
         socket_queued_bytes: r.opt_num(8, count)?,
         circuits_killed: r.opt_num(9, count)?,
         conn_limit_refusals: r.opt_num(10, count)?,
+        cpu: cpu_share(r)?,
     })
+}
+
+/// The CPU columns, optional columns 0 to 6 of relays.csv: all empty (or absent) is a second
+/// without a CPU measurement, all filled one with; a row with some of them is malformed.
+fn cpu_share(r: &Row) -> Result<Option<CpuShare>, String> {
+    let [busy, crypto, kernel, tls, other, workers] =
+        [0, 1, 2, 3, 4, 5].map(|k| r.optional_non_negative(k));
+    let onion_skins = r.optional_count(6);
+    match (
+        busy?,
+        crypto?,
+        kernel?,
+        tls?,
+        other?,
+        workers?,
+        onion_skins?,
+    ) {
+        (None, None, None, None, None, None, None) => Ok(None),
+        (
+            Some(busy),
+            Some(crypto),
+            Some(kernel),
+            Some(tls),
+            Some(other),
+            Some(workers),
+            Some(onion_skins),
+        ) => Ok(Some(CpuShare {
+            busy,
+            crypto,
+            kernel,
+            tls,
+            other,
+            workers,
+            onion_skins,
+        })),
+        _ => {
+            let empty: Vec<&str> = (0..CPU_COLUMNS.len())
+                .filter(|&k| r.optional(k).is_some_and(str::is_empty))
+                .map(|k| r.optional_columns[k])
+                .collect();
+            Err(format!(
+                "CPU column(s) {} empty while the others are not: a relay second has every CPU \
+                 value or none",
+                empty.join(", ")
+            ))
+        }
+    }
 }
 
 fn circuit_row(r: &Row) -> Result<CircuitRecord, String> {
@@ -395,11 +478,13 @@ fn circuit_row(r: &Row) -> Result<CircuitRecord, String> {
     })
 }
 
-/// Reads a results CSV: `columns` must be there, `optional` may be.
+/// Reads a results CSV: `columns` must be there; each set of `optional` columns may be, whole
+/// (a set written together that a file has only some of is malformed). The parser sees the
+/// optional columns of every set one after the other.
 fn read_csv<T>(
     path: &Path,
     columns: &[&str],
-    optional: &[&str],
+    optional: &[&[&str]],
     parse: impl Fn(&Row) -> Result<T, String>,
 ) -> Result<Vec<T>, ReportError> {
     if !path.is_file() {
@@ -449,6 +534,27 @@ fn read_csv<T>(
             format!("missing required column(s): {}", missing.join(", ")),
         ));
     }
+    for set in optional {
+        let (present, absent): (Vec<&str>, Vec<&str>) = set
+            .iter()
+            .partition(|column| headers.iter().any(|h| h == **column));
+        if !present.is_empty() && !absent.is_empty() {
+            return Err(malformed(
+                1,
+                format!(
+                    "has column(s) {} but not {}: the columns {} are written together, all or \
+                     none",
+                    present.join(", "),
+                    absent.join(", "),
+                    set.join(", ")
+                ),
+            ));
+        }
+    }
+    let optional: Vec<&str> = optional
+        .iter()
+        .flat_map(|set| set.iter().copied())
+        .collect();
     let optional_index: Vec<Option<usize>> = optional
         .iter()
         .map(|column| headers.iter().position(|h| h == *column))
@@ -466,7 +572,7 @@ fn read_csv<T>(
             index: &index,
             columns,
             optional: &optional_index,
-            optional_columns: optional,
+            optional_columns: &optional,
         };
         out.push(parse(&row).map_err(|message| {
             malformed(

@@ -4,7 +4,7 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::records::{CircuitRecord, DownloadRecord, RelaySample, RunInfo};
+use crate::records::{CircuitRecord, CpuShare, DownloadRecord, RelaySample, RunInfo};
 
 pub const DOWNLOADS_CSV: &str = "downloads.csv";
 pub const RELAYS_CSV: &str = "relays.csv";
@@ -68,6 +68,19 @@ pub const RELAYS_HEADER: [&str; 11] = [
     "socket_queued_bytes",
     "circuits_killed",
     "conn_limit_refusals",
+];
+
+/// The columns after [`RELAYS_HEADER`] holding a relay's [`CpuShare`] in each second. Only
+/// runs with a CPU model write them, all seven together, so that the files of runs without
+/// stay as they were; a file without them holds no CPU measurements.
+pub const CPU_COLUMNS: [&str; 7] = [
+    "cpu_busy",
+    "cpu_crypto",
+    "cpu_kernel",
+    "cpu_tls",
+    "cpu_other",
+    "cpu_workers",
+    "onion_skins",
 ];
 
 pub const CIRCUITS_HEADER: [&str; 11] = [
@@ -314,8 +327,14 @@ impl OutputDir {
         )
     }
 
+    /// Writes `relays.csv`, with the CPU columns when any sample has a CPU measurement.
     pub fn write_relays(&self, samples: &[RelaySample]) -> Result<PathBuf, ReportError> {
-        self.write_csv(RELAYS_CSV, &RELAYS_HEADER, samples.iter().map(relay_row))
+        let cpu = samples.iter().any(|s| s.cpu.is_some());
+        self.write_csv(
+            RELAYS_CSV,
+            &relays_header(cpu),
+            samples.iter().map(|s| relay_row(s, cpu)),
+        )
     }
 
     pub fn write_circuits(&self, records: &[CircuitRecord]) -> Result<PathBuf, ReportError> {
@@ -373,8 +392,18 @@ fn download_row(r: &DownloadRecord, direction: bool) -> Vec<String> {
     row
 }
 
-fn relay_row(s: &RelaySample) -> Vec<String> {
-    vec![
+fn relays_header(cpu: bool) -> Vec<&'static str> {
+    let mut header = RELAYS_HEADER.to_vec();
+    if cpu {
+        header.extend(CPU_COLUMNS);
+    }
+    header
+}
+
+/// With `cpu`, a sample without a CPU measurement gets empty CPU cells, like any other value
+/// the run did not measure.
+fn relay_row(s: &RelaySample, cpu: bool) -> Vec<String> {
+    let mut row = vec![
         s.relay.clone(),
         s.second.to_string(),
         s.bytes_read.to_string(),
@@ -386,6 +415,26 @@ fn relay_row(s: &RelaySample) -> Vec<String> {
         opt(s.socket_queued_bytes),
         opt(s.circuits_killed),
         opt(s.conn_limit_refusals),
+    ];
+    if cpu {
+        match &s.cpu {
+            Some(c) => row.extend(cpu_cells(c)),
+            None => row.extend(CPU_COLUMNS.map(|_| String::new())),
+        }
+    }
+    row
+}
+
+/// In the order of [`CPU_COLUMNS`].
+fn cpu_cells(c: &CpuShare) -> [String; 7] {
+    [
+        fixed(c.busy),
+        fixed(c.crypto),
+        fixed(c.kernel),
+        fixed(c.tls),
+        fixed(c.other),
+        fixed(c.workers),
+        c.onion_skins.to_string(),
     ]
 }
 
@@ -446,6 +495,17 @@ impl AppendedCsv {
     }
 }
 
+/// What a run measures beyond what every run does, which decides the optional columns of its
+/// files before the first row is known. The default is a run without either, whose files
+/// have exactly the columns of runs from before the options existed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResultsOptions {
+    /// Clients may upload: `downloads.csv` gets the direction column.
+    pub uploads: bool,
+    /// Relays run on a modelled CPU: `relays.csv` gets the [`CPU_COLUMNS`].
+    pub cpu: bool,
+}
+
 /// The run's downloads, relay seconds and circuits, appended to their CSV files as the
 /// simulation produces them rather than written at the end, so that no way of ending a run
 /// loses what it measured. The files have the same format as the whole-file writers'.
@@ -453,24 +513,40 @@ pub struct ResultsWriter {
     downloads: AppendedCsv,
     relays: AppendedCsv,
     circuits: AppendedCsv,
-    /// `downloads.csv` has the direction column.
-    direction: bool,
+    options: ResultsOptions,
 }
 
 impl ResultsWriter {
     /// Starts the three files (header only), replacing any there.
     pub fn create(dir: &OutputDir) -> Result<Self, ReportError> {
-        Self::create_for(dir, false)
+        Self::create_with(dir, ResultsOptions::default())
     }
 
     /// As [`ResultsWriter::create`], for a run whose clients may upload (`uploads`): its
     /// `downloads.csv` gets the direction column.
     pub fn create_for(dir: &OutputDir, uploads: bool) -> Result<Self, ReportError> {
+        Self::create_with(
+            dir,
+            ResultsOptions {
+                uploads,
+                ..ResultsOptions::default()
+            },
+        )
+    }
+
+    /// As [`ResultsWriter::create`], with the optional columns `options` asks for. A run with
+    /// `cpu` whose relays lack a CPU measurement in some second writes empty cells there; a run
+    /// without `cpu` writes no CPU columns, so it must not be given samples with one.
+    pub fn create_with(dir: &OutputDir, options: ResultsOptions) -> Result<Self, ReportError> {
         Ok(ResultsWriter {
-            downloads: AppendedCsv::create(&dir.path, DOWNLOADS_CSV, &downloads_header(uploads))?,
-            relays: AppendedCsv::create(&dir.path, RELAYS_CSV, &RELAYS_HEADER)?,
+            downloads: AppendedCsv::create(
+                &dir.path,
+                DOWNLOADS_CSV,
+                &downloads_header(options.uploads),
+            )?,
+            relays: AppendedCsv::create(&dir.path, RELAYS_CSV, &relays_header(options.cpu))?,
             circuits: AppendedCsv::create(&dir.path, CIRCUITS_CSV, &CIRCUITS_HEADER)?,
-            direction: uploads,
+            options,
         })
     }
 
@@ -480,10 +556,15 @@ impl ResultsWriter {
         relays: &[RelaySample],
         circuits: &[CircuitRecord],
     ) -> Result<(), ReportError> {
-        let direction = self.direction;
+        let ResultsOptions { uploads, cpu } = self.options;
+        debug_assert!(
+            cpu || relays.iter().all(|s| s.cpu.is_none()),
+            "CPU measurements given to a ResultsWriter created without the CPU columns"
+        );
         self.downloads
-            .append(downloads.iter().map(|r| download_row(r, direction)))?;
-        self.relays.append(relays.iter().map(relay_row))?;
+            .append(downloads.iter().map(|r| download_row(r, uploads)))?;
+        self.relays
+            .append(relays.iter().map(|s| relay_row(s, cpu)))?;
         self.circuits.append(circuits.iter().map(circuit_row))
     }
 }
@@ -644,6 +725,7 @@ mod tests {
             socket_queued_bytes: Some(7),
             circuits_killed: Some(8),
             conn_limit_refusals: Some(9),
+            cpu: None,
         }])
         .unwrap();
         out.write_circuits(&[CircuitRecord {

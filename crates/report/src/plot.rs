@@ -95,10 +95,34 @@ pub struct BarChart {
     pub series: Vec<BarSeries>,
 }
 
+/// One part of every bar of a [`StackedBarChart`], or its thin bar.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    pub label: String,
+    pub color: usize,
+    /// One value per category; not finite or negative draws nothing there.
+    pub values: Vec<f64>,
+}
+
+/// Horizontal bars, one per category from the top down, each stacked from `segments` in
+/// order and labelled with its total; with `thin`, a narrow bar under each for a quantity
+/// that is not part of the whole the stack adds up to. Horizontal, so that long category names
+/// (relay names) stay readable; the legend sits in a row of its own below the plot, where no
+/// bar can hide it.
+#[derive(Clone, Debug)]
+pub struct StackedBarChart {
+    pub title: String,
+    pub x_label: String,
+    pub categories: Vec<String>,
+    pub segments: Vec<Segment>,
+    pub thin: Option<Segment>,
+}
+
 #[derive(Clone, Debug)]
 pub enum Figure {
     Lines(LineChart),
     Bars(BarChart),
+    Stacked(StackedBarChart),
 }
 
 impl Figure {
@@ -106,6 +130,7 @@ impl Figure {
         match self {
             Figure::Lines(c) => &c.title,
             Figure::Bars(c) => &c.title,
+            Figure::Stacked(c) => &c.title,
         }
     }
 }
@@ -126,6 +151,7 @@ pub fn render_svg(figure: &Figure, file: &str) -> Result<String, ReportError> {
         match figure {
             Figure::Lines(chart) => draw_lines(&root, chart, file)?,
             Figure::Bars(chart) => draw_bars(&root, chart, file)?,
+            Figure::Stacked(chart) => draw_stacked(&root, chart, file)?,
         }
         root.present().map_err(plot_err(file))?;
     }
@@ -398,6 +424,162 @@ fn draw_bars(
         .iter()
         .any(|s| s.values.iter().flatten().any(|v| v.is_finite()));
     if !has_data {
+        no_data(root, file)?;
+    }
+    Ok(())
+}
+
+/// About the width in pixels of `text` set at `size` in a sans-serif font (0.6 of the size
+/// per character): enough to keep names clear of the plot without reading a font file, which
+/// would make the SVG depend on the fonts installed.
+fn text_width(text: &str, size: u32) -> i32 {
+    (text.chars().count() as u32 * size * 3 / 5) as i32
+}
+
+fn usable(v: f64) -> Option<f64> {
+    (v.is_finite() && v >= 0.0).then_some(v)
+}
+
+fn draw_stacked(
+    root: &DrawingArea<SVGBackend, Shift>,
+    c: &StackedBarChart,
+    file: &str,
+) -> Result<(), ReportError> {
+    const LEGEND_HEIGHT: i32 = 34;
+    let n = c.categories.len();
+    let value = |s: &Segment, i: usize| s.values.get(i).copied().and_then(usable);
+    let totals: Vec<f64> = (0..n)
+        .map(|i| c.segments.iter().filter_map(|s| value(s, i)).sum())
+        .collect();
+    let thin: Vec<Option<f64>> = (0..n)
+        .map(|i| c.thin.as_ref().and_then(|s| value(s, i)))
+        .collect();
+    let top = totals
+        .iter()
+        .copied()
+        .chain(thin.iter().flatten().copied())
+        .fold(0.0f64, f64::max);
+    // Room right of the longest bar for its value.
+    let x1 = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let names = c
+        .categories
+        .iter()
+        .map(|name| text_width(name, 13))
+        .max()
+        .unwrap_or(0);
+    let (plot, legend) = root.split_vertically(HEIGHT as i32 - LEGEND_HEIGHT);
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(&c.title, (FONT, 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size((names + 20).clamp(70, 260))
+        .build_cartesian_2d(0.0..x1, 0.0..n.max(1) as f64)
+        .map_err(plot_err(file))?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_label_formatter(&|_| String::new())
+        .x_desc(c.x_label.as_str())
+        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 15))
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()
+        .map_err(plot_err(file))?;
+
+    // Category i's band, counted from the top; the thin bar takes its lower part.
+    let band = |i: usize| (n - 1 - i) as f64;
+    let (main_lo, main_hi) = if c.thin.is_some() {
+        (0.42, 0.88)
+    } else {
+        (0.15, 0.85)
+    };
+    let value_style =
+        TextStyle::from((FONT, 11).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for i in 0..n {
+        let y = band(i);
+        let mut left = 0.0;
+        let mut bars = Vec::new();
+        for s in &c.segments {
+            let Some(v) = value(s, i) else { continue };
+            bars.push(Rectangle::new(
+                [(left, y + main_lo), (left + v, y + main_hi)],
+                color(s.color).filled(),
+            ));
+            left += v;
+        }
+        chart.draw_series(bars).map_err(plot_err(file))?;
+        // The total written at the bar's end, so a zero reads as measured rather than missing.
+        let (px, py) = chart.backend_coord(&(totals[i], y + (main_lo + main_hi) / 2.0));
+        root.draw(&Text::new(
+            format!("{:.2}", totals[i]),
+            (px + 4, py),
+            value_style.clone(),
+        ))
+        .map_err(plot_err(file))?;
+        if let (Some(s), Some(v)) = (&c.thin, thin[i]) {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, y + 0.14), (v, y + 0.34)],
+                    color(s.color).filled(),
+                )))
+                .map_err(plot_err(file))?;
+            let (px, py) = chart.backend_coord(&(v, y + 0.24));
+            root.draw(&Text::new(
+                format!("{v:.2}"),
+                (px + 4, py),
+                value_style.clone(),
+            ))
+            .map_err(plot_err(file))?;
+        }
+    }
+    let name_style =
+        TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for (i, name) in c.categories.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(0.0, band(i) + 0.5));
+        root.draw(&Text::new(name.as_str(), (x - 8, y), name_style.clone()))
+            .map_err(plot_err(file))?;
+    }
+
+    // The legend: swatch and label per segment, then the thin bar's, centred in one row.
+    let entries: Vec<(&Segment, bool)> = c
+        .segments
+        .iter()
+        .map(|s| (s, false))
+        .chain(c.thin.iter().map(|s| (s, true)))
+        .filter(|(s, _)| !s.label.is_empty())
+        .collect();
+    let label_style =
+        TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    let widths: Vec<i32> = entries
+        .iter()
+        .map(|(s, _)| 18 + text_width(&s.label, 13))
+        .collect();
+    let gap = 22;
+    let total = widths.iter().sum::<i32>() + gap * (widths.len() as i32 - 1).max(0);
+    let mut x = (WIDTH as i32 - total).max(0) / 2;
+    let y = LEGEND_HEIGHT / 2;
+    for ((s, is_thin), w) in entries.iter().zip(&widths) {
+        let (top, bottom) = if *is_thin {
+            (y - 2, y + 3)
+        } else {
+            (y - 5, y + 6)
+        };
+        legend
+            .draw(&Rectangle::new(
+                [(x, top), (x + 12, bottom)],
+                color(s.color).filled(),
+            ))
+            .map_err(plot_err(file))?;
+        legend
+            .draw(&Text::new(
+                s.label.as_str(),
+                (x + 18, y),
+                label_style.clone(),
+            ))
+            .map_err(plot_err(file))?;
+        x += w + gap;
+    }
+    if n == 0 {
         no_data(root, file)?;
     }
     Ok(())

@@ -99,7 +99,7 @@ pub struct DownloadRecord {
 /// Only the byte counts are known for every mode. The rest is the model's inside view of a
 /// relay; an emulated relay's tor does not report it each second, so there it is empty
 /// (`None`) rather than a made-up zero.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RelaySample {
     pub relay: String,
     pub second: u64,
@@ -118,6 +118,39 @@ pub struct RelaySample {
     /// Connections the relay refused or could not open in this second because of ConnLimit.
     #[serde(default)]
     pub conn_limit_refusals: Option<u64>,
+    /// Where the relay's CPU time went in this second; `None` for runs without a CPU model
+    /// (and emulations), whose relays.csv has no CPU columns.
+    #[serde(default)]
+    pub cpu: Option<CpuShare>,
+}
+
+/// A relay's modelled CPU during one second, as fractions of that second (core-seconds per
+/// second), so relays on machines of different speeds and seconds of any length compare.
+///
+/// The main thread is split by what it spent its time on, because a relay whose main thread
+/// is saturated forwards no more cells however many cores it has; the worker threads only
+/// decrypt onion skins, so they are one number. Written to relays.csv with six decimals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuShare {
+    /// The main thread's busy fraction: `crypto + kernel + tls + other`, at most about 1. A
+    /// main thread slowed by other relays sharing its machine's cores takes longer for the same
+    /// work, so it shows busier.
+    pub busy: f64,
+    /// Relay cell crypto: the AES-CTR and digest work of moving cells along circuits.
+    pub crypto: f64,
+    /// System calls and the kernel's packet work (sending, receiving, ACKs) for the relay's
+    /// sockets; a user-space stack's packet work where the relay bypasses the kernel.
+    pub kernel: f64,
+    /// TLS record encryption and decryption on the relay's channels.
+    pub tls: f64,
+    /// Everything else on the main thread: tor's bookkeeping (scheduling, circuit and
+    /// connection handling).
+    pub other: f64,
+    /// Busy time of the onion-skin worker threads, summed over them: more than 1 when several
+    /// workers were busy at once.
+    pub workers: f64,
+    /// Onion skins (circuit extensions) handed to the workers in this second.
+    pub onion_skins: u64,
 }
 
 /// One circuit a client tried to build.

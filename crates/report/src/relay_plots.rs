@@ -524,7 +524,7 @@ mod tests {
     fn lines(figure: &Figure) -> &[Line] {
         match figure {
             Figure::Lines(c) => &c.lines,
-            Figure::Bars(_) => panic!("not a line chart"),
+            _ => panic!("not a line chart"),
         }
     }
 

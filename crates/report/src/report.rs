@@ -385,6 +385,22 @@ fn relays_section(figures_html: &str, notes: &[String]) -> String {
     html
 }
 
+/// The summary's line about the busiest relay's CPU; empty without CPU measurements, so the
+/// pages of runs without a CPU model stay as they were.
+fn cpu_paragraph(runs: &[RunData]) -> String {
+    match crate::cpu::cpu_summary_line(runs) {
+        Some(line) => format!(
+            "<p>{}</p>\n<p class=\"note\">{}</p>\n",
+            html_escape(&line),
+            html_escape(
+                "Fractions of a core: the main thread's busy time per second by what it did, \
+                 and the onion-skin worker threads' together."
+            )
+        ),
+        None => String::new(),
+    }
+}
+
 /// Writes plots (SVG and PNG) and `report.html` into `out`; returns the files written.
 ///
 /// Relays named in run.json's `plot_relays` are plotted over time; see [`write_report_with`].
@@ -442,6 +458,7 @@ pub fn write_report_with(
                  counts errors and timeouts. The bootstrap period is excluded.</p>\n",
                 html_escape(&goodput)
             );
+            html.push_str(&cpu_paragraph(runs));
             let uploads = upload_goodput(&run.downloads);
             if !uploads.is_empty() {
                 html.push_str("<h3>Upload goodput per client</h3>\n");
@@ -496,6 +513,7 @@ pub fn write_report_with(
                     ""
                 }
             );
+            html.push_str(&cpu_paragraph(runs));
         }
     }
     html.push_str("<h2>Plots</h2>\n");

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use onionlab_report::{
     load_input, write_comparison, write_comparison_with, write_report, write_report_with,
-    CircuitRecord, DownloadRecord, Input, Outcome, OutputDir, RelaySample, ReportOptions, RunData,
-    RunInfo, TrialsManifest, WorkerRecord, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
+    CircuitRecord, CpuShare, DownloadRecord, Input, Outcome, OutputDir, RelaySample, ReportOptions,
+    RunData, RunInfo, TrialsManifest, WorkerRecord, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
 };
 
 struct TempDir(PathBuf);
@@ -145,6 +145,7 @@ fn write_run(dir: &Path, name: &str, seed: u64) -> RunData {
                 socket_queued_bytes: Some(0),
                 circuits_killed: Some(0),
                 conn_limit_refusals: Some(0),
+                cpu: None,
             });
         }
     }
@@ -834,4 +835,114 @@ fn naming_no_relays_leaves_reports_unchanged() {
         fs::read(c2.join(COMPARE_HTML)).unwrap()
     );
     assert!(relay_files(&c1).is_empty());
+}
+
+/// A run whose relays ran on a modelled CPU: exit1's main thread the busiest.
+fn write_cpu_run(dir: &Path) -> RunData {
+    let mut run = write_run(dir, "toy", 3);
+    for s in &mut run.relays {
+        let load = match s.relay.as_str() {
+            "exit1" => 0.9,
+            "guard1" => 0.5,
+            _ => 0.2,
+        };
+        s.cpu = Some(CpuShare {
+            busy: load,
+            crypto: load * 0.4,
+            kernel: load * 0.3,
+            tls: load * 0.2,
+            other: load * 0.1,
+            workers: 0.015625,
+            onion_skins: 2,
+        });
+    }
+    let out = OutputDir::create(dir).unwrap();
+    out.write_relays(&run.relays).unwrap();
+    RunData::load(dir).unwrap()
+}
+
+#[test]
+fn cpu_columns_round_trip_and_are_plotted() {
+    let tmp = TempDir::new("cpu");
+    let written = write_cpu_run(&tmp.0);
+    let csv = fs::read_to_string(tmp.0.join("relays.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header
+            .ends_with(",cpu_busy,cpu_crypto,cpu_kernel,cpu_tls,cpu_other,cpu_workers,onion_skins"),
+        "{header}"
+    );
+    let exit1 = written.relays.iter().find(|s| s.relay == "exit1").unwrap();
+    let c = exit1.cpu.unwrap();
+    assert!(
+        (c.busy - 0.9).abs() < 1e-6 && (c.crypto - 0.36).abs() < 1e-6,
+        "{c:?}"
+    );
+    assert_eq!((c.workers, c.onion_skins), (0.015625, 2));
+
+    let input = load_input(&tmp.0).unwrap();
+    let files = write_report(&input, &tmp.0).unwrap();
+    assert!(files.contains(&tmp.0.join("relay_cpu_busiest.svg")));
+    let svg = fs::read_to_string(tmp.0.join("relay_cpu_busiest.svg")).unwrap();
+    assert!(svg.contains("exit1") && svg.contains("crypto") && svg.contains("kernel I/O"));
+    let html = fs::read_to_string(tmp.0.join(REPORT_HTML)).unwrap();
+    assert!(
+        html.contains("Busiest relay CPU") && html.contains("exit1: main thread 0.900 of a core"),
+        "report lacks the CPU summary"
+    );
+
+    // A run without a CPU model has neither the columns nor the plot.
+    let plain = TempDir::new("cpu-plain");
+    write_run(&plain.0, "toy", 3);
+    assert!(!fs::read_to_string(plain.0.join("relays.csv"))
+        .unwrap()
+        .contains("cpu_busy"));
+    let files = write_report(&load_input(&plain.0).unwrap(), &plain.0).unwrap();
+    assert!(!files
+        .iter()
+        .any(|f| f.file_name().unwrap().to_string_lossy().contains("cpu")));
+    let html = fs::read_to_string(plain.0.join(REPORT_HTML)).unwrap();
+    assert!(!html.contains("Busiest relay CPU"));
+}
+
+#[test]
+fn broken_cpu_columns_give_clear_errors() {
+    let tmp = TempDir::new("cpu-broken");
+    write_cpu_run(&tmp.0);
+    let path = tmp.0.join("relays.csv");
+    let text = fs::read_to_string(&path).unwrap();
+
+    // One column of the set missing.
+    let cut: String = text
+        .lines()
+        .map(|l| l.rsplit_once(',').unwrap().0.to_string() + "\n")
+        .collect();
+    fs::write(&path, &cut).unwrap();
+    let err = RunData::load(&tmp.0).unwrap_err().to_string();
+    assert!(
+        err.contains("relays.csv") && err.contains("not onion_skins"),
+        "{err}"
+    );
+
+    // A cell emptied while the others are there.
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut cells: Vec<&str> = lines[1].split(',').collect();
+    let busy = cells.len() - 7;
+    cells[busy] = "";
+    lines[1] = cells.join(",");
+    fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let err = RunData::load(&tmp.0).unwrap_err().to_string();
+    assert!(err.contains("cpu_busy") && err.contains("empty"), "{err}");
+
+    // A negative share.
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut cells: Vec<&str> = lines[1].split(',').collect();
+    cells[busy + 1] = "-0.5";
+    lines[1] = cells.join(",");
+    fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let err = RunData::load(&tmp.0).unwrap_err().to_string();
+    assert!(
+        err.contains("cpu_crypto") && err.contains("not a non-negative number"),
+        "{err}"
+    );
 }

@@ -1,0 +1,189 @@
+//! Where relays' modelled CPU time went: the busiest relays' mean split, for the report's plot,
+//! the report's summary and summary.txt.
+//!
+//! Relays are ranked by their main thread's mean busy fraction, not by bytes, because the
+//! main thread is what limits a relay: one saturated core caps what it forwards however many
+//! cores its machine has, and relays carrying the same bytes can differ in CPU (exits do more
+//! crypto per cell, TLS and kernel costs grow with channels and packets rather than bytes).
+
+use std::collections::BTreeMap;
+
+use crate::analysis::first_measured_second;
+use crate::figures::Named;
+use crate::load::RunData;
+use crate::plot::{Figure, Segment, StackedBarChart};
+use crate::records::RelaySample;
+
+/// Relays in the plot: enough to see how the load spreads, few enough to read the names.
+pub const CPU_PLOT_RELAYS: usize = 10;
+
+/// One relay's CPU averaged over its measured seconds (fractions of a core, as in
+/// [`CpuShare`](crate::CpuShare)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RelayCpu {
+    pub relay: String,
+    /// Seconds with a CPU measurement after bootstrap, of all trials together.
+    pub seconds: u64,
+    pub busy: f64,
+    pub crypto: f64,
+    pub kernel: f64,
+    pub tls: f64,
+    pub other: f64,
+    pub workers: f64,
+    pub onion_skins: f64,
+}
+
+/// Every relay with a CPU measurement among `samples`, busiest main thread first (ties by
+/// name, so the order never depends on the order of the samples).
+pub fn rank_cpu<'a>(samples: impl IntoIterator<Item = &'a RelaySample>) -> Vec<RelayCpu> {
+    // Sums in sample order, which the files fix, so the means are the same on every run.
+    let mut sums: BTreeMap<&str, RelayCpu> = BTreeMap::new();
+    for s in samples {
+        let Some(c) = &s.cpu else { continue };
+        let r = sums.entry(s.relay.as_str()).or_insert_with(|| RelayCpu {
+            relay: s.relay.clone(),
+            seconds: 0,
+            busy: 0.0,
+            crypto: 0.0,
+            kernel: 0.0,
+            tls: 0.0,
+            other: 0.0,
+            workers: 0.0,
+            onion_skins: 0.0,
+        });
+        r.seconds += 1;
+        r.busy += c.busy;
+        r.crypto += c.crypto;
+        r.kernel += c.kernel;
+        r.tls += c.tls;
+        r.other += c.other;
+        r.workers += c.workers;
+        r.onion_skins += c.onion_skins as f64;
+    }
+    let mut ranked: Vec<RelayCpu> = sums
+        .into_values()
+        .map(|mut r| {
+            let n = r.seconds as f64;
+            for x in [
+                &mut r.busy,
+                &mut r.crypto,
+                &mut r.kernel,
+                &mut r.tls,
+                &mut r.other,
+                &mut r.workers,
+                &mut r.onion_skins,
+            ] {
+                *x /= n;
+            }
+            r
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.busy.total_cmp(&a.busy).then(a.relay.cmp(&b.relay)));
+    ranked
+}
+
+/// Whether any run measured CPU at all: only runs with a CPU model have the columns.
+pub fn has_cpu(runs: &[RunData]) -> bool {
+    runs.iter()
+        .any(|r| r.relays.iter().any(|s| s.cpu.is_some()))
+}
+
+/// [`rank_cpu`] over the seconds after each run's bootstrap, the trials' seconds together.
+fn rank_runs(runs: &[RunData]) -> Vec<RelayCpu> {
+    rank_cpu(runs.iter().flat_map(|r| {
+        let from = first_measured_second(r);
+        r.relays.iter().filter(move |s| s.second >= from)
+    }))
+}
+
+/// The busiest relay's split in words, e.g. `exit1: main thread 0.832 of a core (crypto 0.301,
+/// kernel I/O 0.250, TLS 0.200, other 0.081); workers 0.120 cores, 3.2 onion skins/s`.
+fn describe(r: &RelayCpu) -> String {
+    format!(
+        "{}: main thread {:.3} of a core (crypto {:.3}, kernel I/O {:.3}, TLS {:.3}, other {:.3}); \
+         workers {:.3} cores, {:.1} onion skins/s",
+        r.relay, r.busy, r.crypto, r.kernel, r.tls, r.other, r.workers, r.onion_skins
+    )
+}
+
+/// The line of summary.txt about CPU: the relay with the busiest main thread over the seconds
+/// from `from_second` on (the measured period, as for [`total_goodput`](crate::total_goodput))
+/// and where its time went. Empty when no sample there has a CPU measurement, so the summary
+/// of a run without a CPU model stays as it was.
+pub fn render_cpu_summary(relays: &[RelaySample], from_second: u64) -> String {
+    match rank_cpu(relays.iter().filter(|s| s.second >= from_second)).first() {
+        Some(r) => format!(
+            "Busiest relay CPU (mean over {} s after bootstrap): {}\n",
+            r.seconds,
+            describe(r)
+        ),
+        None => String::new(),
+    }
+}
+
+/// The report's summary line about CPU (HTML-escaped by the caller); `None` without CPU
+/// measurements after bootstrap.
+pub fn cpu_summary_line(runs: &[RunData]) -> Option<String> {
+    let ranked = rank_runs(runs);
+    let r = ranked.first()?;
+    let over = if runs.len() > 1 {
+        format!("the {} trials' seconds after bootstrap", runs.len())
+    } else {
+        "the seconds after bootstrap".to_string()
+    };
+    Some(format!(
+        "Busiest relay CPU (mean over {over}): {}.",
+        describe(r)
+    ))
+}
+
+pub const CPU_CAPTION: &str = "Each relay's main thread as the mean fraction of a core it was \
+busy per second after bootstrap, split into relay cell crypto, kernel I/O (system calls and \
+the kernel's packet work), TLS (records on its channels) and other work (tor's bookkeeping); \
+the number is its total. The thin bar below: the onion-skin worker threads' mean busy time, \
+in cores. Relays ranked by the main thread's mean busy fraction.";
+
+/// "Relay CPU: the busiest relays": the (up to) [`CPU_PLOT_RELAYS`] relays whose main thread
+/// was busiest on average after bootstrap, for trials over their seconds together; `None`
+/// for runs without CPU measurements, so their reports stay as they were.
+pub fn cpu_figure(runs: &[RunData]) -> Option<Named> {
+    if !has_cpu(runs) {
+        return None;
+    }
+    let mut ranked = rank_runs(runs);
+    ranked.truncate(CPU_PLOT_RELAYS);
+    let segment = |label: &str, color: usize, value: fn(&RelayCpu) -> f64| Segment {
+        label: label.into(),
+        color,
+        values: ranked.iter().map(value).collect(),
+    };
+    let which = if runs.len() > 1 {
+        format!(" ({} trials together)", runs.len())
+    } else {
+        String::new()
+    };
+    let caption = if runs.len() > 1 {
+        format!(
+            "{CPU_CAPTION} Means over the seconds of all {} trials together.",
+            runs.len()
+        )
+    } else {
+        CPU_CAPTION.to_string()
+    };
+    Some(Named {
+        stem: "relay_cpu_busiest".into(),
+        figure: Figure::Stacked(StackedBarChart {
+            title: format!("Relay CPU: the busiest relays{which}"),
+            x_label: "mean fraction of a core".into(),
+            categories: ranked.iter().map(|r| r.relay.clone()).collect(),
+            segments: vec![
+                segment("crypto", 0, |r| r.crypto),
+                segment("kernel I/O", 1, |r| r.kernel),
+                segment("TLS", 2, |r| r.tls),
+                segment("other", 7, |r| r.other),
+            ],
+            thin: Some(segment("workers (onion skins)", 4, |r| r.workers)),
+        }),
+        caption,
+    })
+}
