@@ -107,6 +107,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
     let info = RunInfo {
         plot_relays: crate::run::plot_relays(&scenario),
         transport: None,
+        cpu: None,
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(&scenario).unwrap_or(serde_json::Value::Null),
         seed: scenario.run.seed,

@@ -203,10 +203,14 @@ fn write_reproduction_index(
             compare: format!("{}/{COMPARE_DIR}", p.experiment.name),
         })
         .collect();
+    let about = match entry.extra {
+        Some(extra) => format!("{} {}", entry.about, extra()),
+        None => entry.about.to_string(),
+    };
     onionlab_report::write_index(
         root,
         &format!("onionlab reproduce {}", entry.name),
-        entry.about,
+        &about,
         &entries,
     )
     .map_err(|e| Failure::internal(e.to_string()))
@@ -236,6 +240,8 @@ pub(crate) struct Reproduction {
     pub(crate) about: &'static str,
     /// Run in order, each into `<output>/<experiment name>/`.
     pub(crate) experiments: &'static [Embedded],
+    /// A figure the page shows beside the experiments' (computed after they ran).
+    pub(crate) extra: Option<fn() -> String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -254,6 +260,7 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
             embed!("examples/experiments/imux-designs.yaml"),
             embed!("examples/experiments/socket-exhaustion.yaml"),
         ],
+        extra: None,
     },
     Reproduction {
         name: "quux",
@@ -265,19 +272,71 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
             embed!("examples/experiments/quux-toy.yaml"),
             embed!("examples/experiments/quux-loss.yaml"),
         ],
+        extra: None,
+    },
+    Reproduction {
+        name: "tleilax",
+        about: "where a relay's time goes (REFERENCE.md section 3): the tleilax LAN (10 Gbit/s, \
+                six relays on three 2-core machines, eight bulk transfers) on this machine's \
+                calibrated CPU model under each profile (software_ctr, native_ctr, offload, \
+                kernel_bypass) and without one, 3 trials each; index.html sets the throughput \
+                through Tor against a direct transfer on the same LAN",
+        experiments: &[embed!("examples/experiments/tleilax.yaml")],
+        extra: Some(tleilax_direct),
     },
     Reproduction {
         name: "schedulers",
         about: "KIST, KIST-lite and vanilla circuit schedulers on the toy network \
                 (3 trials each, 20 simulated minutes)",
         experiments: &[embed!("examples/experiments/schedulers.yaml")],
+        extra: None,
     },
 ];
+
+/// The tleilax LAN without Tor: one TCP bulk transfer between two of its hosts (the network
+/// model alone, no relays, no CPU model), as iperf directly between two machines measures the
+/// link that the transfers through Tor are set against.
+fn tleilax_direct() -> String {
+    let text = EMBEDDED_SCENARIOS
+        .iter()
+        .find(|e| e.path == "examples/tleilax-lan.yaml")
+        .map(|e| e.text)
+        .expect("the tleilax scenario is embedded");
+    let s = onionlab_scenario::parse(text, Path::new("examples/tleilax-lan.yaml"))
+        .expect("the embedded tleilax scenario parses");
+    let lan = s.network.builtin.clone().unwrap_or_default();
+    let bps = lan.bandwidth.0;
+    let graph = onionlab_net::iperf::switch_graph(lan.latency.0 as f64 / 1e6, lan.loss, 0.0);
+    let hosts = [onionlab_net::iperf::at(bps, bps), onionlab_net::iperf::at(bps, bps)];
+    let message = 64 * 1024;
+    let mut sim = onionlab_net::iperf::build(
+        &graph,
+        &hosts,
+        onionlab_net::NetworkConfig::default(),
+        vec![
+            onionlab_net::iperf::sink(message),
+            onionlab_net::iperf::sender(0, None, message),
+        ],
+        1,
+        s.run.seed,
+    );
+    let second = onionlab_engine::time::NANOS_PER_SEC;
+    let goodput = onionlab_net::iperf::goodput(&mut sim, 0, second, 4 * second);
+    format!(
+        "Direct transfer on the same LAN, without Tor (one TCP flow, seconds 1-4, the network \
+         model alone): {:.0} MiB/s ({:.2} Gbit/s goodput).",
+        goodput / 8.0 / (1 << 20) as f64,
+        goodput / 1e9
+    )
+}
 
 /// Scenario files that embedded experiments may name by a relative path, besides the built-in
 /// scenarios (which they may name either way, `toy` or `../toy.yaml`). Such a scenario must not
 /// itself name files by relative path: there is no folder around it in the binary.
-pub(crate) const EMBEDDED_SCENARIOS: &[Embedded] = &[embed!("examples/quux-loss.yaml")];
+pub(crate) const EMBEDDED_SCENARIOS: &[Embedded] = &[
+    embed!("examples/quux-loss.yaml"),
+    embed!("examples/tleilax-lan.yaml"),
+];
 
 /// What `reproduce --list` prints.
 fn reproduction_list() -> String {

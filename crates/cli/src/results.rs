@@ -1,8 +1,10 @@
 //! Turns what the simulated hosts recorded into the output files' records.
 
-use onionlab_engine::time::{as_secs_f64, SimTime};
+use onionlab_engine::time::{as_secs_f64, SimTime, NANOS_PER_SEC};
 use onionlab_engine::Simulation;
-use onionlab_report::{CircuitRecord, DownloadRecord, Outcome, RelaySample, TransportRecord};
+use onionlab_report::{
+    CircuitRecord, CpuRecord, CpuShare, DownloadRecord, Outcome, RelaySample, TransportRecord,
+};
 use onionlab_tor::measure::{CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
 
@@ -43,6 +45,7 @@ pub fn drain(
                     socket_queued_bytes: Some(s.socket_queued_bytes),
                     circuits_killed: Some(s.circuits_killed),
                     conn_limit_refusals: Some(s.conn_limit_refusals),
+                    cpu: s.cpu.map(cpu_share),
                 }));
             }
             TorHost::Client(c) => {
@@ -143,4 +146,35 @@ pub fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord
         }
     }
     t
+}
+
+/// A relay's CPU second as fractions of the (one-second) sample.
+fn cpu_share(c: onionlab_tor::cpu::CpuSecond) -> CpuShare {
+    let share = |ns: u64| ns as f64 / NANOS_PER_SEC as f64;
+    CpuShare {
+        busy: share(c.main_busy()),
+        crypto: share(c.crypto),
+        kernel: share(c.kernel),
+        tls: share(c.tls),
+        other: share(c.other),
+        workers: share(c.workers),
+        onion_skins: c.onion_skins,
+    }
+}
+
+/// The CPU model for run.json.
+pub fn cpu_record(cpu: &onionlab_scenario::cpu::PlannedCpu) -> CpuRecord {
+    CpuRecord {
+        profile: cpu.profile.name().to_string(),
+        calibration: cpu.calibration.clone(),
+        costs_ns: cpu
+            .costs
+            .named()
+            .iter()
+            .map(|&(name, ns)| (name.to_string(), ns))
+            .collect(),
+        machines: cpu.machines.len() as u64,
+        cores: cpu.machines.iter().map(|&(_, c)| u64::from(c)).sum(),
+        share_window_ms: cpu.share_window_ns as f64 / 1e6,
+    }
 }

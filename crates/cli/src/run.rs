@@ -10,8 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use onionlab_engine::time::{as_secs_f64, SimTime, NANOS_PER_SEC};
 use onionlab_engine::{HostId, RunControl, RunStats};
 use onionlab_report::{
-    peak_rss_bytes, render_summary, summarize, total_goodput, OutputDir, ResultsWriter, RunInfo,
-    WorkerRecord,
+    peak_rss_bytes, render_summary, summarize, total_goodput, OutputDir, ResultsOptions, ResultsWriter,
+    RunInfo, WorkerRecord,
 };
 use onionlab_scenario::{Plan, Scenario};
 use onionlab_tor::build::build;
@@ -378,6 +378,7 @@ pub(crate) fn run_one(
     let mut info = RunInfo {
         plot_relays: plot_relays(scenario),
         transport: None,
+        cpu: plan.cpu.as_ref().map(results::cpu_record),
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
@@ -409,7 +410,11 @@ pub(crate) fn run_one(
         .clients
         .iter()
         .any(|g| matches!(g.workload, onionlab_scenario::Workload::Upload(_)));
-    let mut sink = ResultsWriter::create_for(&out, uploads).map_err(write)?;
+    let options_out = ResultsOptions {
+        uploads,
+        cpu: plan.cpu.is_some(),
+    };
+    let mut sink = ResultsWriter::create_with(&out, options_out).map_err(write)?;
 
     let control = sim.control();
     watch_interrupts(&control);

@@ -35,7 +35,7 @@ pub use output::{
 };
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{
-    CircuitRecord, CpuShare, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo,
+    CircuitRecord, CpuRecord, CpuShare, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo,
     TransportRecord, WorkerRecord,
 };
 pub use report::{

@@ -664,6 +664,7 @@ mod tests {
             emulation: None,
             plot_relays: Vec::new(),
             transport: None,
+            cpu: None,
         }
     }
 

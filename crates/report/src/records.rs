@@ -225,6 +225,26 @@ pub struct RunInfo {
     /// How the relays carried their channels (simulations; left out of older run.json files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<TransportRecord>,
+    /// The CPU model the relays ran on (simulations with one; left out otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuRecord>,
+}
+
+/// The relay CPU model of a run, with the unit costs it actually used, so that a result can
+/// be traced to its calibration even after the calibration file has changed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuRecord {
+    /// `cpu.profile`: software_ctr, native_ctr, offload or kernel_bypass.
+    pub profile: String,
+    /// Where the unit costs came from: the calibration file and the machine it measured.
+    pub calibration: String,
+    /// Each unit cost in nanoseconds, the scenario's own values applied.
+    pub costs_ns: std::collections::BTreeMap<String, f64>,
+    /// Machines the relays ran on, and their cores together.
+    pub machines: u64,
+    pub cores: u64,
+    /// `cpu.share_window`, in milliseconds.
+    pub share_window_ms: f64,
 }
 
 /// How the relays of a simulated run carried their channels, from their counters at its end:

@@ -85,6 +85,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
         emulation: None,
         plot_relays: Vec::new(),
         transport: None,
+        cpu: None,
     }
 }
 
