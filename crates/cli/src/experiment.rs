@@ -307,7 +307,10 @@ fn tleilax_direct() -> String {
     let lan = s.network.builtin.clone().unwrap_or_default();
     let bps = lan.bandwidth.0;
     let graph = onionlab_net::iperf::switch_graph(lan.latency.0 as f64 / 1e6, lan.loss, 0.0);
-    let hosts = [onionlab_net::iperf::at(bps, bps), onionlab_net::iperf::at(bps, bps)];
+    let hosts = [
+        onionlab_net::iperf::at(bps, bps),
+        onionlab_net::iperf::at(bps, bps),
+    ];
     let message = 64 * 1024;
     let mut sim = onionlab_net::iperf::build(
         &graph,

@@ -10,8 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use onionlab_engine::time::{as_secs_f64, SimTime, NANOS_PER_SEC};
 use onionlab_engine::{HostId, RunControl, RunStats};
 use onionlab_report::{
-    peak_rss_bytes, render_summary, summarize, total_goodput, OutputDir, ResultsOptions, ResultsWriter,
-    RunInfo, WorkerRecord,
+    peak_rss_bytes, render_cpu_summary, render_summary, summarize, total_goodput, OutputDir,
+    ResultsOptions, ResultsWriter, RunInfo, WorkerRecord,
 };
 use onionlab_scenario::{Plan, Scenario};
 use onionlab_tor::build::build;
@@ -503,8 +503,10 @@ pub(crate) fn run_one(
     };
     out.write_run(&info).map_err(write)?;
     let groups = summarize(&collected.downloads);
-    let goodput = total_goodput(&collected.relays, bootstrap / NANOS_PER_SEC + 1);
-    let summary = render_summary(&groups, goodput, complete);
+    let measured_from = bootstrap / NANOS_PER_SEC + 1;
+    let goodput = total_goodput(&collected.relays, measured_from);
+    let summary = render_summary(&groups, goodput, complete)
+        + &render_cpu_summary(&collected.relays, measured_from);
     out.write_summary(&summary).map_err(write)?;
     if options.summary {
         println!("{summary}");

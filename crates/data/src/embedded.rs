@@ -17,6 +17,10 @@ pub static FILES: &[DataFile] = &[
         bytes: include_bytes!("../../../data/consensus/2023-06-01-10-00-00-consensus.xz"),
     },
     DataFile {
+        path: "cpu/calibration-epyc-2core-2026-11.yaml",
+        bytes: include_bytes!("../../../data/cpu/calibration-epyc-2core-2026-11.yaml"),
+    },
+    DataFile {
         path: "relays/relays-2018-1998.csv",
         bytes: include_bytes!("../../../data/relays/relays-2018-1998.csv"),
     },

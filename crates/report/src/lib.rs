@@ -35,8 +35,8 @@ pub use output::{
 };
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{
-    CircuitRecord, CpuRecord, CpuShare, DownloadRecord, Outcome, ParseOutcomeError, RelaySample, RunInfo,
-    TransportRecord, WorkerRecord,
+    CircuitRecord, CpuRecord, CpuShare, DownloadRecord, Outcome, ParseOutcomeError, RelaySample,
+    RunInfo, TransportRecord, WorkerRecord,
 };
 pub use report::{
     relative_change, write_comparison, write_comparison_sweep, write_comparison_with, write_report,

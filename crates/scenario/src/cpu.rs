@@ -28,10 +28,8 @@ use crate::ScenarioError;
 pub const DEFAULT_CALIBRATION: &str = "data:cpu/calibration-epyc-2core-2026-11.yaml";
 
 /// Short names for shipped calibrations.
-const CALIBRATION_ALIASES: &[(&str, &str)] = &[(
-    "reference",
-    "cpu/calibration-epyc-2core-2026-11.yaml",
-)];
+const CALIBRATION_ALIASES: &[(&str, &str)] =
+    &[("reference", "cpu/calibration-epyc-2core-2026-11.yaml")];
 
 /// The most cores a machine may have, and onion-skin workers a relay may run (tor caps its
 /// detected CPUs at 16; a bigger pool changes nothing a simulation can show).
@@ -272,16 +270,17 @@ pub fn load_calibration(input: &Input) -> Result<CpuCalibration, String> {
         })
     });
     let c = result.map_err(|e| {
-        let where_ = if at.is_empty() || at == "." {
-            String::new()
+        // The scenario's own translation of YAML errors, for the calibration's fields.
+        let e = crate::yaml::error(std::path::Path::new(""), &at, &e);
+        let line = e.line.map(|l| format!("line {l}: ")).unwrap_or_default();
+        let what = "a calibration as `onionlab calibrate` writes it: format, machine, measured, \
+                    and costs with every unit cost in ns";
+        if e.field.is_empty() {
+            // The translation's words for the top level are the scenario's.
+            format!("{line}expected {what}")
         } else {
-            format!("{at}: ")
-        };
-        format!(
-            "{where_}{} (expected a calibration as `onionlab calibrate` writes it: format, \
-             machine, measured, and costs with every unit cost in ns)",
-            onionlab_data::clip(e.to_string())
-        )
+            format!("{line}{}: {} (expected {what})", e.field, e.message)
+        }
     })?;
     if c.format != CALIBRATION_FORMAT {
         return Err(format!(

@@ -10,8 +10,8 @@ use onionlab_netdir::Consensus;
 use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
 
-use crate::cpu::CpuConfig;
 use crate::attack::{AttackPlan, Attacker};
+use crate::cpu::CpuConfig;
 use crate::host::{Driven, Ev, TorHost};
 use crate::relay::{Relay, RelayLimits};
 use crate::world::TorWorld;

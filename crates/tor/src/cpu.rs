@@ -214,8 +214,8 @@ impl CpuStage {
             .sum();
         let threads = self.workers.len() as u64 + 1;
         let within = self.window_busy.saturating_sub(ahead);
-        let ppm = (within as u128 * PPM as u128 / self.window as u128)
-            .min((threads * PPM) as u128) as u32;
+        let ppm = (within as u128 * PPM as u128 / self.window as u128).min((threads * PPM) as u128)
+            as u32;
         self.window_busy = ahead;
         self.own = ppm;
         if ppm != self.told && !self.mates.is_empty() {

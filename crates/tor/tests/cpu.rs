@@ -67,7 +67,13 @@ fn measured_like() -> UnitCosts {
     }
 }
 
-fn cpu(costs: &UnitCosts, profile: CpuProfile, cores: u32, workers: u32, mates: Vec<u32>) -> CpuConfig {
+fn cpu(
+    costs: &UnitCosts,
+    profile: CpuProfile,
+    cores: u32,
+    workers: u32,
+    mates: Vec<u32>,
+) -> CpuConfig {
     let (crypto, path) = profile.parts();
     CpuConfig {
         table: CostTable::new(costs, crypto, path),
@@ -141,7 +147,10 @@ fn cells_per_sec(sim: &Simulation<TorHost>, host: u32, from: u64, to: u64) -> f6
         .filter(|s| s.second > from && s.second <= to)
         .map(|s| s.cells_in)
         .collect();
-    assert!(!seconds.is_empty(), "relay {host} has no samples in ({from}, {to}]");
+    assert!(
+        !seconds.is_empty(),
+        "relay {host} has no samples in ({from}, {to}]"
+    );
     seconds.iter().sum::<u64>() as f64 / seconds.len() as f64
 }
 
@@ -155,17 +164,29 @@ fn a_relay_forwards_no_more_than_one_cell_per_cost_and_is_saturated_under_load()
         guard_middle_exit_relays(),
         12,
         1 << 30,
-        |spec| set_cpu(spec, 1, cpu(&per_cell(c_ns), CpuProfile::NativeCtr, 1, 1, vec![])),
+        |spec| {
+            set_cpu(
+                spec,
+                1,
+                cpu(&per_cell(c_ns), CpuProfile::NativeCtr, 1, 1, vec![]),
+            )
+        },
         secs(12),
         1,
     );
     let rate = cells_per_sec(&sim, MIDDLE, 4, 12);
     let ceiling = 1e9 / c_ns;
-    assert!(rate <= ceiling * 1.01, "{rate} cells/s above the ceiling {ceiling}");
+    assert!(
+        rate <= ceiling * 1.01,
+        "{rate} cells/s above the ceiling {ceiling}"
+    );
     // Loaded, it runs near the ceiling; not at it, since its input comes in bursts: while
     // it works through one, its receive buffers fill and its peers wait for the window to
     // reopen, a round trip away.
-    assert!(rate >= ceiling * 0.85, "{rate} cells/s: the loaded relay is not saturated");
+    assert!(
+        rate >= ceiling * 0.85,
+        "{rate} cells/s: the loaded relay is not saturated"
+    );
     let busy: Vec<f64> = relay_host(&sim, MIDDLE)
         .samples
         .iter()
@@ -195,7 +216,11 @@ fn below_saturation_a_relay_moves_what_it_moves_without_the_model() {
             |spec| {
                 if with {
                     for h in 0..3 {
-                        set_cpu(spec, h, cpu(&per_cell(2_000.0), CpuProfile::NativeCtr, 2, 3, vec![]));
+                        set_cpu(
+                            spec,
+                            h,
+                            cpu(&per_cell(2_000.0), CpuProfile::NativeCtr, 2, 3, vec![]),
+                        );
                     }
                 }
             },
@@ -217,7 +242,10 @@ fn below_saturation_a_relay_moves_what_it_moves_without_the_model() {
         };
         let (a, b) = (moved(&without), moved(&with));
         assert!(a > 1000.0, "relay {h} carried too little to compare: {a}");
-        assert!((a - b).abs() / a < 0.03, "relay {h}: {a} cells/s without, {b} with");
+        assert!(
+            (a - b).abs() / a < 0.03,
+            "relay {h}: {a} cells/s without, {b} with"
+        );
     }
 }
 
@@ -256,10 +284,19 @@ fn relays_on_one_single_core_machine_share_it() {
     // are set from the last window's demand, so they lag: when one relay's input pauses the
     // other speeds up a window late, and both may run fast for a window. That lets the two
     // exceed the core by a few percent (7% in this test when it was written).
-    assert!(a + b <= ceiling * 1.10, "{a} + {b} cells/s exceed one core ({ceiling})");
-    assert!(a + b >= ceiling * 0.8, "{a} + {b} cells/s: the core is not used");
+    assert!(
+        a + b <= ceiling * 1.10,
+        "{a} + {b} cells/s exceed one core ({ceiling})"
+    );
+    assert!(
+        a + b >= ceiling * 0.8,
+        "{a} + {b} cells/s: the core is not used"
+    );
     for x in [a, b] {
-        assert!(x > ceiling * 0.35 && x < ceiling * 0.65, "{a} and {b}: not about half each");
+        assert!(
+            x > ceiling * 0.35 && x < ceiling * 0.65,
+            "{a} and {b}: not about half each"
+        );
     }
 }
 
@@ -279,8 +316,14 @@ fn profiles_order_by_what_their_crypto_and_packets_cost() {
     let soft = go(CpuProfile::SoftwareCtr);
     let native = go(CpuProfile::NativeCtr);
     let bypass = go(CpuProfile::KernelBypass);
-    assert!(soft < native, "software_ctr {soft} cells/s, native_ctr {native}");
-    assert!(native < bypass, "native_ctr {native} cells/s, kernel_bypass {bypass}");
+    assert!(
+        soft < native,
+        "software_ctr {soft} cells/s, native_ctr {native}"
+    );
+    assert!(
+        native < bypass,
+        "native_ctr {native} cells/s, kernel_bypass {bypass}"
+    );
 }
 
 #[test]
@@ -303,7 +346,12 @@ fn onion_skins_queue_for_the_worker_threads_and_delay_circuit_builds() {
             1,
         );
         let mut b: Vec<u64> = (4..14)
-            .filter_map(|h| client(&sim, h).finished.first().and_then(|d| d.circuit_build))
+            .filter_map(|h| {
+                client(&sim, h)
+                    .finished
+                    .first()
+                    .and_then(|d| d.circuit_build)
+            })
             .collect();
         b.sort_unstable();
         assert_eq!(b.len(), 10, "every client finished a download");
@@ -320,9 +368,15 @@ fn onion_skins_queue_for_the_worker_threads_and_delay_circuit_builds() {
     // Every build waits at least one onion skin (on average, a queue of them); the last
     // waits for all ten.
     let mean = |b: &[u64]| b.iter().sum::<u64>() / b.len() as u64;
-    assert!(mean(&one) >= mean(&plain) + millis(100), "{one:?} vs {plain:?}");
+    assert!(
+        mean(&one) >= mean(&plain) + millis(100),
+        "{one:?} vs {plain:?}"
+    );
     let spread = one[9] - one[0];
-    assert!(spread >= millis(850), "builds not queued one after another: {one:?}");
+    assert!(
+        spread >= millis(850),
+        "builds not queued one after another: {one:?}"
+    );
     let (two, _) = builds(Some(2));
     let spread2 = two[9] - two[0];
     assert!(

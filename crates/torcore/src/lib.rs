@@ -5,8 +5,8 @@
 //! `onionlab-tor` drives them inside simulated relays and clients.
 
 pub mod cbt;
-pub mod cpu;
 pub mod cell;
+pub mod cpu;
 pub mod ewma;
 pub mod kist;
 pub mod params;

@@ -25,9 +25,9 @@ use std::sync::Arc;
 use onionlab_engine::time::{millis, SimTime, NANOS_PER_SEC};
 use onionlab_engine::HostId;
 use onionlab_net::{SocketEvent, SocketId};
+use onionlab_torcore::cpu::Work;
 use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
-use onionlab_torcore::cpu::Work;
 use onionlab_torcore::token_bucket::RelayBuckets;
 use onionlab_torcore::{
     Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
