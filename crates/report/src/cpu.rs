@@ -187,3 +187,44 @@ pub fn cpu_figure(runs: &[RunData]) -> Option<Named> {
         caption,
     })
 }
+
+/// "Relay CPU by variant": for each compared run or set of trials, its busiest relay's mean
+/// split (over its trials' seconds after bootstrap together), one bar each, so a change of
+/// CPU profile shows where the time moved and whether the bottleneck moved to another relay.
+/// `None` unless some input has CPU measurements.
+pub fn compare_cpu_figure(inputs: &[(String, crate::Input)]) -> Option<Named> {
+    let busiest: Vec<(String, RelayCpu)> = inputs
+        .iter()
+        .filter_map(|(label, input)| {
+            let r = rank_runs(input.runs()).into_iter().next()?;
+            Some((format!("{label} ({})", r.relay), r))
+        })
+        .collect();
+    if busiest.is_empty() {
+        return None;
+    }
+    let segment = |label: &str, color: usize, value: fn(&RelayCpu) -> f64| Segment {
+        label: label.into(),
+        color,
+        values: busiest.iter().map(|(_, r)| value(r)).collect(),
+    };
+    Some(Named {
+        stem: "compare_relay_cpu".into(),
+        figure: Figure::Stacked(StackedBarChart {
+            title: "Relay CPU: each variant's busiest relay".into(),
+            x_label: "mean fraction of a core".into(),
+            categories: busiest.iter().map(|(c, _)| c.clone()).collect(),
+            segments: vec![
+                segment("crypto", 0, |r| r.crypto),
+                segment("kernel I/O", 1, |r| r.kernel),
+                segment("TLS", 2, |r| r.tls),
+                segment("other", 7, |r| r.other),
+            ],
+            thin: Some(segment("workers (onion skins)", 4, |r| r.workers)),
+        }),
+        caption: format!(
+            "{CPU_CAPTION} One bar per variant: its busiest relay (named), means over the \
+             seconds of all its trials together; variants without a CPU model have no bar."
+        ),
+    })
+}

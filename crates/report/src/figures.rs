@@ -530,5 +530,6 @@ pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
         ),
         caption: String::new(),
     });
+    out.extend(crate::cpu::compare_cpu_figure(inputs));
     out
 }

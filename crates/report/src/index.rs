@@ -30,7 +30,8 @@ pub struct IndexEntry {
 
 /// Figures that stand for an experiment on the index: its sweep plots when it has any (the
 /// experiment's question is the sweep), else its download-time comparisons (time to last byte
-/// per size, per-client median time to last byte per group), in file-name order.
+/// per size, per-client median time to last byte per group) and, for runs with a CPU model,
+/// relay goodput and the busiest relays' CPU split, in file-name order.
 pub fn key_figures(compare_dir: &Path) -> Vec<String> {
     let Ok(entries) = fs::read_dir(compare_dir) else {
         return Vec::new();
@@ -48,9 +49,13 @@ pub fn key_figures(compare_dir: &Path) -> Vec<String> {
     if !sweeps.is_empty() {
         return sweeps;
     }
+    // An experiment on relay CPU asks how throughput and the CPU split move between variants.
+    let cpu = svgs.iter().any(|n| n == "compare_relay_cpu.svg");
     svgs.into_iter()
         .filter(|n| {
-            n.starts_with("compare_ttlb_cdf_") || n.starts_with("compare_client_median_ttlb_cdf_")
+            n.starts_with("compare_ttlb_cdf_")
+                || n.starts_with("compare_client_median_ttlb_cdf_")
+                || (cpu && (n == "compare_relay_goodput.svg" || n == "compare_relay_cpu.svg"))
         })
         .collect()
 }
@@ -137,6 +142,32 @@ mod tests {
     /// The page links each experiment's comparison and shows its key figures: the sweep plot
     /// of a sweep experiment, the download-time figures of another; an experiment not run yet
     /// is named as such.
+    /// A CPU experiment's key figures add relay goodput and the CPU split by variant.
+    #[test]
+    fn cpu_experiments_show_goodput_and_the_cpu_split() {
+        let tmp =
+            Tmp(std::env::temp_dir().join(format!("onionlab-index-cpu-{}", std::process::id())));
+        let dir = tmp.0.join("compare");
+        let common = [
+            "compare_ttfb_cdf.svg",
+            "compare_ttlb_cdf_100MiB.svg",
+            "compare_relay_goodput.svg",
+        ];
+        for f in common {
+            touch(&dir.join(f));
+        }
+        assert_eq!(key_figures(&dir), ["compare_ttlb_cdf_100MiB.svg"]);
+        touch(&dir.join("compare_relay_cpu.svg"));
+        assert_eq!(
+            key_figures(&dir),
+            [
+                "compare_relay_cpu.svg",
+                "compare_relay_goodput.svg",
+                "compare_ttlb_cdf_100MiB.svg"
+            ]
+        );
+    }
+
     #[test]
     fn the_index_links_every_comparison_and_embeds_its_key_figures() {
         let tmp = Tmp(std::env::temp_dir().join(format!("onionlab-index-{}", std::process::id())));

@@ -892,6 +892,24 @@ fn cpu_columns_round_trip_and_are_plotted() {
         "report lacks the CPU summary"
     );
 
+    // Compared with a run without a CPU model: one bar, for the run that has one.
+    let plain = TempDir::new("cpu-compare-plain");
+    write_run(&plain.0, "toy", 3);
+    let out = TempDir::new("cpu-compare");
+    write_comparison(
+        &[
+            ("none".to_string(), load_input(&plain.0).unwrap()),
+            ("native".to_string(), load_input(&tmp.0).unwrap()),
+        ],
+        &out.0,
+    )
+    .unwrap();
+    let svg = fs::read_to_string(out.0.join("compare_relay_cpu.svg")).unwrap();
+    assert!(
+        svg.contains("native (exit1)") && !svg.contains("none ("),
+        "{svg}"
+    );
+
     // A run without a CPU model has neither the columns nor the plot.
     let plain = TempDir::new("cpu-plain");
     write_run(&plain.0, "toy", 3);
