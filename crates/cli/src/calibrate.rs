@@ -18,22 +18,36 @@ pub struct CalibrateArgs {
     /// Fewer, shorter timings (about a second instead of several): a first look, noisier.
     #[arg(long)]
     pub quick: bool,
-    /// tor's own work per cell in ns, which cannot be measured without tor: the value to
-    /// carry over from a base calibration.
-    #[arg(long, value_name = "NS", default_value_t = 0.0)]
-    pub cell_other: f64,
+    /// tor's own work per cell in ns, which cannot be measured without tor (default: the
+    /// shipped reference calibration's, fitted to real tor; see FIDELITY.md).
+    #[arg(long, value_name = "NS")]
+    pub cell_other: Option<f64>,
     /// Replace an existing calibration file.
     #[arg(long)]
     pub force: bool,
 }
 
 pub fn calibrate(args: CalibrateArgs) -> Result<(), Failure> {
-    if !(0.0..=MAX_UNIT_COST_NS).contains(&args.cell_other) {
-        return Err(Failure::input(format!(
-            "--cell-other {}: a cost in ns from 0 to {MAX_UNIT_COST_NS}",
-            args.cell_other
-        )));
-    }
+    let (cell_other, source) = match args.cell_other {
+        Some(ns) if !(0.0..=MAX_UNIT_COST_NS).contains(&ns) => {
+            return Err(Failure::input(format!(
+                "--cell-other {ns}: a cost in ns from 0 to {MAX_UNIT_COST_NS}"
+            )));
+        }
+        Some(ns) => (ns, "from onionlab calibrate --cell-other".to_string()),
+        None => {
+            let reference = reference_calibration();
+            (
+                reference.costs.cell_other,
+                format!(
+                    "carried over from {} ({}, {})",
+                    onionlab_scenario::cpu::DEFAULT_CALIBRATION,
+                    reference.machine,
+                    reference.measured
+                ),
+            )
+        }
+    };
     // Refused before measuring, so a forgotten --force costs no waiting; the write below
     // checks again without racing another writer.
     if !args.force && args.output.exists() {
@@ -47,15 +61,14 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Failure> {
     }
     let opts = Options {
         quick: args.quick,
-        cell_other_ns: args.cell_other,
+        cell_other_ns: cell_other,
     };
     let mut cal = measure(&opts, &mut |step| eprintln!("measuring {step}"));
     cal.notes.insert(
         "cell_other".into(),
         format!(
             "given, not measured: tor's own per-cell work (queues, scheduler, buffers) cannot \
-             be measured without tor; {} ns from onionlab calibrate --cell-other",
-            args.cell_other
+             be measured without tor; {cell_other} ns {source}"
         ),
     );
 
@@ -77,6 +90,16 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The calibration shipped in the binary, whose `cell_other` was fitted to real tor.
+fn reference_calibration() -> CpuCalibration {
+    let path = onionlab_scenario::cpu::DEFAULT_CALIBRATION
+        .strip_prefix("data:")
+        .expect("the default calibration is a data: reference");
+    let file = onionlab_data::embedded(path).expect("the reference calibration is shipped");
+    onionlab_scenario::cpu::load_calibration(&onionlab_data::Input::Embedded(file))
+        .expect("the shipped calibration loads (tested)")
+}
+
 fn exists(path: &std::path::Path) -> Failure {
     Failure::input(format!(
         "{} exists; pass --force to replace it, or -o to write elsewhere",
@@ -95,7 +118,7 @@ fn table(cal: &CpuCalibration) -> String {
             Some(s) => format!("{name:<14} {median:>10} {:>10} {:>10}", s.p10, s.p90),
             None => {
                 let why = match name {
-                    "cell_other" => "given (--cell-other)",
+                    "cell_other" => "given (--cell-other or the reference)",
                     "offload_call" => "= syscall (no crypto unit)",
                     "offload_byte" => "no crypto unit",
                     _ => "not measured",

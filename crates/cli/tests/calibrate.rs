@@ -62,5 +62,52 @@ fn calibrate_writes_a_loadable_file_and_keeps_an_existing_one() {
     assert!(stderr.contains("--cell-other -1"), "{stderr}");
     assert_eq!(fs::read_to_string(&file).unwrap(), text);
 
+    // Without --cell-other, the reference calibration's value, said so in the notes; and the
+    // file loads in a scenario.
+    let own = dir.join("own.yaml");
+    let out = onionlab(&["calibrate", "--quick", "-o", own.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cal: CpuCalibration = serde_saphyr::from_str(&fs::read_to_string(&own).unwrap()).unwrap();
+    assert!(
+        cal.notes["cell_other"].contains("carried over from data:cpu/"),
+        "{}",
+        cal.notes["cell_other"]
+    );
+    let scenario = dir.join("lan.yaml");
+    fs::write(
+        &scenario,
+        "run: { seed: 1, stop_time: 3s, bootstrap: 1s }
+relays:
+  generate: { guard: 1, exit: 1, middle: 1, bandwidth: { fixed: 10 MiB/s } }
+servers:
+  - { name: web, count: 1, bandwidth: 1 Gbit }
+clients:
+  - { name: web, count: 1, workload: { bulk: { size: 1 MiB } } }
+cpu: { calibration: own.yaml }
+",
+    )
+    .unwrap();
+    let run = onionlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "-o",
+        dir.join("out").to_str().unwrap(),
+        "--quiet",
+        "--no-report",
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let json = fs::read_to_string(dir.join("out/run.json")).unwrap();
+    assert!(json.contains("\"calibration\": \"own.yaml ("), "{json}");
+    let relays = fs::read_to_string(dir.join("out/relays.csv")).unwrap();
+    assert!(relays.lines().next().unwrap().ends_with(",onion_skins"));
+
     let _ = fs::remove_dir_all(&dir);
 }
