@@ -142,6 +142,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
                 "send_errors": measured.switch.send_errors,
                 "gso_frames": measured.switch.gso_frames,
             },
+            "cpu": measured.cpu.as_ref().map(cpu_json),
             "cleanup_problems": measured.cleanup_problems,
         })),
     };
@@ -163,6 +164,9 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         measured.setup_seconds,
         out_dir.display()
     );
+    if let (Some(cpu), false) = (&measured.cpu, args.quiet) {
+        println!("{}", cpu.summary());
+    }
     if !args.no_report {
         if let Err(e) = report(&out_dir, &[]) {
             eprintln!("warning: no report: {}", e.message);
@@ -193,4 +197,31 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
             out_dir.display()
         ))),
     }
+}
+
+/// run.json's `emulation.cpu`: a tor or the emulator with no figure (gone by the end of the
+/// run) keeps its entry, with nulls, so that a missing process is seen rather than assumed idle.
+fn cpu_json(cpu: &onionlab_emulate::cpu::CpuReport) -> serde_json::Value {
+    let times = |u: Option<onionlab_emulate::cpu::CpuUse>| {
+        serde_json::json!({
+            "user_s": u.map(|u| u.user_s),
+            "system_s": u.map(|u| u.system_s),
+        })
+    };
+    let tors: serde_json::Map<String, serde_json::Value> = cpu
+        .tors
+        .iter()
+        .map(|t| {
+            let mut entry = times(t.used);
+            entry["role"] = t.role.into();
+            (t.name.clone(), entry)
+        })
+        .collect();
+    serde_json::json!({
+        "measured_seconds": cpu.measured_seconds,
+        "clock_ticks_per_second": cpu.clock_ticks_per_second,
+        "tors": tors,
+        "emulator": times(cpu.emulator),
+        "machine_cores": cpu.machine_cores,
+    })
 }

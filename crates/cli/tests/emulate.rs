@@ -163,6 +163,31 @@ fn minimal_network_downloads_through_real_tor() {
         .unwrap()
         .starts_with("0."));
     assert_eq!(run["emulation"]["switch"]["gso_frames"], 0);
+    // CPU over the 40 s after bootstrap: every tor has a figure, and the relays that carried
+    // the megabyte used some.
+    let cpu = &run["emulation"]["cpu"];
+    let measured = cpu["measured_seconds"].as_f64().unwrap();
+    assert!((39.0..45.0).contains(&measured), "{cpu}");
+    assert!(cpu["clock_ticks_per_second"].as_u64().unwrap() > 0, "{cpu}");
+    assert!(cpu["machine_cores"].as_u64().unwrap() >= 1, "{cpu}");
+    let tors = cpu["tors"].as_object().unwrap();
+    assert_eq!(tors.len(), 8, "3 authorities, 4 relays, 1 client: {cpu}");
+    let seconds = |v: &serde_json::Value, key: &str| {
+        v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
+    };
+    for (name, t) in tors {
+        assert!(
+            seconds(t, "user_s") >= 0.0 && seconds(t, "system_s") >= 0.0,
+            "{name}: {t}"
+        );
+    }
+    let role = |r: &str| tors.values().filter(|t| t["role"] == r).count();
+    assert_eq!(
+        (role("authority"), role("relay"), role("client")),
+        (3, 4, 1)
+    );
+    assert!(seconds(&tors["exit"], "user_s") > 0.0, "{cpu}");
+    assert!(seconds(&cpu["emulator"], "user_s") > 0.0, "{cpu}");
     assert!(out.join("tor/exit.log").exists(), "tor logs are kept");
     assert_clean(pid);
     let _ = fs::remove_dir_all(&out);

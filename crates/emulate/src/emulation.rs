@@ -15,6 +15,7 @@ use onionlab_scenario::{Plan, Scenario};
 use onionlab_topology::Graph;
 use onionlab_traffic::ClientSchedule;
 
+use crate::cpu::{self, CpuReport, Snapshot};
 use crate::forwarder::{self, ForwarderConfig, ForwarderStats, Port};
 use crate::lab::Lab;
 use crate::monitor::{self, BwSample, ClientLog};
@@ -55,6 +56,9 @@ pub struct Measured {
     pub setup_seconds: f64,
     pub tor_version: String,
     pub switch: ForwarderStats,
+    /// CPU time of every tor and of this process over the same period as `relays` (from the
+    /// end of bootstrap to the end of the run); `None` if the kernel gives no clock tick rate.
+    pub cpu: Option<CpuReport>,
     /// Why the run ended early, if it did.
     pub stopped_early: Option<String>,
     /// Clean-up problems (empty when everything was removed).
@@ -409,6 +413,8 @@ fn measure(
         zero: Instant::now(),
     };
     let _ = zero.set(clock.zero);
+    let tors = cpu_processes(lab, layout);
+    let cpu_first = Snapshot::take(&tors);
     let downloads = Arc::new(Mutex::new(Vec::new()));
     let mut drivers = Vec::new();
     for (i, node) in layout.nodes.iter().enumerate() {
@@ -480,6 +486,9 @@ fn measure(
             next_report += Duration::from_secs(60);
         }
     }
+    // Before the clients stop: their last moments are part of the period, and the tors are
+    // still running.
+    let cpu_last = Snapshot::take(&tors);
     let seconds = clock
         .zero
         .elapsed()
@@ -503,6 +512,10 @@ fn measure(
         setup_seconds,
         tor_version: tor_version(),
         switch: ForwarderStats::default(),
+        cpu: cpu::clock_ticks_per_second().map(|ticks| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            CpuReport::between(&tors, &cpu_first, &cpu_last, ticks, cores)
+        }),
         stopped_early,
         cleanup_problems: Vec::new(),
     };
@@ -520,6 +533,28 @@ fn measure(
             }));
     }
     Ok(m)
+}
+
+/// The lab's tors with their roles, in the layout's order.
+fn cpu_processes(lab: &Lab, layout: &Layout) -> Vec<cpu::Process> {
+    let pids: HashMap<String, u32> = lab.tor_pids().into_iter().collect();
+    layout
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let role = match node.role {
+                Role::Authority => "authority",
+                Role::Relay { .. } => "relay",
+                Role::Client { .. } => "client",
+                Role::Server => return None,
+            };
+            Some(cpu::Process {
+                name: node.name.clone(),
+                role,
+                pid: *pids.get(&node.name)?,
+            })
+        })
+        .collect()
 }
 
 /// Purpose of the client workload's random stream (server choice, think times).

@@ -258,6 +258,15 @@ impl Lab {
         Ok(())
     }
 
+    /// Name and PID of every tor started, in the order they were started. A PID stays tor's
+    /// until the lab reaps it (in [`Lab::exited_tors`] or at teardown).
+    pub fn tor_pids(&self) -> Vec<(String, u32)> {
+        self.tors
+            .iter()
+            .map(|t| (t.name.clone(), t.child.id()))
+            .collect()
+    }
+
     /// Names of tors that have exited, with their exit status.
     pub fn exited_tors(&mut self) -> Vec<String> {
         self.tors

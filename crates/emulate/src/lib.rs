@@ -6,9 +6,11 @@
 //! each tor's identity and configuration; [`lab`] owns namespaces, links and processes and
 //! removes them; [`delay`] and [`forwarder`] are the switch; [`workload`] runs servers and
 //! clients through SOCKS ([`socks`]); [`monitor`] reads tor's control port ([`control`]);
-//! [`emulation`] runs it all and returns the simulator's record types.
+//! [`cpu`] reads the CPU time the tors and the emulator spent; [`emulation`] runs it all and
+//! returns the simulator's record types.
 
 pub mod control;
+pub mod cpu;
 pub mod delay;
 pub mod emulation;
 pub mod forwarder;
