@@ -183,21 +183,7 @@ mod tests {
     use onionlab_torcore::cpu::{UnitCosts, CALIBRATION_FORMAT};
 
     fn sample() -> CpuCalibration {
-        let mut costs = UnitCosts {
-            syscall: 0.0,
-            kernel_packet: 0.0,
-            tls_record: 0.0,
-            tls_byte: 0.0,
-            aes_call: 0.0,
-            aes_byte: 0.0,
-            soft_ctr_byte: 0.0,
-            sha1_byte: 0.0,
-            ntor: 0.0,
-            cell_other: 0.0,
-            user_packet: 0.0,
-            offload_call: 0.0,
-            offload_byte: 0.0,
-        };
+        let mut costs = UnitCosts::default();
         // Values of every shape the writer must get right: integers, tiny fractions, large
         // numbers, shortest-representation oddities.
         let values = [

@@ -152,11 +152,6 @@ pub fn cpu_figure(runs: &[RunData]) -> Option<Named> {
     }
     let mut ranked = rank_runs(runs);
     ranked.truncate(CPU_PLOT_RELAYS);
-    let segment = |label: &str, color: usize, value: fn(&RelayCpu) -> f64| Segment {
-        label: label.into(),
-        color,
-        values: ranked.iter().map(value).collect(),
-    };
     let which = if runs.len() > 1 {
         format!(" ({} trials together)", runs.len())
     } else {
@@ -172,18 +167,10 @@ pub fn cpu_figure(runs: &[RunData]) -> Option<Named> {
     };
     Some(Named {
         stem: "relay_cpu_busiest".into(),
-        figure: Figure::Stacked(StackedBarChart {
-            title: format!("Relay CPU: the busiest relays{which}"),
-            x_label: "mean fraction of a core".into(),
-            categories: ranked.iter().map(|r| r.relay.clone()).collect(),
-            segments: vec![
-                segment("crypto", 0, |r| r.crypto),
-                segment("kernel I/O", 1, |r| r.kernel),
-                segment("TLS", 2, |r| r.tls),
-                segment("other", 7, |r| r.other),
-            ],
-            thin: Some(segment("workers (onion skins)", 4, |r| r.workers)),
-        }),
+        figure: split_chart(
+            format!("Relay CPU: the busiest relays{which}"),
+            ranked.iter().map(|r| (r.relay.clone(), r)).collect(),
+        ),
         caption,
     })
 }
@@ -203,28 +190,36 @@ pub fn compare_cpu_figure(inputs: &[(String, crate::Input)]) -> Option<Named> {
     if busiest.is_empty() {
         return None;
     }
-    let segment = |label: &str, color: usize, value: fn(&RelayCpu) -> f64| Segment {
-        label: label.into(),
-        color,
-        values: busiest.iter().map(|(_, r)| value(r)).collect(),
-    };
     Some(Named {
         stem: "compare_relay_cpu".into(),
-        figure: Figure::Stacked(StackedBarChart {
-            title: "Relay CPU: each variant's busiest relay".into(),
-            x_label: "mean fraction of a core".into(),
-            categories: busiest.iter().map(|(c, _)| c.clone()).collect(),
-            segments: vec![
-                segment("crypto", 0, |r| r.crypto),
-                segment("kernel I/O", 1, |r| r.kernel),
-                segment("TLS", 2, |r| r.tls),
-                segment("other", 7, |r| r.other),
-            ],
-            thin: Some(segment("workers (onion skins)", 4, |r| r.workers)),
-        }),
+        figure: split_chart(
+            "Relay CPU: each variant's busiest relay".into(),
+            busiest.iter().map(|(c, r)| (c.clone(), r)).collect(),
+        ),
         caption: format!(
             "{CPU_CAPTION} One bar per variant: its busiest relay (named), means over the \
              seconds of all its trials together; variants without a CPU model have no bar."
         ),
+    })
+}
+
+/// One bar per named relay: its main thread's split stacked, its workers as the thin bar.
+fn split_chart(title: String, bars: Vec<(String, &RelayCpu)>) -> Figure {
+    let segment = |label: &str, color: usize, value: fn(&RelayCpu) -> f64| Segment {
+        label: label.into(),
+        color,
+        values: bars.iter().map(|(_, r)| value(r)).collect(),
+    };
+    Figure::Stacked(StackedBarChart {
+        title,
+        x_label: "mean fraction of a core".into(),
+        categories: bars.iter().map(|(name, _)| name.clone()).collect(),
+        segments: vec![
+            segment("crypto", 0, |r| r.crypto),
+            segment("kernel I/O", 1, |r| r.kernel),
+            segment("TLS", 2, |r| r.tls),
+            segment("other", 7, |r| r.other),
+        ],
+        thin: Some(segment("workers (onion skins)", 4, |r| r.workers)),
     })
 }

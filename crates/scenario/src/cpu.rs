@@ -177,7 +177,7 @@ pub(crate) fn check(source: &std::path::Path, spec: &CpuSpec) -> Result<(), Scen
             format!("expected from 1ms to 1s, got {w}"),
         ));
     }
-    let mut blank = default_costs_for_names();
+    let mut blank = UnitCosts::default();
     for (name, v) in &spec.costs {
         let Some(slot) = blank.get_mut(name) else {
             let names: Vec<&str> = blank.named().iter().map(|(n, _)| *n).collect();
@@ -236,25 +236,6 @@ pub(crate) fn check(source: &std::path::Path, spec: &CpuSpec) -> Result<(), Scen
         }
     }
     Ok(())
-}
-
-/// Zero costs, only to look names up and check values.
-fn default_costs_for_names() -> UnitCosts {
-    UnitCosts {
-        syscall: 0.0,
-        kernel_packet: 0.0,
-        tls_record: 0.0,
-        tls_byte: 0.0,
-        aes_call: 0.0,
-        aes_byte: 0.0,
-        soft_ctr_byte: 0.0,
-        sha1_byte: 0.0,
-        ntor: 0.0,
-        cell_other: 0.0,
-        user_packet: 0.0,
-        offload_call: 0.0,
-        offload_byte: 0.0,
-    }
 }
 
 /// Reads a calibration file, or says in our words what is wrong with it.

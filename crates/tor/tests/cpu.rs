@@ -31,19 +31,8 @@ fn bulk_of(size_bytes: u64) -> Workload {
 /// Unit costs that are all zero but `cell_other` (ns per cell handled).
 fn per_cell(ns: f64) -> UnitCosts {
     UnitCosts {
-        syscall: 0.0,
-        kernel_packet: 0.0,
-        tls_record: 0.0,
-        tls_byte: 0.0,
-        aes_call: 0.0,
-        aes_byte: 0.0,
-        soft_ctr_byte: 0.0,
-        sha1_byte: 0.0,
-        ntor: 0.0,
         cell_other: ns,
-        user_packet: 0.0,
-        offload_call: 0.0,
-        offload_byte: 0.0,
+        ..UnitCosts::default()
     }
 }
 

@@ -24,8 +24,9 @@ pub const TLS_RECORD_BYTES: u64 = 16_384;
 ///
 /// Each is what one operation costs a thread that does it, not a latency: a system call's
 /// entry and exit, one packet's way through the kernel's TCP/IP code, one TLS record's
-/// fixed and per-byte work, one AES-CTR call and its bytes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// fixed and per-byte work, one AES-CTR call and its bytes. The default is every cost zero
+/// (free work), a base for costs set one by one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UnitCosts {
     /// One system call that moves little data (a read, write or epoll_wait on a socket).
