@@ -1191,6 +1191,7 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         // another scenario.
         force: true,
         inject_fault: None,
+        work_stealing: true,
         summary: false,
     };
     let records = prepared

@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// Simulated time to stop at (e.g. 10m, 90s, 1h); overrides the scenario's run.stop_time.
     #[arg(long)]
     pub stop_time: Option<String>,
+    /// Keep every worker to its own hosts (no work stealing); results are the same, only the
+    /// wall time differs. For measuring what stealing gains.
+    #[arg(long)]
+    pub no_work_stealing: bool,
     /// Do not draw the progress bar.
     #[arg(long)]
     pub quiet: bool,

@@ -137,6 +137,8 @@ pub(crate) struct RunOptions {
     pub(crate) report: bool,
     pub(crate) force: bool,
     pub(crate) inject_fault: Option<(HostId, SimTime)>,
+    /// Let idle workers run other workers' hosts within a round.
+    pub(crate) work_stealing: bool,
     /// Print the summary table and the closing line; an experiment prints one line per trial
     /// instead and the comparison at the end.
     pub(crate) summary: bool,
@@ -173,6 +175,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         report: !args.no_report,
         force: args.force,
         inject_fault,
+        work_stealing: !args.no_work_stealing,
         summary: true,
     };
     if args.trials == 1 {
@@ -371,6 +374,7 @@ pub(crate) fn run_one(
         }
         onionlab_tor::inject_fault(&mut sim, host, at);
     }
+    sim.set_work_stealing(options.work_stealing);
 
     let stop = scenario.run.stop_time.0;
     let bootstrap = scenario.run.bootstrap.0;
@@ -489,6 +493,7 @@ pub(crate) fn run_one(
             events: w.events,
             busy_s: w.busy.as_secs_f64(),
             blocked_s: w.blocked.as_secs_f64(),
+            stolen: w.stolen,
         })
         .collect();
     info.complete = complete;
@@ -602,6 +607,7 @@ fn add_stats(totals: &mut RunStats, leg: &RunStats) {
         t.events += w.events;
         t.busy += w.busy;
         t.blocked += w.blocked;
+        t.stolen += w.stolen;
     }
 }
 

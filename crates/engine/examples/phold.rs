@@ -67,6 +67,7 @@ fn main() {
         threads,
         lookahead: config.lookahead,
         trace: true,
+        work_stealing: true,
     };
     let mut sim = phold::build(&config, engine);
     let stats = sim.run_until(secs_f64(args.sim_seconds));

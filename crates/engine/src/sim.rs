@@ -10,7 +10,9 @@
 use std::any::Any;
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -136,7 +138,13 @@ struct HostSlot<H: Host> {
     rng: HostRng,
     seq: u64,
     trace: u64,
+    /// The time under which the host stands in its owner's agenda (`NOT_DUE`: not there, or
+    /// taken into the current round). An agenda entry with another time is stale.
+    due: SimTime,
 }
+
+/// `HostSlot::due` of a host with no agenda entry.
+const NOT_DUE: SimTime = SimTime::MAX;
 
 /// Hosts shared between workers. Each host is touched only by the worker its partition names,
 /// in both phases of a round, and workers meet at a barrier between phases; that discipline is
@@ -168,6 +176,9 @@ pub struct EngineConfig {
     pub lookahead: SimDuration,
     /// Keep a running hash of every host's processed events (see `Simulation::trace_hash`).
     pub trace: bool,
+    /// Let a worker that has run all its hosts for a round run other workers' hosts that have
+    /// not started it yet. Results are the same either way; only the wall time differs.
+    pub work_stealing: bool,
 }
 
 /// Per-worker time accounting.
@@ -177,6 +188,8 @@ pub struct WorkerStats {
     pub events: u64,
     pub busy: Duration,
     pub blocked: Duration,
+    /// Host rounds this worker ran for other workers (a host run in ten rounds counts ten).
+    pub stolen: u64,
 }
 
 /// What a run did and how long it took.
@@ -264,6 +277,7 @@ impl<H: Host> Simulation<H> {
                     rng: host_rng(seed, id as HostId, 0),
                     seq: 0,
                     trace: 0,
+                    due: NOT_DUE,
                 })
             })
             .collect();
@@ -278,6 +292,11 @@ impl<H: Host> Simulation<H> {
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Turns work stealing on or off for later runs (it changes wall time, never results).
+    pub fn set_work_stealing(&mut self, on: bool) {
+        self.config.work_stealing = on;
     }
 
     pub fn host_count(&self) -> usize {
@@ -356,10 +375,14 @@ impl<H: Host> Simulation<H> {
         let started = Instant::now();
         let workers = self.partition.workers();
         // The first round starts at the earliest pending event.
-        let first = (0..self.host_count())
-            .filter_map(|h| self.hosts.slots[h].get_mut().queue.next_time())
-            .min()
-            .unwrap_or(u64::MAX);
+        // Every host stands in its owner's agenda under its next event (hosts may have been
+        // given events between runs, and a run cut short leaves stale marks).
+        let mut first = u64::MAX;
+        for slot in &mut self.hosts.slots {
+            let slot = slot.get_mut();
+            slot.due = slot.queue.next_time().unwrap_or(NOT_DUE);
+            first = first.min(slot.due);
+        }
         if first >= stop {
             // No round to run: there is nothing to do before `stop`. An interrupt still counts,
             // so that a caller running leg after leg of empty time stops when asked.
@@ -394,11 +417,15 @@ impl<H: Host> Simulation<H> {
             worker_of: (0..self.host_count())
                 .map(|h| self.partition.worker_of(h as HostId) as u32)
                 .collect(),
+            lists: (0..workers)
+                .map(|w| RoundList::new(self.partition.hosts_of(w).len()))
+                .collect(),
         };
         let run = RoundParams {
             stop,
             lookahead: self.config.lookahead,
             trace: self.config.trace,
+            steal: self.config.work_stealing && workers > 1,
             first,
         };
         let hosts = &self.hosts;
@@ -471,6 +498,51 @@ struct Shared<E> {
     /// The panic to resume: the lowest failed host and its payload.
     panic: Mutex<Option<(HostId, Box<dyn Any + Send>)>>,
     worker_of: Arc<[u32]>,
+    /// Each worker's hosts due in the current round, which any worker may claim.
+    lists: Vec<RoundList>,
+}
+
+/// A worker's hosts due in one round, claimed one at a time by the owner and, once it has
+/// finished its own list, by other workers (work stealing).
+///
+/// The owner fills it at the start of a round and publishes it by storing the round's number;
+/// a thief reads it only after seeing that number, and every claim of a round happens before
+/// the round's first barrier, after which the owner alone reads the results. Claiming through
+/// one counter means each host runs exactly once per round, on whichever worker got to it
+/// first; since hosts only meet through messages ordered by the simulation itself, which
+/// worker that was changes nothing in the results.
+struct RoundList {
+    hosts: Box<[AtomicU32]>,
+    /// `next[i]`: the next event time of `hosts[i]` after it ran (`NOT_DUE` if none), written
+    /// by whichever worker ran it.
+    next: Box<[AtomicU64]>,
+    len: AtomicUsize,
+    cursor: AtomicUsize,
+    /// The round (counted from 1) whose list this is.
+    round: AtomicU64,
+}
+
+impl RoundList {
+    fn new(capacity: usize) -> Self {
+        Self {
+            hosts: (0..capacity).map(|_| AtomicU32::new(0)).collect(),
+            next: (0..capacity).map(|_| AtomicU64::new(NOT_DUE)).collect(),
+            len: AtomicUsize::new(0),
+            cursor: AtomicUsize::new(0),
+            round: AtomicU64::new(0),
+        }
+    }
+
+    /// Claims the next unclaimed host of the list: its index in the list and its id.
+    #[inline]
+    fn claim(&self) -> Option<(usize, HostId)> {
+        let len = self.len.load(Ordering::Relaxed);
+        if self.cursor.load(Ordering::Relaxed) >= len {
+            return None;
+        }
+        let i = self.cursor.fetch_add(1, Ordering::Relaxed);
+        (i < len).then(|| (i, self.hosts[i].load(Ordering::Relaxed)))
+    }
 }
 
 impl<E> Shared<E> {
@@ -488,6 +560,7 @@ struct RoundParams {
     stop: SimTime,
     lookahead: SimDuration,
     trace: bool,
+    steal: bool,
     first: SimTime,
 }
 
@@ -500,6 +573,87 @@ struct WorkerResult {
     interrupted: bool,
 }
 
+/// What one worker needs to run hosts in the current round, its own or another worker's.
+struct RoundRunner<'a, H: Host> {
+    hosts: &'a HostTable<H>,
+    control: &'a RunControl,
+    run: RoundParams,
+    end: SimTime,
+    out: &'a mut Outbox<H::Event>,
+    stats: &'a mut WorkerStats,
+}
+
+impl<H: Host> RoundRunner<'_, H> {
+    /// Claims and runs hosts of `list` until none is left; false if the round was cut short
+    /// by an interrupt. A host whose model panics is recorded and the others go on.
+    fn run_list(&mut self, list: &RoundList, shared: &Shared<H::Event>, stolen: bool) -> bool {
+        loop {
+            let mut current = None;
+            let ran = catch_unwind(AssertUnwindSafe(|| {
+                while let Some((i, id)) = list.claim() {
+                    current = Some(id);
+                    if stolen {
+                        self.stats.stolen += 1;
+                    }
+                    if !self.run_host(id, &list.next[i]) {
+                        return false;
+                    }
+                }
+                true
+            }));
+            match ran {
+                Ok(finished) => return finished,
+                Err(payload) => {
+                    if let Some(id) = current {
+                        shared.record_panic(id, payload);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one host's events up to the round end and notes its next event in `next`.
+    #[inline]
+    fn run_host(&mut self, id: HostId, next: &AtomicU64) -> bool {
+        // SAFETY: the host was claimed from a round list, which hands each host to exactly
+        // one worker per round, and no other reference to its slot is held.
+        let slot = unsafe { self.hosts.slot(id) };
+        let HostSlot {
+            model,
+            queue,
+            rng,
+            seq,
+            trace,
+            due,
+        } = slot;
+        while let Some(entry) = queue.pop_before(self.end) {
+            if self.run.trace {
+                *trace = mix(*trace ^ entry.time ^ mix(entry.key));
+            }
+            self.stats.events += 1;
+            let mut ctx = Context {
+                now: entry.time,
+                host: id,
+                round_end: self.end,
+                lookahead: self.run.lookahead,
+                seq,
+                queue,
+                rng,
+                out: self.out,
+            };
+            model.handle(&mut ctx, entry.event);
+            if self.stats.events & (INTERRUPT_CHECK_EVENTS - 1) == 0
+                && self.control.interrupt.load(Ordering::Relaxed)
+            {
+                return false;
+            }
+        }
+        *due = queue.next_time().unwrap_or(NOT_DUE);
+        next.store(*due, Ordering::Relaxed);
+        true
+    }
+}
+
 fn worker_loop<H: Host>(
     w: usize,
     hosts: &HostTable<H>,
@@ -510,6 +664,7 @@ fn worker_loop<H: Host>(
 ) -> WorkerResult {
     let workers = partition.workers();
     let mine = partition.hosts_of(w);
+    let list = &shared.lists[w];
     let mut out = Outbox {
         worker_of: shared.worker_of.clone(),
         by_worker: (0..workers).map(|_| Vec::new()).collect(),
@@ -521,6 +676,17 @@ fn worker_loop<H: Host>(
         hosts: mine.len(),
         ..Default::default()
     };
+    // The agenda: this worker's hosts by their next event, so a round visits only the hosts
+    // that have something to do in it, however many hosts there are. Entries are never
+    // removed early; one whose time is not its host's `due` is stale and skipped.
+    let mut agenda: BinaryHeap<Reverse<(SimTime, HostId)>> = mine
+        .iter()
+        .filter_map(|&id| {
+            // SAFETY: this worker owns `id`, and no round is under way.
+            let due = unsafe { hosts.slot(id) }.due;
+            (due != NOT_DUE).then_some(Reverse((due, id)))
+        })
+        .collect();
     let mut rounds = 0;
     let mut start = run.first;
     let mut interrupted = false;
@@ -530,61 +696,48 @@ fn worker_loop<H: Host>(
         if w == 0 {
             control.progress.store(start, Ordering::Relaxed);
         }
-        // Phase 1: run every owned host up to the round end. A panic in a model is caught
-        // here; the failed host stops, the others complete the round, and the run stops at
-        // its end (the same state on any number of threads).
-        let mut local_next = u64::MAX;
-        let mut next_host = 0usize;
-        let mut cut = false;
-        loop {
-            let ran = catch_unwind(AssertUnwindSafe(|| {
-                while next_host < mine.len() {
-                    let id = mine[next_host];
-                    next_host += 1;
-                    // SAFETY: this worker owns `id` (partition) and holds no other reference
-                    // to it.
-                    let slot = unsafe { hosts.slot(id) };
-                    let HostSlot {
-                        model,
-                        queue,
-                        rng,
-                        seq,
-                        trace,
-                    } = slot;
-                    while let Some(entry) = queue.pop_before(end) {
-                        if run.trace {
-                            *trace = mix(*trace ^ entry.time ^ mix(entry.key));
-                        }
-                        stats.events += 1;
-                        let mut ctx = Context {
-                            now: entry.time,
-                            host: id,
-                            round_end: end,
-                            lookahead: run.lookahead,
-                            seq,
-                            queue,
-                            rng,
-                            out: &mut out,
-                        };
-                        model.handle(&mut ctx, entry.event);
-                        if stats.events & (INTERRUPT_CHECK_EVENTS - 1) == 0
-                            && control.interrupt.load(Ordering::Relaxed)
-                        {
-                            cut = true;
-                            return;
-                        }
-                    }
-                    if let Some(t) = queue.next_time() {
-                        local_next = local_next.min(t);
-                    }
-                }
-            }));
-            match ran {
-                Ok(()) => break,
-                Err(payload) => shared.record_panic(mine[next_host - 1], payload),
+        // Phase 1: list this worker's hosts due before the round end, publish the list, and
+        // run it; then help the others with theirs. A panic in a model is caught; the failed
+        // host stops, the others complete the round, and the run stops at its end (the same
+        // state on any number of threads).
+        let mut len = 0;
+        while let Some(&Reverse((time, id))) = agenda.peek() {
+            if time >= end {
+                break;
+            }
+            agenda.pop();
+            // SAFETY: this worker owns `id`; no round list holds it yet.
+            let slot = unsafe { hosts.slot(id) };
+            if slot.due == time {
+                slot.due = NOT_DUE;
+                list.hosts[len].store(id, Ordering::Relaxed);
+                len += 1;
             }
         }
-        if cut {
+        list.len.store(len, Ordering::Relaxed);
+        list.cursor.store(0, Ordering::Relaxed);
+        list.round.store(rounds + 1, Ordering::Release);
+        let mut runner = RoundRunner {
+            hosts,
+            control,
+            run,
+            end,
+            out: &mut out,
+            stats: &mut stats,
+        };
+        let mut finished = runner.run_list(list, shared, false);
+        if run.steal {
+            for v in (1..workers).map(|k| (w + k) % workers) {
+                if !finished {
+                    break;
+                }
+                let victim = &shared.lists[v];
+                if victim.round.load(Ordering::Acquire) == rounds + 1 {
+                    finished = runner.run_list(victim, shared, true);
+                }
+            }
+        }
+        if !finished {
             shared.cut_short.store(true, Ordering::Relaxed);
         }
         for (dst, bucket) in out.by_worker.iter_mut().enumerate() {
@@ -594,16 +747,35 @@ fn worker_loop<H: Host>(
             break;
         };
         stats.blocked += waited;
-        // Phase 2: take in the messages addressed to owned hosts.
+        // Phase 2: put the hosts that ran back in the agenda, then take in the messages
+        // addressed to owned hosts.
+        for i in 0..len {
+            let next = list.next[i].load(Ordering::Relaxed);
+            if next != NOT_DUE {
+                agenda.push(Reverse((next, list.hosts[i].load(Ordering::Relaxed))));
+            }
+        }
         for src in 0..workers {
             std::mem::swap(&mut inbox, &mut *lock(&shared.mail[src * workers + w]));
             for m in inbox.drain(..) {
-                local_next = local_next.min(m.time);
                 // SAFETY: messages in this bucket are addressed to hosts this worker owns.
-                unsafe { hosts.slot(m.dst) }
-                    .queue
-                    .push(m.time, m.key, m.event);
+                let slot = unsafe { hosts.slot(m.dst) };
+                slot.queue.push(m.time, m.key, m.event);
+                if m.time < slot.due {
+                    slot.due = m.time;
+                    agenda.push(Reverse((m.time, m.dst)));
+                }
             }
+        }
+        // Stale entries at the top would make the next round start too early.
+        let mut local_next = u64::MAX;
+        while let Some(&Reverse((time, id))) = agenda.peek() {
+            // SAFETY: this worker owns `id`.
+            if unsafe { hosts.slot(id) }.due == time {
+                local_next = time;
+                break;
+            }
+            agenda.pop();
         }
         shared.next_time[w].store(local_next, Ordering::Relaxed);
         if w == 0 {

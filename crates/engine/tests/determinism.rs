@@ -12,6 +12,7 @@ fn engine(threads: usize, lookahead: u64) -> EngineConfig {
         threads,
         lookahead,
         trace: true,
+        work_stealing: true,
     }
 }
 
@@ -262,4 +263,77 @@ fn an_interrupt_stops_the_run_at_a_round_boundary() {
     assert!(stats.sim_time <= millis(2));
     assert_eq!(stats.workers.len(), 2);
     assert!(sim.pending_events() > 0);
+}
+
+/// A host whose events cost `work` rounds of hashing; the state it hashes decides where its
+/// next job goes, so any difference in the order of its events shows in the trace.
+struct Lopsided {
+    hosts: u32,
+    work: u32,
+    state: u64,
+}
+
+impl Host for Lopsided {
+    type Event = u64;
+    fn handle(&mut self, ctx: &mut Context<'_, u64>, token: u64) {
+        let mut x = self.state ^ token;
+        for _ in 0..self.work {
+            x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) ^ token;
+        }
+        self.state = x;
+        let delay = millis(1) + ctx.rng().random_range(0..millis(2));
+        let at = ctx.now() + delay;
+        if x % 4 == 0 {
+            let dst = (x >> 8) as u32 % self.hosts;
+            ctx.send(dst, at, x);
+        } else {
+            ctx.schedule_at(at, x);
+        }
+    }
+}
+
+/// Hosts `0, 3, 6, …` are 200 times as costly as the others, so with three workers dealt
+/// round robin the first has nearly all the work and the others run out of their own hosts
+/// early in every round.
+fn lopsided_run(threads: usize, stealing: bool) -> (u64, u64, u64) {
+    let hosts = 90u32;
+    let models = (0..hosts)
+        .map(|h| Lopsided {
+            hosts,
+            work: if h % 3 == 0 { 4_000 } else { 20 },
+            state: h as u64,
+        })
+        .collect();
+    let mut sim = Simulation::new(
+        EngineConfig {
+            work_stealing: stealing,
+            ..engine(threads, millis(1))
+        },
+        models,
+    );
+    for h in 0..hosts {
+        sim.schedule(h, (h as u64 * 37) % millis(1), h as u64);
+    }
+    let stats = sim.run_until(millis(500));
+    let stolen = stats.workers.iter().map(|w| w.stolen).sum();
+    (sim.trace_hash(), stats.events, stolen)
+}
+
+#[test]
+fn work_stealing_moves_hosts_and_changes_no_result() {
+    let (hash, events, _) = lopsided_run(1, true);
+    assert!(events > 10_000, "too few events to mean anything: {events}");
+    for threads in [2, 3] {
+        for stealing in [false, true] {
+            let (h, e, stolen) = lopsided_run(threads, stealing);
+            assert_eq!((h, e), (hash, events), "threads={threads} stealing={stealing}");
+            if !stealing {
+                assert_eq!(stolen, 0, "threads={threads}: stole with stealing off");
+            }
+        }
+    }
+    // With three workers, two of them idle for most of every round: over hundreds of rounds
+    // they take some of the first worker's hosts.
+    let (_, _, stolen) = lopsided_run(3, true);
+    assert!(stolen > 0, "no host was ever stolen");
 }

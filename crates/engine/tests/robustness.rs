@@ -15,6 +15,7 @@ fn engine(threads: usize) -> EngineConfig {
         threads,
         lookahead: millis(1),
         trace: true,
+        work_stealing: true,
     }
 }
 

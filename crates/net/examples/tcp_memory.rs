@@ -125,6 +125,7 @@ fn main() {
         threads: 1,
         lookahead: net.lookahead(),
         trace: false,
+        work_stealing: true,
     };
     let mut sim = Simulation::new(engine, nodes);
     sim.host_mut(1).stack.listen(80).unwrap();

@@ -275,6 +275,7 @@ pub fn build(
         threads,
         lookahead: net.lookahead(),
         trace: true,
+        work_stealing: true,
     };
     let mut sim = Simulation::new(engine, models);
     for h in 0..sim.host_count() {

@@ -93,6 +93,7 @@ fn delivered(net: Arc<Network>, pairs: &[(HostId, HostId)], n: u32, threads: usi
             threads,
             lookahead: net.lookahead(),
             trace: false,
+            work_stealing: true,
         },
         hosts,
     );

@@ -114,6 +114,7 @@ fn sim(config: NetworkConfig, threads: usize) -> Simulation<Udp> {
             threads,
             lookahead: net.lookahead(),
             trace: true,
+            work_stealing: true,
         },
         hosts,
     )
@@ -225,6 +226,7 @@ fn jitter_delays_within_its_bound_and_may_reorder() {
             threads: 1,
             lookahead: net.lookahead(),
             trace: false,
+            work_stealing: true,
         },
         hosts,
     );

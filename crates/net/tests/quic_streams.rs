@@ -166,6 +166,7 @@ fn run(transport: Transport, threads: usize) -> Simulation<Peer> {
             threads,
             lookahead: net.lookahead(),
             trace: false,
+            work_stealing: true,
         },
         hosts,
     );

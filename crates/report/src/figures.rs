@@ -347,9 +347,36 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
                 intervals: cis.iter().map(|c| Some((c.low()?, c.high()?))).collect(),
             }],
         }),
-        caption: String::new(),
+        caption: worker_caption(runs, workers),
     });
     out
+}
+
+/// Each worker's busy and blocked seconds and the host rounds it ran for other workers (work
+/// stealing), as means over the runs that had that worker.
+fn worker_caption(runs: &[RunData], workers: usize) -> String {
+    let parts: Vec<String> = (0..workers)
+        .filter_map(|w| {
+            let had: Vec<_> = runs.iter().filter_map(|r| r.info.workers.get(w)).collect();
+            if had.is_empty() {
+                return None;
+            }
+            let n = had.len() as f64;
+            let busy = had.iter().map(|x| x.busy_s).sum::<f64>() / n;
+            let blocked = had.iter().map(|x| x.blocked_s).sum::<f64>() / n;
+            let stolen = had.iter().map(|x| x.stolen as f64).sum::<f64>() / n;
+            Some(format!(
+                "worker {}: busy {busy:.1} s, blocked {blocked:.1} s, {stolen:.0} host rounds \
+                 taken from other workers",
+                w + 1
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("Per worker{}: {}.", if runs.len() > 1 { " (mean over runs)" } else { "" }, parts.join("; "))
+    }
 }
 
 #[derive(Clone, Copy)]

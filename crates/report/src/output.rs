@@ -656,6 +656,7 @@ mod tests {
                 events: 250_000,
                 busy_s: 10.0,
                 blocked_s: 2.5,
+                stolen: 0,
             }],
             complete: true,
             mode: "simulation".into(),

@@ -178,6 +178,9 @@ pub struct WorkerRecord {
     pub events: u64,
     pub busy_s: f64,
     pub blocked_s: f64,
+    /// Host rounds this worker ran for other workers (work stealing).
+    #[serde(default)]
+    pub stolen: u64,
 }
 
 /// Everything about a run except its measurements, written as `run.json`.

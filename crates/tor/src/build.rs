@@ -149,6 +149,7 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
         threads: network.threads.max(1),
         lookahead: net.lookahead(),
         trace: true,
+        work_stealing: true,
     };
     let mut sim = Simulation::new(engine, models);
     for h in 0..sim.host_count() {
