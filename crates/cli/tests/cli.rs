@@ -283,39 +283,76 @@ fn a_run_writes_the_documented_files() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn the_toy_scenario_gives_identical_results_on_one_and_two_threads() {
-    let dir = tmp("determinism");
+/// Runs `scenario` on 1, 2 and 3 threads, with work stealing on and off, and asserts that
+/// every output file is byte-identical to the one-thread run's.
+fn assert_identical_for_any_thread_count(scenario: &str, stop: &str, name: &str) {
+    let dir = tmp(name);
     let mut outputs = Vec::new();
-    for threads in ["1", "2"] {
-        let out_dir = dir.join(threads);
-        let out = onionlab(&[
+    let runs: [(&str, bool); 5] = [
+        ("1", true),
+        ("2", true),
+        ("2", false),
+        ("3", true),
+        ("3", false),
+    ];
+    for (i, (threads, stealing)) in runs.into_iter().enumerate() {
+        let out_dir = dir.join(format!("{threads}-{stealing}"));
+        let mut args = vec![
             "run",
-            "toy",
+            scenario,
             "-o",
             out_dir.to_str().unwrap(),
             "--threads",
             threads,
             "--stop-time",
-            "10m",
+            stop,
             "--seed",
             "1",
             "--quiet",
-        ]);
+        ];
+        if !stealing {
+            args.push("--no-work-stealing");
+        }
+        // The first run also draws its report, which must work; the others need only files.
+        if i > 0 {
+            args.push("--no-report");
+        }
+        let out = onionlab(&args);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        outputs.push(out_dir);
+        let run: serde_json::Value =
+            serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap();
+        let stolen: u64 = run["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["stolen"].as_u64().unwrap())
+            .sum();
+        if !stealing || threads == "1" {
+            assert_eq!(stolen, 0, "{threads} threads, stealing {stealing}");
+        }
+        outputs.push((out_dir, threads, stealing));
     }
     for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
-        let a = fs::read(outputs[0].join(file)).unwrap();
-        let b = fs::read(outputs[1].join(file)).unwrap();
+        let a = fs::read(outputs[0].0.join(file)).unwrap();
         assert!(a.len() > 100, "{file} is nearly empty");
-        assert!(a == b, "{file} differs between 1 and 2 threads");
+        for (out_dir, threads, stealing) in &outputs[1..] {
+            let b = fs::read(out_dir.join(file)).unwrap();
+            assert!(
+                a == b,
+                "{scenario}: {file} differs between 1 thread and {threads} (stealing {stealing})"
+            );
+        }
     }
     let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_toy_scenario_gives_identical_results_on_any_thread_count_with_or_without_stealing() {
+    assert_identical_for_any_thread_count("toy", "6m", "determinism");
 }
 
 /// Ctrl-C, and the SIGTERM and SIGHUP that `timeout`, `kill` and batch schedulers send, stop

@@ -9,9 +9,9 @@
 
 use std::any::Any;
 use std::cell::UnsafeCell;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

@@ -283,7 +283,7 @@ impl Host for Lopsided {
         self.state = x;
         let delay = millis(1) + ctx.rng().random_range(0..millis(2));
         let at = ctx.now() + delay;
-        if x % 4 == 0 {
+        if x.is_multiple_of(4) {
             let dst = (x >> 8) as u32 % self.hosts;
             ctx.send(dst, at, x);
         } else {
@@ -326,7 +326,11 @@ fn work_stealing_moves_hosts_and_changes_no_result() {
     for threads in [2, 3] {
         for stealing in [false, true] {
             let (h, e, stolen) = lopsided_run(threads, stealing);
-            assert_eq!((h, e), (hash, events), "threads={threads} stealing={stealing}");
+            assert_eq!(
+                (h, e),
+                (hash, events),
+                "threads={threads} stealing={stealing}"
+            );
             if !stealing {
                 assert_eq!(stolen, 0, "threads={threads}: stole with stealing off");
             }

@@ -375,7 +375,15 @@ fn worker_caption(runs: &[RunData], workers: usize) -> String {
     if parts.is_empty() {
         String::new()
     } else {
-        format!("Per worker{}: {}.", if runs.len() > 1 { " (mean over runs)" } else { "" }, parts.join("; "))
+        format!(
+            "Per worker{}: {}.",
+            if runs.len() > 1 {
+                " (mean over runs)"
+            } else {
+                ""
+            },
+            parts.join("; ")
+        )
     }
 }
 
