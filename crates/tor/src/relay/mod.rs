@@ -495,6 +495,8 @@ pub struct Relay {
     stream_by_socket: Vec<u32>,
     /// Channels with cells to send (scheduler's work list).
     pending: Vec<u32>,
+    /// The scheduler's working lists, kept empty between runs (see `run_scheduler`).
+    sched_scratch: scheduler::SchedScratch,
     schedule_armed: bool,
     /// When the KIST scheduler last ran: new work waits only for the rest of the run
     /// interval since then, and an idle relay's scheduler runs at once, as in tor.
@@ -608,6 +610,7 @@ impl Relay {
             free_streams: Vec::new(),
             stream_by_socket: Vec::new(),
             pending: Vec::new(),
+            sched_scratch: Default::default(),
             schedule_armed: false,
             last_schedule_run: None,
             read_waiting: Vec::new(),

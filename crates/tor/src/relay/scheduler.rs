@@ -6,6 +6,24 @@ use super::*;
 use onionlab_net::tcp::TcpInfo;
 use onionlab_torcore::TorParams;
 
+/// The lists one scheduler run works through, empty between runs; kept so that their
+/// buffers are reused rather than allocated for every run.
+#[derive(Default)]
+pub(super) struct SchedScratch {
+    /// Channels that may still send in this run, quietest circuit first.
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Channels with cells left for a later run.
+    deferred: Vec<u32>,
+    /// Channels with circuits whose connection was full.
+    parked: Vec<u32>,
+    /// Connections written in this run, to flush at its end.
+    touched: Vec<u32>,
+    /// Exit circuits whose queue fell low enough to read from their streams again.
+    unblocked: Vec<u32>,
+    /// The pending channels this run started with.
+    pending: Vec<u32>,
+}
+
 impl Relay {
     pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
         let chan = &mut self.channels[ch as usize];
@@ -226,10 +244,19 @@ impl Relay {
         let params = &world.params;
         let design = self.design;
         let mut allowance = self.buckets.write_allowance(now, true);
-        let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
-        let mut deferred = Vec::new();
-        let mut parked = Vec::new();
-        for ch in std::mem::take(&mut self.pending) {
+        // The run's working lists live in the relay between runs, so that a run (one per few
+        // cells on a quiet relay) allocates nothing.
+        let mut scratch = std::mem::take(&mut self.sched_scratch);
+        let SchedScratch {
+            heap,
+            deferred,
+            parked,
+            touched,
+            unblocked,
+            pending,
+        } = &mut scratch;
+        std::mem::swap(&mut self.pending, pending);
+        for ch in pending.drain(..) {
             let chan = &mut self.channels[ch as usize];
             chan.pending = false;
             if chan.mux.is_empty() {
@@ -255,12 +282,10 @@ impl Relay {
                 self.count_room(ch, cell_bytes);
                 self.rank_conns(ch, now);
             }
-            if !self.requeue(ch, now, &mut heap) {
+            if !self.requeue(ch, now, heap) {
                 deferred.push(ch);
             }
         }
-        let mut touched: Vec<u32> = Vec::new();
-        let mut unblocked = Vec::new();
         while let Some(Reverse((_, ch))) = heap.pop() {
             let cell_bytes = self.chan_cell_bytes(ch);
             if allowance < cell_bytes {
@@ -299,7 +324,7 @@ impl Relay {
                         parked.push(ch);
                     }
                 }
-                if !chan.mux.is_empty() && !self.requeue(ch, now, &mut heap) {
+                if !chan.mux.is_empty() && !self.requeue(ch, now, heap) {
                     deferred.push(ch);
                 }
                 continue;
@@ -328,7 +353,7 @@ impl Relay {
                 self.update_conn(k, |c| c.blocked = true);
                 // It had room (it was chosen for it); now it has none.
                 self.channels[ch as usize].room -= 1;
-                if !self.requeue(ch, now, &mut heap) {
+                if !self.requeue(ch, now, heap) {
                     deferred.push(ch);
                 }
                 continue;
@@ -380,7 +405,7 @@ impl Relay {
             if design == ChannelDesign::Torchestra {
                 self.classify_torchestra(io, ch, circ, now);
             }
-            if !self.channels[ch as usize].mux.is_empty() && !self.requeue(ch, now, &mut heap) {
+            if !self.channels[ch as usize].mux.is_empty() && !self.requeue(ch, now, heap) {
                 self.write_limit_hits += 1;
                 deferred.push(ch);
             }
@@ -399,28 +424,30 @@ impl Relay {
                 }
             }
         }
-        for &k in &touched {
+        for &k in touched.iter() {
             self.conns[k as usize].touched = false;
             self.flush_conn(io, k);
         }
-        for ch in parked {
+        touched.clear();
+        for ch in parked.drain(..) {
             let chan = &mut self.channels[ch as usize];
             for circ in std::mem::take(&mut chan.parked) {
                 chan.mux.add_active(circ);
             }
             deferred.push(ch);
         }
-        for circ in unblocked {
+        for circ in unblocked.drain(..) {
             self.package(io, circ);
         }
         let out_of_tokens = allowance < base_cell_bytes;
-        for ch in deferred {
+        for ch in deferred.drain(..) {
             let chan = &mut self.channels[ch as usize];
             if !chan.pending && !chan.mux.is_empty() {
                 chan.pending = true;
                 self.pending.push(ch);
             }
         }
+        self.sched_scratch = scratch;
         if !self.pending.is_empty() {
             if out_of_tokens {
                 self.arm_refill(io);
