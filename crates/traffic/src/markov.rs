@@ -41,7 +41,7 @@ const SUM_TOLERANCE: f64 = 1e-3;
 pub const MAX_PACKETS_PER_STREAM: u64 = (u32::MAX as u64) / PACKET_PAYLOAD_BYTES + 1;
 
 /// Which of the two models a file must hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ModelKind {
     /// Streams on a circuit (`stream_model`, observations `$` and `F`).
     Stream,
