@@ -429,7 +429,10 @@ struct Resolver<'a> {
     next_host: u32,
     countries: BTreeMap<String, Vec<usize>>,
     /// Traffic models read so far, by reference and kind.
-    models: BTreeMap<(String, onionlab_traffic::ModelKind), std::sync::Arc<onionlab_traffic::MarkovModel>>,
+    models: BTreeMap<
+        (String, onionlab_traffic::ModelKind),
+        std::sync::Arc<onionlab_traffic::MarkovModel>,
+    >,
 }
 
 impl Resolver<'_> {
@@ -670,8 +673,8 @@ impl Resolver<'_> {
             onionlab_traffic::ModelKind::Stream => data::STREAM_MODEL_ALIASES,
             onionlab_traffic::ModelKind::Packet => data::PACKET_MODEL_ALIASES,
         };
-        let input = data::resolve_file(spec, &self.s.source, aliases)
-            .map_err(|m| self.err(field, m))?;
+        let input =
+            data::resolve_file(spec, &self.s.source, aliases).map_err(|m| self.err(field, m))?;
         let bytes = input
             .read()
             .map_err(|m| self.err(field, format!("{input}: {m}")))?;

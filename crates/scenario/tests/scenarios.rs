@@ -592,7 +592,10 @@ clients:
     assert_eq!((markov[0].users, markov[0].timeout), (25, 60_000_000_000));
     assert_eq!((markov[3].users, markov[3].timeout), (1, 30_000_000_000));
     // The best stream model has two states besides its end; the initial packet model 27.
-    assert_eq!(markov[0].stream_model.states, ["s0Active", "s1Dwell", "s2End"]);
+    assert_eq!(
+        markov[0].stream_model.states,
+        ["s0Active", "s1Dwell", "s2End"]
+    );
     assert!(std::sync::Arc::ptr_eq(
         &markov[0].packet_model,
         &markov[2].packet_model
@@ -621,9 +624,10 @@ clients:
     .unwrap();
     std::fs::write(
         &path,
-        std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("{ users: 25 }", "{ users: 25, stream_model: broken-stream.json }"),
+        std::fs::read_to_string(&path).unwrap().replace(
+            "{ users: 25 }",
+            "{ users: 25, stream_model: broken-stream.json }",
+        ),
     )
     .unwrap();
     let e = load_and_resolve(&path).unwrap_err();
@@ -632,7 +636,10 @@ clients:
     assert!(shown.contains("broken-stream.json: stream_model.transition_probability.s0Active.s0Active: expected a probability from 0 to 1, found 1.8368115531124"), "{shown}");
     std::fs::write(dir.join("broken-stream.json"), "{ \"stream_model\": ").unwrap();
     let shown = load_and_resolve(&path).unwrap_err().to_string();
-    assert!(shown.contains("broken-stream.json: not valid JSON"), "{shown}");
+    assert!(
+        shown.contains("broken-stream.json: not valid JSON"),
+        "{shown}"
+    );
     std::fs::remove_file(dir.join("broken-stream.json")).unwrap();
     let shown = load_and_resolve(&path).unwrap_err().to_string();
     assert!(shown.contains("broken-stream.json"), "{shown}");

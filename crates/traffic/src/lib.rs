@@ -422,7 +422,9 @@ impl ClientSchedule {
             let at = step.at.saturating_add(micros_to_ns(delay_us));
             if let Some(state) = next {
                 if at < step.limit {
-                    sessions.steps.push(Reverse(PendingStep { at, state, ..step }));
+                    sessions
+                        .steps
+                        .push(Reverse(PendingStep { at, state, ..step }));
                 }
             }
             let packets = markov::walk_packets(&w.packet_model, || uniform(rng));

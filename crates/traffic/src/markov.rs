@@ -82,8 +82,13 @@ pub enum Observation {
 /// The delay from an observation to the next, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Delay {
-    LogNormal { mu: f64, sigma: f64 },
-    Exponential { rate: f64 },
+    LogNormal {
+        mu: f64,
+        sigma: f64,
+    },
+    Exponential {
+        rate: f64,
+    },
     /// `F` ends the walk: nothing follows.
     None,
 }
@@ -127,15 +132,17 @@ fn standard_normal(u1: f64, u2: f64) -> f64 {
 pub fn erfc(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * (-z * z - 1.265_512_23
-        + t * (1.000_023_68
-            + t * (0.374_091_96
-                + t * (0.096_784_18
-                    + t * (-0.186_288_06
-                        + t * (0.278_868_07
-                            + t * (-1.135_203_98
-                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-        .exp();
+    let r = t
+        * (-z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
     if x >= 0.0 {
         r
     } else {
@@ -185,8 +192,7 @@ impl MarkovModel {
     /// Parses and checks a model file's text. Errors name the JSON field at fault, e.g.
     /// `stream_model.emission_probability.s1Dwell.$: ...`.
     pub fn parse(text: &str, kind: ModelKind) -> Result<MarkovModel, String> {
-        let root: Value =
-            serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        let root: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
         let Some(obj) = root.as_object() else {
             return Err(format!(
                 "expected a JSON object with the key \"{}\"",
@@ -280,7 +286,9 @@ impl MarkovModel {
         let probability = |path: &str, v: &Value| -> Result<f64, String> {
             match v.as_f64() {
                 Some(p) if (0.0..=1.0).contains(&p) => Ok(p),
-                _ => Err(format!("{path}: expected a probability from 0 to 1, found {v}")),
+                _ => Err(format!(
+                    "{path}: expected a probability from 0 to 1, found {v}"
+                )),
             }
         };
         let object = |path: &str, v: &Value| -> Result<Map<String, Value>, String> {
@@ -393,9 +401,7 @@ impl MarkovModel {
                         ));
                     };
                     if sigma < 0.0 || lambda < 0.0 {
-                        return Err(format!(
-                            "{obs_path}: sigma and lambda must not be negative"
-                        ));
+                        return Err(format!("{obs_path}: sigma and lambda must not be negative"));
                     }
                     if sigma > 0.0 {
                         if sigma > 20.0 || mu.abs() > 50.0 {
@@ -573,10 +579,7 @@ mod tests {
     fn the_shipped_initial_models_load() {
         let s = MarkovModel::parse(STREAM_INITIAL, ModelKind::Stream).unwrap();
         assert_eq!(s.states, ["s0Active", "s1Dwell", "s2End"]);
-        assert_eq!(
-            s.emit(0, 0.5).delay,
-            Delay::Exponential { rate: 0.00015 }
-        );
+        assert_eq!(s.emit(0, 0.5).delay, Delay::Exponential { rate: 0.00015 });
         assert_eq!(s.emit(2, 0.5).observation, Observation::End);
         let p = MarkovModel::parse(PACKET_INITIAL, ModelKind::Packet).unwrap();
         assert_eq!(p.states.len(), 27);

@@ -270,7 +270,10 @@ fn check_packet_model(text: &str, seed: u64) {
     let walks: Vec<_> = (0..streams)
         .map(|_| walk_packets(&m, || rng.random::<f64>()))
         .collect();
-    for (dir, obs) in [("down", Observation::ToClient), ("up", Observation::ToServer)] {
+    for (dir, obs) in [
+        ("down", Observation::ToClient),
+        ("up", Observation::ToServer),
+    ] {
         let samples: Vec<u64> = walks
             .iter()
             .map(|w| {
@@ -338,7 +341,10 @@ fn the_schedule_starts_streams_at_the_model_rate() {
     let mut sizes = Vec::new();
     while now < end {
         match s.poll(now, &mut rng) {
-            Action::Start { size_bytes, timeout } => {
+            Action::Start {
+                size_bytes,
+                timeout,
+            } => {
                 assert_eq!(timeout, secs(60));
                 assert!(now >= secs(5));
                 sizes.push(size_bytes);
