@@ -53,13 +53,12 @@ fn solve_left(q: &[Vec<f64>], b: &[f64]) -> Vec<f64> {
         for v in a[c].iter_mut() {
             *v /= d;
         }
-        for r in 0..n {
-            if r != c {
-                let f = a[r][c];
-                if f != 0.0 {
-                    for k in 0..=n {
-                        a[r][k] -= f * a[c][k];
-                    }
+        let pivot = a[c].clone();
+        for (r, row) in a.iter_mut().enumerate() {
+            let f = row[c];
+            if r != c && f != 0.0 {
+                for (v, pv) in row.iter_mut().zip(&pivot) {
+                    *v -= f * pv;
                 }
             }
         }
