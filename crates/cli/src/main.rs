@@ -7,6 +7,7 @@ mod assemble;
 mod calibrate;
 mod emulate;
 mod experiment;
+mod generate;
 mod results;
 mod run;
 
@@ -78,6 +79,9 @@ enum Command {
     /// Measure this machine's unit costs of a relay's work (system calls, kernel packets,
     /// TLS, AES, SHA-1, ntor) and write them as a calibration file for scenarios.
     Calibrate(calibrate::CalibrateArgs),
+    /// Write the scenario of a Tor network at a fraction of a real consensus's relays, with
+    /// the live network's load (or a multiple of it) and OnionPerf-like measurement clients.
+    Generate(generate::GenerateArgs),
 }
 
 #[derive(clap::Args)]
@@ -165,6 +169,7 @@ fn main() -> ExitCode {
             relay,
         } => run::compare(&dirs, &label, &output, &relay),
         Command::Calibrate(args) => calibrate::calibrate(args),
+        Command::Generate(args) => generate::generate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -41,12 +41,20 @@ pub static FILES: &[DataFile] = &[
         bytes: include_bytes!("../../../data/workload/privcount-2018-packet-model-best-fit.json"),
     },
     DataFile {
+        path: "workload/privcount-2018-packet-model-best.json",
+        bytes: include_bytes!("../../../data/workload/privcount-2018-packet-model-best.json"),
+    },
+    DataFile {
         path: "workload/privcount-2018-packet-model-initial.json",
         bytes: include_bytes!("../../../data/workload/privcount-2018-packet-model-initial.json"),
     },
     DataFile {
         path: "workload/privcount-2018-stream-model-best-fit.json",
         bytes: include_bytes!("../../../data/workload/privcount-2018-stream-model-best-fit.json"),
+    },
+    DataFile {
+        path: "workload/privcount-2018-stream-model-best.json",
+        bytes: include_bytes!("../../../data/workload/privcount-2018-stream-model-best.json"),
     },
     DataFile {
         path: "workload/privcount-2018-stream-model-initial.json",

@@ -140,6 +140,17 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
             c.host.group
         ));
     }
+    if let Some(c) = plan
+        .clients
+        .iter()
+        .find(|c| matches!(c.workload, ClientWorkload::Markov(_)))
+    {
+        return Err(format!(
+            "clients: group {:?} has the markov workload, and emulated clients only run fixed \
+             downloads (web, bulk, perf) so far: simulate it with `onionlab run`",
+            c.host.group
+        ));
+    }
     if plan.servers.is_empty() {
         return Err("servers: the scenario has no servers for its clients to fetch from".into());
     }
@@ -196,7 +207,7 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
     for c in &plan.clients {
         let (up, down, g) = host(&c.host);
         let role = Role::Client {
-            workload: c.workload,
+            workload: c.workload.clone(),
             server_group: c.server_group.clone(),
             start: c.start,
         };

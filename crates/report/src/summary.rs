@@ -237,9 +237,15 @@ fn row(
     r
 }
 
+/// Groups with more distinct sizes than this get no TTLB row per size: their sizes are drawn
+/// (the `markov` workload draws each stream's), and hundreds of rows of a few downloads each
+/// would bury the table.
+const MAX_SIZE_ROWS: usize = 8;
+
 /// The summary as a table of cells, header first: per group the downloads, error rate and
 /// TTFB/TTLB percentiles in seconds, plus one indented TTLB row per size for groups that mix
-/// sizes. Shared by the text summary and the HTML report so both show the same figures.
+/// a few sizes (at most [`MAX_SIZE_ROWS`]). Shared by the text summary and the HTML report so
+/// both show the same figures.
 pub fn summary_table(groups: &[GroupSummary]) -> Vec<Vec<String>> {
     let header: Vec<String> = [
         "group",
@@ -268,7 +274,7 @@ pub fn summary_table(groups: &[GroupSummary]) -> Vec<Vec<String>> {
             Some(&g.ttfb),
             &g.ttlb,
         ));
-        if g.ttlb_by_size.len() > 1 {
+        if (2..=MAX_SIZE_ROWS).contains(&g.ttlb_by_size.len()) {
             for (size, p) in &g.ttlb_by_size {
                 rows.push(row(
                     format!("  {}", size_label(*size)),

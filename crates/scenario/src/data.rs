@@ -31,6 +31,29 @@ pub(crate) const CONSENSUS_ALIASES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The PrivCount traffic models (tmodel-ccs2018): the best stream and packet models the
+/// release names, and the initial models the learning started from.
+pub(crate) const STREAM_MODEL_ALIASES: &[(&str, &str)] = &[
+    (
+        "privcount-2018-stream",
+        "workload/privcount-2018-stream-model-best.json",
+    ),
+    (
+        "privcount-2018-stream-initial",
+        "workload/privcount-2018-stream-model-initial.json",
+    ),
+];
+pub(crate) const PACKET_MODEL_ALIASES: &[(&str, &str)] = &[
+    (
+        "privcount-2018-packet",
+        "workload/privcount-2018-packet-model-best.json",
+    ),
+    (
+        "privcount-2018-packet-initial",
+        "workload/privcount-2018-packet-model-initial.json",
+    ),
+];
+
 /// Turns a file reference into a readable input, or explains what was expected.
 pub(crate) fn resolve_file(
     spec: &str,

@@ -207,3 +207,15 @@ pub fn load_and_resolve(
     let plan = resolve(&scenario, &graph)?;
     Ok((scenario, graph, plan))
 }
+
+/// Finds the consensus a `relays.sample.consensus` value names (an alias such as
+/// `consensus-2023`, `data:<path>`, or a path relative to `source`'s folder), as a scenario
+/// would: for tools that write scenarios (`onionlab generate`).
+pub fn consensus_input(spec: &str, source: &Path) -> Result<onionlab_data::Input, String> {
+    data::resolve_file(spec, source, data::CONSENSUS_ALIASES)
+}
+
+/// Whether `spec` names a shipped file (an alias or `data:<path>`) rather than a path.
+pub fn is_shipped_consensus(spec: &str) -> bool {
+    spec.starts_with("data:") || data::CONSENSUS_ALIASES.iter().any(|(a, _)| *a == spec)
+}

@@ -503,6 +503,33 @@ pub enum Workload {
     Bulk(BulkWorkload),
     Perf(PerfWorkload),
     Upload(UploadWorkload),
+    Markov(MarkovWorkload),
+}
+
+/// Streams as the PrivCount models of Tor's 2018 traffic say users make them; the host
+/// stands for `users` users (see `onionlab_traffic::MarkovWorkload`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MarkovWorkload {
+    #[serde(default = "one")]
+    pub users: u32,
+    /// The stream model: an alias (`privcount-2018-stream`, `privcount-2018-stream-initial`),
+    /// `data:<path>` or a path relative to the scenario.
+    #[serde(default = "markov_stream_model")]
+    pub stream_model: String,
+    /// The packet model, likewise (`privcount-2018-packet`, `privcount-2018-packet-initial`).
+    #[serde(default = "markov_packet_model")]
+    pub packet_model: String,
+    /// Each stream is abandoned after this; tgen's default transfer timeout, as for web.
+    #[serde(default = "web_timeout")]
+    pub timeout: Duration,
+}
+
+fn markov_stream_model() -> String {
+    "privcount-2018-stream".into()
+}
+fn markov_packet_model() -> String {
+    "privcount-2018-packet".into()
 }
 
 /// Browsing: fetch a page, think, repeat.

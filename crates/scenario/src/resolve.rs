@@ -99,7 +99,7 @@ pub struct PlannedHost {
 }
 
 /// A client's behaviour with every quantity in bytes or nanoseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientWorkload {
     /// Download `size`, then pause uniformly in `[pause_min, pause_max]`, repeat.
     Web {
@@ -123,6 +123,9 @@ pub enum ClientWorkload {
     },
     /// Upload `size` back to back.
     Upload { size: u64, timeout: u64 },
+    /// `users` users' streams drawn from the PrivCount models, loaded once per group and
+    /// shared by its clients.
+    Markov(onionlab_traffic::MarkovWorkload),
 }
 
 impl ClientWorkload {
@@ -175,6 +178,7 @@ impl ClientWorkload {
                 size_bytes: size,
                 timeout,
             },
+            ClientWorkload::Markov(ref m) => Workload::Markov(m.clone()),
         }
     }
 }
@@ -251,6 +255,7 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
         seed,
         next_host: 0,
         countries: countries(graph),
+        models: BTreeMap::new(),
     };
     let authorities = r.authorities()?;
     let relays = r.relays()?;
@@ -423,6 +428,11 @@ struct Resolver<'a> {
     /// Position of the next host in plan order; selects its random streams.
     next_host: u32,
     countries: BTreeMap<String, Vec<usize>>,
+    /// Traffic models read so far, by reference and kind.
+    models: BTreeMap<
+        (String, onionlab_traffic::ModelKind),
+        std::sync::Arc<onionlab_traffic::MarkovModel>,
+    >,
 }
 
 impl Resolver<'_> {
@@ -609,6 +619,23 @@ impl Resolver<'_> {
                     size: u.size.0,
                     timeout: u.timeout.0,
                 },
+                Workload::Markov(m) => {
+                    let field = format!("clients[{gi}].workload.markov");
+                    ClientWorkload::Markov(onionlab_traffic::MarkovWorkload {
+                        users: m.users,
+                        timeout: m.timeout.0,
+                        stream_model: self.markov_model(
+                            &format!("{field}.stream_model"),
+                            &m.stream_model,
+                            onionlab_traffic::ModelKind::Stream,
+                        )?,
+                        packet_model: self.markov_model(
+                            &format!("{field}.packet_model"),
+                            &m.packet_model,
+                            onionlab_traffic::ModelKind::Packet,
+                        )?,
+                    })
+                }
             };
             for i in 1..=g.count {
                 let host = self.host(
@@ -622,13 +649,42 @@ impl Resolver<'_> {
                 let start = rng.random_range(g.start.min.0..=g.start.max.0);
                 out.push(PlannedClient {
                     host,
-                    workload,
+                    workload: workload.clone(),
                     server_group: g.servers.clone(),
                     start,
                 });
             }
         }
         Ok(out)
+    }
+
+    /// Reads and checks a traffic model file; a model named by several groups is read once.
+    fn markov_model(
+        &mut self,
+        field: &str,
+        spec: &str,
+        kind: onionlab_traffic::ModelKind,
+    ) -> Result<std::sync::Arc<onionlab_traffic::MarkovModel>, ScenarioError> {
+        let key = (spec.to_string(), kind);
+        if let Some(m) = self.models.get(&key) {
+            return Ok(m.clone());
+        }
+        let aliases = match kind {
+            onionlab_traffic::ModelKind::Stream => data::STREAM_MODEL_ALIASES,
+            onionlab_traffic::ModelKind::Packet => data::PACKET_MODEL_ALIASES,
+        };
+        let input =
+            data::resolve_file(spec, &self.s.source, aliases).map_err(|m| self.err(field, m))?;
+        let bytes = input
+            .read()
+            .map_err(|m| self.err(field, format!("{input}: {m}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| self.err(field, format!("{input}: not UTF-8 text (expected JSON)")))?;
+        let model = onionlab_traffic::MarkovModel::parse(&text, kind)
+            .map_err(|m| self.err(field, format!("{input}: {m}")))?;
+        let model = std::sync::Arc::new(model);
+        self.models.insert(key, model.clone());
+        Ok(model)
     }
 
     fn relays(&mut self) -> Result<Vec<PlannedRelay>, ScenarioError> {

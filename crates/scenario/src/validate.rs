@@ -926,6 +926,19 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
                 size(cx, format!("{w}.upload.size"), u.size)?;
                 timeout(cx, format!("{w}.upload.timeout"), u.timeout)?;
             }
+            Workload::Markov(m) => {
+                if !(1..=onionlab_traffic::MAX_USERS).contains(&m.users) {
+                    return Err(cx.err(
+                        format!("{w}.markov.users"),
+                        format!(
+                            "expected 1 to {} users per client host, found {}",
+                            onionlab_traffic::MAX_USERS,
+                            m.users
+                        ),
+                    ));
+                }
+                timeout(cx, format!("{w}.markov.timeout"), m.timeout)?;
+            }
             Workload::Perf(pf) => {
                 size(cx, format!("{w}.perf.size"), pf.size)?;
                 duration_in(

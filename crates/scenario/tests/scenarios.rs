@@ -79,7 +79,7 @@ fn toy_has_the_reference_shape() {
     assert_eq!(plan.servers.len(), 100);
     assert_eq!(count_groups(&plan, "web"), 360);
     assert_eq!(count_groups(&plan, "bulk"), 40);
-    match plan.clients[0].workload {
+    match plan.clients[0].workload.clone() {
         ClientWorkload::Web {
             size,
             pause_min,
@@ -286,7 +286,7 @@ clients: [ { name: c, workload: { perf: { size: 1 MiB } } } ]
     assert_eq!(plan.relays[3].relay_bandwidth_rate, Some(500 * 1024));
     assert_eq!(plan.relays[3].consensus_weight, 77);
     assert_eq!(plan.relays[3].link_up_bps, 100_000_000);
-    match plan.clients[0].workload {
+    match plan.clients[0].workload.clone() {
         ClientWorkload::Perf {
             timeout, interval, ..
         } => {
@@ -511,7 +511,7 @@ clients:
 "#;
     let s = parse(text, Path::new("inline.yaml")).unwrap();
     let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
-    let upload = |i: usize| plan.clients[i].workload;
+    let upload = |i: usize| plan.clients[i].workload.clone();
     assert_eq!(
         upload(0),
         ClientWorkload::Upload {
@@ -550,4 +550,98 @@ fn impairments_can_be_overridden() {
     assert_eq!(s.network.impairments[0].between, ["guard", "middle"]);
     let s = parse_with_overrides(&text, &path, &set("network.impairments", "[]")).unwrap();
     assert!(s.network.impairments.is_empty());
+}
+
+/// A client group with the `markov` workload: defaults, the models read once and shared by
+/// the group's clients, and the workload handed to the traffic model.
+#[test]
+fn markov_groups_resolve_with_their_models() {
+    let dir = std::env::temp_dir().join(format!("onionlab-markov-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("markov.yaml");
+    std::fs::write(
+        &path,
+        "run: { seed: 1, stop_time: 10m }
+relays:
+  generate: { guard: 2, exit: 2, middle: 2, bandwidth: { fixed: 10 MiB/s } }
+servers:
+  - { name: web, count: 2, bandwidth: 1 Gbit }
+clients:
+  - name: users-us
+    count: 3
+    workload: { markov: { users: 25 } }
+    servers: web
+  - name: initial
+    count: 1
+    workload: { markov: { stream_model: privcount-2018-stream-initial,
+                          packet_model: data:workload/privcount-2018-packet-model-initial.json,
+                          timeout: 30s } }
+",
+    )
+    .unwrap();
+    let (_, _, plan) = load_and_resolve(&path).unwrap();
+    let markov: Vec<_> = plan
+        .clients
+        .iter()
+        .map(|c| match &c.workload {
+            ClientWorkload::Markov(m) => m.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(markov.len(), 4);
+    assert_eq!((markov[0].users, markov[0].timeout), (25, 60_000_000_000));
+    assert_eq!((markov[3].users, markov[3].timeout), (1, 30_000_000_000));
+    // The best stream model has two states besides its end; the initial packet model 27.
+    assert_eq!(
+        markov[0].stream_model.states,
+        ["s0Active", "s1Dwell", "s2End"]
+    );
+    assert!(std::sync::Arc::ptr_eq(
+        &markov[0].packet_model,
+        &markov[2].packet_model
+    ));
+    assert!(!std::sync::Arc::ptr_eq(
+        &markov[0].packet_model,
+        &markov[3].packet_model
+    ));
+    assert_eq!(markov[3].packet_model.states.len(), 27);
+    assert!(matches!(
+        plan.clients[0].workload.workload(),
+        onionlab_traffic::Workload::Markov(_)
+    ));
+
+    // A broken model file on disk: the error names the scenario, the field, the model file
+    // and the JSON field at fault.
+    let model = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../data/workload/privcount-2018-stream-model-best.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("broken-stream.json"),
+        model.replace("0.8368115531124", "1.8368115531124"),
+    )
+    .unwrap();
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(&path).unwrap().replace(
+            "{ users: 25 }",
+            "{ users: 25, stream_model: broken-stream.json }",
+        ),
+    )
+    .unwrap();
+    let e = load_and_resolve(&path).unwrap_err();
+    let shown = e.to_string();
+    assert_eq!(e.field, "clients[0].workload.markov.stream_model");
+    assert!(shown.contains("broken-stream.json: stream_model.transition_probability.s0Active.s0Active: expected a probability from 0 to 1, found 1.8368115531124"), "{shown}");
+    std::fs::write(dir.join("broken-stream.json"), "{ \"stream_model\": ").unwrap();
+    let shown = load_and_resolve(&path).unwrap_err().to_string();
+    assert!(
+        shown.contains("broken-stream.json: not valid JSON"),
+        "{shown}"
+    );
+    std::fs::remove_file(dir.join("broken-stream.json")).unwrap();
+    let shown = load_and_resolve(&path).unwrap_err().to_string();
+    assert!(shown.contains("broken-stream.json"), "{shown}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,9 +7,17 @@
 //!
 //! Servers need no model of their own: they just send the number of bytes a client asks for.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
 use onionlab_engine::time::{secs, SimDuration, SimTime};
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
+
+pub mod markov;
+
+pub use markov::{MarkovModel, ModelKind, PACKET_PAYLOAD_BYTES};
 
 /// One KiB, for the sizes the reference workloads are stated in.
 pub const KIB: u64 = 1024;
@@ -58,6 +66,43 @@ pub enum Workload {
         size_bytes: u64,
         timeout: SimDuration,
     },
+    /// Streams as the PrivCount models say Tor's users make them (see [`MarkovWorkload`]).
+    Markov(MarkovWorkload),
+}
+
+/// Circuits (stream-model walks) a user starts every 10 minutes at load 1.0: the 2018
+/// PrivCount measurements counted 4,575,895 active exit circuits per day at exits carrying
+/// 2.13% of exit traffic, and 1,436,887 active client IPs per day at guards carrying 1.26% of
+/// guard traffic; per 10-minute period (144 a day) that is 1,491,880 circuits and 791,935
+/// active users on the whole network, 1.884 circuits per user. (tornettools, which generated
+/// the 792k-user network of Jansen et al. 2021 from the same tallies, assigns them to the 95%
+/// of users it treats as exit users: 1.98 each.)
+pub const CIRCUITS_PER_USER_PER_10_MIN: f64 = 1_491_880.0 / 791_935.0;
+
+/// How long one circuit's walk of the stream model may go on starting streams: tor attaches
+/// new streams to a circuit for `MaxCircuitDirtiness` (10 minutes) after its first, so no
+/// stream the model was learned from started later than that on its circuit.
+pub const SESSION_LIMIT: SimDuration = secs(600);
+
+/// The most users one client host may stand for.
+pub const MAX_USERS: u32 = 10_000;
+
+/// A client host standing for `users` Tor users whose streams follow the PrivCount models.
+///
+/// Each user starts circuits ("sessions") at random, [`CIRCUITS_PER_USER_PER_10_MIN`] every
+/// 10 minutes on average (a Poisson process, as tornettools' flow model does); the users'
+/// processes together are one Poisson process `users` times as fast, which is how the host
+/// draws them. Each session walks the stream model: every `$` starts a stream (a download
+/// through the host's tor client), the emission's delay says when the next observation
+/// comes, and the session ends at `F` or once its next stream would start more than
+/// [`SESSION_LIMIT`] after its first. Each stream's size is one walk of the packet model: its
+/// server-to-client packets times [`PACKET_PAYLOAD_BYTES`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkovWorkload {
+    pub users: u32,
+    pub timeout: SimDuration,
+    pub stream_model: Arc<MarkovModel>,
+    pub packet_model: Arc<MarkovModel>,
 }
 
 impl Workload {
@@ -92,13 +137,15 @@ impl Workload {
         }
     }
 
-    /// Bytes each transfer of this workload fetches (or, uploading, sends).
-    pub fn size_bytes(&self) -> u64 {
+    /// Bytes each transfer of this workload fetches (or, uploading, sends); `None` for
+    /// `Markov`, which draws every stream's size.
+    pub fn size_bytes(&self) -> Option<u64> {
         match *self {
             Workload::Web { size_bytes, .. }
             | Workload::Bulk { size_bytes, .. }
             | Workload::Perf { size_bytes, .. }
-            | Workload::Upload { size_bytes, .. } => size_bytes,
+            | Workload::Upload { size_bytes, .. } => Some(size_bytes),
+            Workload::Markov(_) => None,
         }
     }
 
@@ -109,6 +156,7 @@ impl Workload {
             | Workload::Bulk { timeout, .. }
             | Workload::Perf { timeout, .. }
             | Workload::Upload { timeout, .. } => timeout,
+            Workload::Markov(ref m) => m.timeout,
         }
     }
 
@@ -119,8 +167,13 @@ impl Workload {
 
     /// Rejects parameters that would make a client do nothing or spin without time advancing.
     pub fn validate(&self) -> Result<(), String> {
-        if self.size_bytes() == 0 {
+        if self.size_bytes() == Some(0) {
             return Err("download size must be at least 1 byte".into());
+        }
+        if let Workload::Markov(m) = self {
+            if !(1..=MAX_USERS).contains(&m.users) {
+                return Err(format!("users must be 1 to {MAX_USERS}"));
+            }
         }
         if self.timeout() == 0 {
             return Err("download timeout must be positive".into());
@@ -201,15 +254,60 @@ pub struct ClientSchedule {
     state: State,
     started: u64,
     in_flight: u64,
+    /// The sessions of a `Markov` workload.
+    markov: Option<Sessions>,
+}
+
+/// One session's next observation: when, its state, and when it must stop starting streams.
+/// Ordered by time, then by the order sessions began (`seq`), so that sessions due at one
+/// instant are handled in an order fixed by the draws alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct PendingStep {
+    at: SimTime,
+    seq: u64,
+    state: u32,
+    limit: SimTime,
+}
+
+/// The state of a `Markov` workload: when the next session begins and the steps of the
+/// sessions under way. The heap keeps its capacity, so steady state allocates nothing.
+#[derive(Clone, Debug)]
+struct Sessions {
+    next_session: Option<SimTime>,
+    steps: BinaryHeap<Reverse<PendingStep>>,
+    seq: u64,
+}
+
+/// A uniform draw in [0, 1) from the host's RNG.
+fn uniform<R: Rng + ?Sized>(rng: &mut R) -> f64 {
+    rng.random::<f64>()
+}
+
+/// Nanoseconds from a delay in microseconds, rounded, within 0 and the 30-day bound of every
+/// duration (a log-normal's far tail exceeds any run).
+fn micros_to_ns(us: f64) -> SimDuration {
+    const MAX_NS: f64 = 30.0 * 86_400.0 * 1e9;
+    let ns = us * 1000.0;
+    if ns.is_nan() {
+        MAX_NS as u64
+    } else {
+        ns.round().clamp(0.0, MAX_NS) as u64
+    }
 }
 
 impl ClientSchedule {
     pub fn new(workload: Workload, start: SimTime) -> Self {
+        let markov = matches!(workload, Workload::Markov(_)).then(|| Sessions {
+            next_session: None,
+            steps: BinaryHeap::new(),
+            seq: 0,
+        });
         ClientSchedule {
             workload,
             state: State::ReadyAt(start),
             started: 0,
             in_flight: 0,
+            markov,
         }
     }
 
@@ -229,6 +327,9 @@ impl ClientSchedule {
 
     /// What to do at `now` (call at start and at the time of every `WaitUntil`).
     pub fn poll<R: Rng + ?Sized>(&mut self, now: SimTime, rng: &mut R) -> Action {
+        if self.markov.is_some() {
+            return self.poll_markov(now, rng);
+        }
         if let State::Finished(at) = self.state {
             let ready = match self.workload {
                 Workload::Web {
@@ -264,12 +365,87 @@ impl ClientSchedule {
                 self.started += 1;
                 self.in_flight += 1;
                 Action::Start {
-                    size_bytes: self.workload.size_bytes(),
+                    size_bytes: self.workload.size_bytes().unwrap_or(1),
                     timeout: self.workload.timeout(),
                 }
             }
             State::Finished(_) => unreachable!("resolved above"),
         }
+    }
+
+    /// The `Markov` workload's poll: begins the sessions due, then takes the session steps due
+    /// in time order until one starts a stream (one `Start` per poll, as for the others).
+    fn poll_markov<R: Rng + ?Sized>(&mut self, now: SimTime, rng: &mut R) -> Action {
+        let Workload::Markov(w) = &self.workload else {
+            unreachable!("markov sessions exist only for the markov workload");
+        };
+        let sessions = self.markov.as_mut().expect("checked by poll");
+        let State::ReadyAt(start) = self.state else {
+            unreachable!("a markov schedule stays ready");
+        };
+        if now < start {
+            return Action::WaitUntil(start);
+        }
+        // Sessions begin as a Poisson process of rate users x circuits per user.
+        let per_ns = f64::from(w.users.max(1)) * CIRCUITS_PER_USER_PER_10_MIN / 600e9;
+        let gap = |rng: &mut R| {
+            // 1 - u is in (0, 1]: the gap is finite, and at least 1 ns so time moves on.
+            let ns = -(1.0 - uniform(rng)).ln() / per_ns;
+            (ns.round() as u64).clamp(1, secs(30 * 86_400))
+        };
+        let mut next_session = match sessions.next_session {
+            Some(t) => t,
+            None => start.saturating_add(gap(rng)),
+        };
+        while next_session <= now {
+            sessions.seq += 1;
+            sessions.steps.push(Reverse(PendingStep {
+                at: next_session,
+                seq: sessions.seq,
+                state: w.stream_model.first_state(uniform(rng)),
+                limit: next_session.saturating_add(SESSION_LIMIT),
+            }));
+            next_session = next_session.saturating_add(gap(rng));
+        }
+        sessions.next_session = Some(next_session);
+        while let Some(&Reverse(step)) = sessions.steps.peek() {
+            if step.at > now {
+                break;
+            }
+            sessions.steps.pop();
+            let markov::SessionStep::Stream { delay_us, next } =
+                markov::session_step(&w.stream_model, step.state, || uniform(rng))
+            else {
+                // `F`: the session (the circuit) is over.
+                continue;
+            };
+            let at = step.at.saturating_add(micros_to_ns(delay_us));
+            if let Some(state) = next {
+                if at < step.limit {
+                    sessions
+                        .steps
+                        .push(Reverse(PendingStep { at, state, ..step }));
+                }
+            }
+            let packets = markov::walk_packets(&w.packet_model, || uniform(rng));
+            // A stream whose server sent nothing still opened a stream and asked: the model's
+            // smallest response, one byte, stands for it.
+            let size_bytes = packets
+                .to_client
+                .saturating_mul(PACKET_PAYLOAD_BYTES)
+                .clamp(1, u64::from(u32::MAX));
+            self.started += 1;
+            self.in_flight += 1;
+            return Action::Start {
+                size_bytes,
+                timeout: w.timeout,
+            };
+        }
+        let next = sessions
+            .steps
+            .peek()
+            .map_or(next_session, |s| s.0.at.min(next_session));
+        Action::WaitUntil(next)
     }
 
     /// A download finished (ok, failed or timed out) at `now`; the next poll decides what comes
@@ -305,7 +481,7 @@ mod tests {
                 timeout: secs(60)
             }
         );
-        assert_eq!(Workload::bulk_default().size_bytes(), 5 * MIB);
+        assert_eq!(Workload::bulk_default().size_bytes(), Some(5 * MIB));
         for (size, timeout) in [(50 * KIB, 15), (MIB, 60), (5 * MIB, 120)] {
             assert_eq!(
                 Workload::perf_default(size),

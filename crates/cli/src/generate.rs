@@ -1,0 +1,294 @@
+//! `onionlab generate`: write the scenario of a Tor network at a fraction of the real one's
+//! size, with a realistic load.
+//!
+//! Load 1.0 is the live network's as the 2018 PrivCount measurements put it (Jansen, Traudt
+//! and Hopper, CCS 2018), which is also what the largest published full-scale simulation ran
+//! (Jansen et al., "Once is Never Enough", USENIX Security 2021: 792k simultaneously active
+//! users on 6,489 relays): [`ACTIVE_USERS`] users active at once, each starting
+//! `onionlab_traffic::CIRCUITS_PER_USER_PER_10_MIN` circuits every 10 minutes whose streams
+//! follow the PrivCount models (the `markov` workload). A network at fraction F of the relays
+//! and load L gets L × F × [`ACTIVE_USERS`] users, so every relay carries about the share of
+//! users it carries in the real network.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::PathBuf;
+
+use onionlab_netdir::Consensus;
+
+use crate::Failure;
+
+/// Simultaneously active users on the whole network at load 1.0: the 2018 PrivCount count of
+/// active client IPs per 10 minutes, scaled to the whole network (791,935), as published.
+pub const ACTIVE_USERS: f64 = 792_000.0;
+
+/// Users each client host stands for: 792k users on about 15,800 hosts at full scale, which
+/// keeps a full network's hosts in the tens of thousands (a tor client per host) while each
+/// host still carries many users' independent sessions.
+pub const USERS_PER_HOST: f64 = 50.0;
+
+/// Shares of Tor users by country, from Tor Metrics' "Top-10 countries by directly connecting
+/// users", 2013-05-30 to 2013-09-05 (the newest such table whose figures we could check; see
+/// data/SOURCES.md). The rest of the users are placed anywhere.
+pub const COUNTRY_SHARES: [(&str, f64); 10] = [
+    ("US", 0.1239),
+    ("DE", 0.0863),
+    ("BR", 0.0631),
+    ("FR", 0.0626),
+    ("ES", 0.0474),
+    ("IT", 0.0426),
+    ("GB", 0.0360),
+    ("PL", 0.0352),
+    ("RU", 0.0340),
+    ("IN", 0.0297),
+];
+
+/// Where the file servers are: countries with many exits and hosting providers, so that
+/// exit-to-server paths have the spread of the real web.
+const SERVER_COUNTRIES: [&str; 4] = ["US", "DE", "NL", "FR"];
+
+/// Client hosts per file server, as tornettools' default server scale (0.1) has it.
+const CLIENT_HOSTS_PER_SERVER: f64 = 10.0;
+
+/// OnionPerf-like measurement clients per size at full scale (and at least 2 per size).
+const PERF_CLIENTS_FULL: f64 = 20.0;
+
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    /// The consensus to take relays from: consensus-2023, consensus-2022,
+    /// consensus-2019-microdesc, data:<path>, or a file.
+    #[arg(long, value_name = "FILE")]
+    pub consensus: String,
+    /// Fraction of the consensus's relays to keep, 0 < F <= 1 (1 keeps every relay).
+    #[arg(long, value_name = "F")]
+    pub scale: f64,
+    /// Load relative to the live network (1.0: see the README), 0.001 to 10.
+    #[arg(long, value_name = "L", default_value_t = 1.0)]
+    pub load: f64,
+    /// Scenario file to write (default: net-<F as a percentage>pct.yaml).
+    #[arg(short, long, value_name = "OUT.yaml")]
+    pub output: Option<PathBuf>,
+    /// The scenario's run.seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The scenario's run.stop_time (the bootstrap is 2 minutes, or half a shorter run).
+    #[arg(long, value_name = "T", default_value = "5m")]
+    pub stop_time: String,
+    /// Replace an existing file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Splits `total` into parts proportional to `weights`, summing exactly to `total`: floors
+/// first, then the largest remainders (ties by position), so the split is deterministic.
+fn apportion(total: u64, weights: &[f64]) -> Vec<u64> {
+    let sum: f64 = weights.iter().sum();
+    let exact: Vec<f64> = weights.iter().map(|w| total as f64 * w / sum).collect();
+    let mut parts: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
+    let mut left = total - parts.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
+        rb.total_cmp(&ra).then(a.cmp(&b))
+    });
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        parts[i] += 1;
+        left -= 1;
+    }
+    parts
+}
+
+pub fn generate(args: GenerateArgs) -> Result<(), Failure> {
+    if !(args.scale > 0.0 && args.scale <= 1.0) {
+        return Err(Failure::input(format!(
+            "--scale {}: expected a fraction of the consensus's relays, 0 < F <= 1",
+            args.scale
+        )));
+    }
+    if !(0.001..=10.0).contains(&args.load) {
+        return Err(Failure::input(format!(
+            "--load {}: expected 0.001 to 10 (1.0 is the live network's load)",
+            args.load
+        )));
+    }
+    let stop = onionlab_scenario::parse_duration(&args.stop_time)
+        .map_err(|e| Failure::input(format!("--stop-time {}: {e}", args.stop_time)))?;
+    if stop.0 < 60_000_000_000 || stop > onionlab_scenario::limits::MAX_STOP_TIME {
+        return Err(Failure::input(format!(
+            "--stop-time {}: expected 1m to 720h (a run needs a minute for its clients to start)",
+            args.stop_time
+        )));
+    }
+    let output = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "net-{}pct.yaml",
+            format!("{:.4}", args.scale * 100.0)
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+        ))
+    });
+    if output.exists() && !args.force {
+        return Err(Failure::input(format!(
+            "{}: exists; give --force to replace it",
+            output.display()
+        )));
+    }
+    // The consensus is read as the scenario will read it, so its relays can be counted; a
+    // path is written absolute, since the scenario may be written elsewhere.
+    let cwd = std::env::current_dir()
+        .map_err(|e| Failure::internal(format!("the working directory: {e}")))?;
+    let input = onionlab_scenario::consensus_input(&args.consensus, &cwd.join("generate"))
+        .map_err(|e| Failure::input(format!("--consensus: {e}")))?;
+    let consensus =
+        Consensus::read(&input).map_err(|e| Failure::input(format!("--consensus: {e}")))?;
+    let consensus_ref = if onionlab_scenario::is_shipped_consensus(&args.consensus) {
+        args.consensus.clone()
+    } else {
+        input.to_string()
+    };
+    let text = scenario_text(&args, &consensus_ref, consensus.relays.len(), stop)?;
+    fs::write(&output, text)
+        .map_err(|e| Failure::input(format!("{}: cannot write: {e}", output.display())))?;
+    // What was written must pass `check`; a failure here is onionlab's, not the user's.
+    crate::run::check(&output.to_string_lossy()).map_err(|f| {
+        Failure::internal(format!(
+            "the generated scenario does not pass check: {}",
+            f.message
+        ))
+    })
+}
+
+fn scenario_text(
+    args: &GenerateArgs,
+    consensus: &str,
+    consensus_relays: usize,
+    stop: onionlab_scenario::Duration,
+) -> Result<String, Failure> {
+    let relays = if args.scale >= 1.0 {
+        consensus_relays
+    } else {
+        ((args.scale * consensus_relays as f64).round() as usize).max(3)
+    };
+    if relays > consensus_relays || consensus_relays < 3 {
+        return Err(Failure::input(format!(
+            "--consensus {consensus}: {consensus_relays} relays, too few for a network of {relays}"
+        )));
+    }
+    let users = args.load * args.scale * ACTIVE_USERS;
+    let hosts = ((users / USERS_PER_HOST).round() as u64).max(1);
+    let per_host = ((users / hosts as f64).round() as u32).clamp(1, onionlab_traffic::MAX_USERS);
+    let shares: Vec<f64> = COUNTRY_SHARES
+        .iter()
+        .map(|(_, s)| *s)
+        .chain([1.0 - COUNTRY_SHARES.iter().map(|(_, s)| s).sum::<f64>()])
+        .collect();
+    let by_country = apportion(hosts, &shares);
+    let servers = ((hosts as f64 / CLIENT_HOSTS_PER_SERVER).ceil() as u64).max(4);
+    let by_server_country = apportion(servers, &[1.0; SERVER_COUNTRIES.len()]);
+    let perf = ((PERF_CLIENTS_FULL * args.scale).round() as u64).max(2);
+    let bootstrap = (stop.0 / 2).min(120_000_000_000);
+
+    let mut t = String::new();
+    let w = &mut t;
+    let _ = writeln!(
+        w,
+        "# Generated by onionlab generate; do not edit by hand, generate again:"
+    );
+    let _ = writeln!(
+        w,
+        "#   onionlab generate --consensus {consensus} --scale {} --load {} --seed {} --stop-time {}",
+        args.scale, args.load, args.seed, args.stop_time
+    );
+    let _ = writeln!(
+        w,
+        "# Relays: {relays} of the consensus's {consensus_relays} (F = {}), sampled by class and bandwidth.",
+        args.scale
+    );
+    let _ = writeln!(
+        w,
+        "# Load L = {}: L x F x 792,000 simultaneously active users = {:.0}, on {hosts} client hosts of {per_host} users",
+        args.load, users
+    );
+    let _ = writeln!(
+        w,
+        "# each. Load 1.0 is the live network's: 792k active users (PrivCount 2018, Jansen et al. CCS 2018;"
+    );
+    let _ = writeln!(
+        w,
+        "# the 792k users on 6,489 relays of Jansen et al., USENIX Security 2021), each starting 1.88"
+    );
+    let _ = writeln!(
+        w,
+        "# circuits per 10 minutes whose streams follow the PrivCount models (the markov workload)."
+    );
+    let _ = writeln!(
+        w,
+        "# Clients by country: Tor Metrics' top-10 shares (2013-05-30..2013-09-05), the rest anywhere."
+    );
+    let _ = writeln!(
+        w,
+        "# Perf clients: {perf} per size fetching 50 KiB, 1 MiB and 5 MiB every minute (OnionPerf-like)."
+    );
+    let _ = writeln!(
+        w,
+        "run: {{ seed: {}, stop_time: {}, bootstrap: {} }}",
+        args.seed,
+        stop,
+        onionlab_scenario::Duration(bootstrap)
+    );
+    let _ = writeln!(w, "network: {{ graph: internet-2018 }}");
+    let _ = writeln!(w, "authorities: 3");
+    let _ = writeln!(w, "relays:");
+    let _ = writeln!(w, "  sample: {{ consensus: {consensus}, count: {relays} }}");
+    let _ = writeln!(w, "servers:");
+    for (country, n) in SERVER_COUNTRIES.iter().zip(&by_server_country) {
+        if *n > 0 {
+            let _ = writeln!(
+                w,
+                "  - {{ name: web-{}, count: {n}, country: {country}, bandwidth: 1 Gbit }}",
+                country.to_lowercase()
+            );
+        }
+    }
+    let _ = writeln!(w, "clients:");
+    for (i, n) in by_country.iter().enumerate() {
+        if *n == 0 {
+            continue;
+        }
+        let (name, country) = match COUNTRY_SHARES.get(i) {
+            Some((c, _)) => (
+                format!("users-{}", c.to_lowercase()),
+                format!(", country: {c}"),
+            ),
+            None => ("users-other".to_string(), String::new()),
+        };
+        let _ = writeln!(
+            w,
+            "  - {{ name: {name}, count: {n}{country}, workload: {{ markov: {{ users: {per_host} }} }}, start: [0s, 30s] }}"
+        );
+    }
+    for (size, label) in [("50 KiB", "50k"), ("1 MiB", "1m"), ("5 MiB", "5m")] {
+        let _ = writeln!(
+            w,
+            "  - {{ name: perf-{label}, count: {perf}, workload: {{ perf: {{ size: {size}, interval: 60s }} }}, start: [0s, 60s] }}"
+        );
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apportion_sums_exactly_and_follows_the_weights() {
+        assert_eq!(apportion(10, &[1.0, 1.0, 1.0]), vec![4, 3, 3]);
+        assert_eq!(apportion(0, &[0.5, 0.5]), vec![0, 0]);
+        let parts = apportion(15_840, &[0.1239, 0.0863, 0.7898]);
+        assert_eq!(parts.iter().sum::<u64>(), 15_840);
+        assert_eq!(parts[0], 1963);
+    }
+}
