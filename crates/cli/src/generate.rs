@@ -27,6 +27,12 @@ pub const ACTIVE_USERS: f64 = 792_000.0;
 /// host still carries many users' independent sessions.
 pub const USERS_PER_HOST: f64 = 50.0;
 
+/// One user's access link (Mbit/s down, up): the median country of the 2020 speed data
+/// (`data/workload/client-speed-by-country-2020-04.json.xz`), as in the shipped examples. A
+/// host standing for N users gets N of them, so that its users do not share one home link
+/// (which would make the host's link, not Tor, the bottleneck of every user behind it).
+const USER_LINK_MBIT: (u64, u64) = (36, 20);
+
 /// Shares of Tor users by country, from Tor Metrics' "Top-10 countries by directly connecting
 /// users", 2013-05-30 to 2013-09-05 (the newest such table whose figures we could check; see
 /// data/SOURCES.md). The rest of the users are placed anywhere.
@@ -267,7 +273,9 @@ fn scenario_text(
         };
         let _ = writeln!(
             w,
-            "  - {{ name: {name}, count: {n}{country}, workload: {{ markov: {{ users: {per_host} }} }}, start: [0s, 30s] }}"
+            "  - {{ name: {name}, count: {n}{country}, bandwidth_down: {} Mbit, bandwidth_up: {} Mbit, workload: {{ markov: {{ users: {per_host} }} }}, start: [0s, 30s] }}",
+            USER_LINK_MBIT.0 * per_host as u64,
+            USER_LINK_MBIT.1 * per_host as u64,
         );
     }
     for (size, label) in [("50 KiB", "50k"), ("1 MiB", "1m"), ("5 MiB", "5m")] {

@@ -872,3 +872,9 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
     assert_eq!(out.status.code(), Some(2));
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_one_percent_network_gives_identical_results_on_any_thread_count_with_or_without_stealing() {
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/net-1pct.yaml");
+    assert_identical_for_any_thread_count(scenario, "2m30s", "determinism-1pct");
+}
