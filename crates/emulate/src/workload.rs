@@ -126,6 +126,9 @@ pub fn start_client(
                     Action::Start {
                         size_bytes,
                         timeout,
+                        // Emulated clients run web, bulk and perf workloads only, which
+                        // share circuits (key 0); markov groups are refused.
+                        isolation: _,
                     } => {
                         let (server, address) =
                             spec.servers[spec.rng.random_range(0..spec.servers.len())];

@@ -117,6 +117,9 @@ struct Circuit {
     first_used: Option<SimTime>,
     /// Downloads on this circuit (streams or waiting for it to open).
     downloads: Vec<u32>,
+    /// The isolation key of the streams it carries, taken from the first one attached (a
+    /// clean circuit takes any), as tor binds a circuit to its first stream's isolation.
+    isolation: Option<u32>,
     next_stream: u16,
     receiver: CircuitReceiver,
     streams_opened: u32,
@@ -162,6 +165,8 @@ struct Download {
     sender: StreamSender,
     /// Upload: its request went out, and this many body bytes after it.
     request_sent: bool,
+    /// Its isolation key: it shares a circuit only with streams of the same key.
+    isolation: u32,
     sent: u64,
     /// As `Circuit::packaged` and `acked`, for stream SENDMEs.
     packaged: u64,
@@ -324,7 +329,8 @@ impl Client {
                 Action::Start {
                     size_bytes,
                     timeout,
-                } => self.start_download(io, size_bytes, timeout),
+                    isolation,
+                } => self.start_download(io, size_bytes, timeout, isolation),
                 Action::WaitUntil(at) => {
                     if self.wake_at != Some(at) {
                         self.wake_at = Some(at);
@@ -337,7 +343,13 @@ impl Client {
         }
     }
 
-    fn start_download(&mut self, io: &mut impl Io<ClientTimer>, size: u64, timeout: SimDuration) {
+    fn start_download(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        size: u64,
+        timeout: SimDuration,
+        isolation: u32,
+    ) {
         let server = self.servers[io.rng().random_range(0..self.servers.len())];
         self.download_generation += 1;
         let d = Download {
@@ -358,6 +370,7 @@ impl Client {
             sent: 0,
             packaged: 0,
             acked: 0,
+            isolation,
         };
         let idx = match self.free_downloads.pop() {
             Some(i) => {
@@ -385,9 +398,11 @@ impl Client {
     fn attach(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
         let now = io.now();
         let dirtiness = secs(self.world.params.max_circuit_dirtiness_s);
+        let key = self.downloads[dl as usize].as_ref().unwrap().isolation;
         let usable = |c: &Circuit| {
             c.first_used
                 .is_none_or(|t| now < t.saturating_add(dirtiness))
+                && c.isolation.is_none_or(|k| k == key)
         };
         let open = self.circuits.iter().position(|c| {
             c.as_ref()
@@ -395,8 +410,10 @@ impl Client {
         });
         let building = || {
             self.circuits.iter().position(|c| {
-                c.as_ref()
-                    .is_some_and(|c| matches!(c.state, CircState::Building { .. }))
+                c.as_ref().is_some_and(|c| {
+                    matches!(c.state, CircState::Building { .. })
+                        && c.isolation.is_none_or(|k| k == key)
+                })
             })
         };
         let circ = match open.or_else(building) {
@@ -413,6 +430,7 @@ impl Client {
         };
         let c = self.circuits[circ as usize].as_mut().unwrap();
         c.downloads.push(dl);
+        c.isolation.get_or_insert(key);
         let d = self.downloads[dl as usize].as_mut().unwrap();
         d.circ = Some(circ);
         d.no_path = false;
@@ -577,6 +595,7 @@ impl Client {
             build: None,
             first_used: None,
             downloads: Vec::new(),
+            isolation: None,
             next_stream: 0,
             receiver: CircuitReceiver::new(&world.params),
             streams_opened: 0,

@@ -224,6 +224,9 @@ pub enum Action {
     Start {
         size_bytes: u64,
         timeout: SimDuration,
+        /// Streams with different keys never share a circuit (tor's stream isolation, as a
+        /// SOCKS username gives it); 0 for workloads whose streams may share any circuit.
+        isolation: u32,
     },
     /// Nothing to do until this time; poll again then.
     WaitUntil(SimTime),
@@ -367,6 +370,7 @@ impl ClientSchedule {
                 Action::Start {
                     size_bytes: self.workload.size_bytes().unwrap_or(1),
                     timeout: self.workload.timeout(),
+                    isolation: 0,
                 }
             }
             State::Finished(_) => unreachable!("resolved above"),
@@ -436,9 +440,13 @@ impl ClientSchedule {
                 .clamp(1, u64::from(u32::MAX));
             self.started += 1;
             self.in_flight += 1;
+            // Each session is one user's circuit: its streams are isolated from other
+            // sessions' (tornettools gives every markov session its own SOCKS username), so
+            // the users a host stands for do not all crowd onto one circuit.
             return Action::Start {
                 size_bytes,
                 timeout: w.timeout,
+                isolation: (step.seq % u64::from(u32::MAX)) as u32 + 1,
             };
         }
         let next = sessions
@@ -581,7 +589,8 @@ mod tests {
                 s.poll(now, &mut rng),
                 Action::Start {
                     size_bytes: 320 * KIB,
-                    timeout: secs(60)
+                    timeout: secs(60),
+                    isolation: 0
                 }
             );
             assert_eq!(s.poll(now, &mut rng), Action::Idle);
@@ -636,7 +645,8 @@ mod tests {
                 s.poll(now, &mut rng),
                 Action::Start {
                     size_bytes: 3 * MIB,
-                    timeout: secs(300)
+                    timeout: secs(300),
+                    isolation: 0
                 }
             );
             assert_eq!(s.poll(now, &mut rng), Action::Idle);
@@ -656,7 +666,8 @@ mod tests {
                 s.poll(now, &mut rng),
                 Action::Start {
                     size_bytes: 5 * MIB,
-                    timeout: secs(120)
+                    timeout: secs(120),
+                    isolation: 0
                 }
             );
             assert_eq!(s.poll(now, &mut rng), Action::Idle);
@@ -681,7 +692,8 @@ mod tests {
                 s.poll(now, &mut rng),
                 Action::Start {
                     size_bytes: MIB,
-                    timeout: secs(60)
+                    timeout: secs(60),
+                    isolation: 0
                 }
             );
             let Action::WaitUntil(next) = s.poll(now, &mut rng) else {

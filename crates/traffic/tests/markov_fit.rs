@@ -343,7 +343,9 @@ fn the_schedule_starts_streams_at_the_model_rate() {
             Action::Start {
                 size_bytes,
                 timeout,
+                isolation,
             } => {
+                assert!(isolation > 0, "markov streams are isolated by session");
                 assert_eq!(timeout, secs(60));
                 assert!(now >= secs(5));
                 sizes.push(size_bytes);
