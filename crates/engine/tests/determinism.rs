@@ -337,7 +337,13 @@ fn work_stealing_moves_hosts_and_changes_no_result() {
         }
     }
     // With three workers, two of them idle for most of every round: over hundreds of rounds
-    // they take some of the first worker's hosts.
-    let (_, _, stolen) = lopsided_run(3, true);
-    assert!(stolen > 0, "no host was ever stolen");
+    // they take some of the first worker's hosts. Whether they do depends on the operating
+    // system giving them time while the first is still busy, which a loaded machine may not
+    // do in one run, so a few runs are allowed (every one is checked for equal results).
+    let stole = (0..10).any(|_| {
+        let (h, e, stolen) = lopsided_run(3, true);
+        assert_eq!((h, e), (hash, events));
+        stolen > 0
+    });
+    assert!(stole, "no host was ever stolen in ten runs");
 }
