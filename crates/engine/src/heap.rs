@@ -59,3 +59,83 @@ unsafe impl GlobalAlloc for Counting {
 pub fn live_bytes() -> isize {
     LIVE.load(Ordering::Relaxed)
 }
+
+/// The capacity [`trim`] never goes below: small queues keep their storage, so a queue that
+/// holds a few items at a time never allocates again.
+pub const TRIM_FLOOR: usize = 32;
+
+/// Gives back most of a queue's spare storage once it holds less than a quarter of its
+/// capacity (keeping twice what it holds, and at least [`TRIM_FLOOR`]). Call it after taking
+/// items out.
+///
+/// Queues that live as long as a run (a channel's message pipe, a long-lived circuit's cell
+/// queue) otherwise keep the capacity of their longest burst for good, which over a long run
+/// becomes most of the model's memory. The thresholds make it cheap: after a trim the queue
+/// must take in as many items as it holds, or give out half of them, before storage moves
+/// again, so reallocations cost O(1) per item on average, and a queue in steady use, whose
+/// length stays near its capacity, never reallocates.
+#[inline]
+pub fn trim<T>(queue: &mut std::collections::VecDeque<T>) {
+    let cap = queue.capacity();
+    if cap > TRIM_FLOOR && queue.len() < cap / 4 {
+        queue.shrink_to((queue.len() * 2).max(TRIM_FLOOR));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    #[test]
+    fn trim_keeps_small_queues_and_shrinks_drained_ones() {
+        let mut q: VecDeque<u64> = VecDeque::new();
+        q.extend(0..10);
+        trim(&mut q);
+        let small = q.capacity();
+        assert!(small >= 10);
+        q.clear();
+        trim(&mut q);
+        assert_eq!(
+            q.capacity(),
+            small,
+            "a queue within the floor keeps its storage"
+        );
+
+        q.extend(0..10_000);
+        while q.len() > 100 {
+            q.pop_front();
+            trim(&mut q);
+        }
+        assert!(
+            q.capacity() <= 400,
+            "capacity {} for 100 items",
+            q.capacity()
+        );
+        assert!(
+            q.iter().copied().eq(9_900..10_000),
+            "trimming keeps the items in order"
+        );
+        q.clear();
+        trim(&mut q);
+        assert_eq!(q.capacity(), TRIM_FLOOR);
+    }
+
+    #[test]
+    fn a_queue_in_steady_use_is_not_reallocated() {
+        let mut q: VecDeque<u64> = VecDeque::with_capacity(1024);
+        q.extend(0..1000);
+        let cap = q.capacity();
+        for i in 0..100_000 {
+            // From 1000 items down to about 500, where it hovers.
+            if q.len() > 500 && i % 3 != 0 {
+                q.pop_front();
+                trim(&mut q);
+            } else {
+                q.push_back(i);
+            }
+        }
+        assert!(q.len() > 400);
+        assert_eq!(q.capacity(), cap);
+    }
+}
