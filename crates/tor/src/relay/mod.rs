@@ -482,7 +482,8 @@ pub struct Relay {
     /// its last circuit's connection, failures and ConnLimit close others), for the whole run.
     free_channels: Vec<u32>,
     /// Closed channels whose slots are not reusable yet: the scheduler's pending list or an
-    /// onion skin still being handled may name them. Checked once a second (`recycle`).
+    /// onion skin still being handled may name them. Checked once a second
+    /// (`recycle_channels`).
     closed_channels: Vec<u32>,
     /// The next token a channel we open gets (named in its connections' Join messages). A
     /// counter rather than the slot, so that a reused slot never carries the token of a
