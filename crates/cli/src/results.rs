@@ -8,6 +8,7 @@ use onionlab_report::{
 use onionlab_tor::measure::{CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
 
+/// One batch of records, in the files' order: written, added to the summary, then dropped.
 pub struct Collected {
     pub downloads: Vec<DownloadRecord>,
     pub relays: Vec<RelaySample>,
@@ -111,12 +112,6 @@ impl Collected {
             relays: Vec::new(),
             circuits: Vec::new(),
         }
-    }
-
-    pub fn extend(&mut self, more: Collected) {
-        self.downloads.extend(more.downloads);
-        self.relays.extend(more.relays);
-        self.circuits.extend(more.circuits);
     }
 }
 

@@ -10,8 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use onionlab_engine::time::{as_secs_f64, SimTime, NANOS_PER_SEC};
 use onionlab_engine::{HostId, RunControl, RunStats};
 use onionlab_report::{
-    peak_rss_bytes, render_cpu_summary, render_summary, summarize, total_goodput, OutputDir,
-    ResultsOptions, ResultsWriter, RunInfo, WorkerRecord,
+    peak_rss_bytes, OutputDir, ResultsOptions, ResultsWriter, RunInfo, RunSummary, WorkerRecord,
 };
 use onionlab_scenario::{Plan, Scenario};
 use onionlab_tor::build::build;
@@ -425,7 +424,8 @@ pub(crate) fn run_one(
     let done = Arc::new(AtomicBool::new(false));
     let progress = spawn_progress(control.clone(), stop, done.clone(), !options.quiet);
     let started = Instant::now();
-    let mut collected = results::Collected::new();
+    // What the summary needs; the records themselves go to the files and are dropped.
+    let mut collected = RunSummary::new(bootstrap / NANOS_PER_SEC + 1);
     let mut totals = RunStats::default();
     let mut failure = None;
     let mut reached: SimTime = 0;
@@ -455,7 +455,7 @@ pub(crate) fn run_one(
         let batch = results::drain(&mut sim, &world, &groups, bootstrap, last);
         sink.append(&batch.downloads, &batch.relays, &batch.circuits)
             .map_err(write)?;
-        collected.extend(batch);
+        collected.add(&batch.downloads, &batch.relays);
         if last {
             break;
         }
@@ -466,7 +466,7 @@ pub(crate) fn run_one(
         let batch = results::drain(&mut sim, &world, &groups, bootstrap, false);
         sink.append(&batch.downloads, &batch.relays, &batch.circuits)
             .map_err(write)?;
-        collected.extend(batch);
+        collected.add(&batch.downloads, &batch.relays);
     }
     drop(sink);
     done.store(true, Ordering::Relaxed);
@@ -507,11 +507,7 @@ pub(crate) fn run_one(
         failure.clone()
     };
     out.write_run(&info).map_err(write)?;
-    let groups = summarize(&collected.downloads);
-    let measured_from = bootstrap / NANOS_PER_SEC + 1;
-    let goodput = total_goodput(&collected.relays, measured_from);
-    let summary = render_summary(&groups, goodput, complete)
-        + &render_cpu_summary(&collected.relays, measured_from);
+    let summary = collected.render(complete);
     out.write_summary(&summary).map_err(write)?;
     if options.summary {
         println!("{summary}");

@@ -9,8 +9,6 @@
 //! spare vector capacity is counted, and connections open in small batches so that transient
 //! queues (events in flight during the handshakes) stay small.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 
 use clap::Parser;
@@ -19,26 +17,8 @@ use onionlab_engine::{Context, EngineConfig, Host, HostId, Simulation};
 use onionlab_net::iperf::{at, switch_graph};
 use onionlab_net::{NetEvent, NetStack, Network, NetworkConfig, SocketEvent, SocketId};
 
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        System.realloc(p, l, new)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static HEAP: onionlab_engine::heap::Counting = onionlab_engine::heap::Counting;
 
 #[derive(Parser)]
 struct Args {
@@ -133,7 +113,7 @@ fn main() {
     // Warm up: one connection, so one-off allocations (queues, tables) are not counted.
     sim.schedule(0, 0, Ev::Open(1));
     sim.run_until(secs(5));
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = onionlab_engine::heap::live_bytes();
     let batch = 63;
     let mut left = a.connections - 1;
     let mut t = secs(5);
@@ -144,7 +124,7 @@ fn main() {
         t += millis(50);
     }
     sim.run_until(t + secs(10));
-    let after = LIVE.load(Ordering::Relaxed);
+    let after = onionlab_engine::heap::live_bytes();
     let est = (sim.host(0).established, sim.host(1).established);
     assert_eq!(
         est,
@@ -175,7 +155,7 @@ fn main() {
             }
         }
         sim.run_until(t + secs(2));
-        let with_streams = LIVE.load(Ordering::Relaxed);
+        let with_streams = onionlab_engine::heap::live_bytes();
         let opened = a.connections * a.streams;
         assert_eq!(
             sim.host(1).streams,

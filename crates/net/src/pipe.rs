@@ -41,6 +41,9 @@ impl<M> Pipe<M> {
             let (_, m) = q.pop_front().unwrap();
             f(m);
         }
+        // A long-lived connection's pipe would otherwise keep the storage of its largest
+        // burst (thousands of entries) for the rest of the run.
+        onionlab_engine::heap::trim(&mut q);
     }
 }
 

@@ -36,21 +36,43 @@ pub struct RelayCpu {
 /// Every relay with a CPU measurement among `samples`, busiest main thread first (ties by
 /// name, so the order never depends on the order of the samples).
 pub fn rank_cpu<'a>(samples: impl IntoIterator<Item = &'a RelaySample>) -> Vec<RelayCpu> {
-    // Sums in sample order, which the files fix, so the means are the same on every run.
-    let mut sums: BTreeMap<&str, RelayCpu> = BTreeMap::new();
+    let mut sums = CpuSums::default();
     for s in samples {
-        let Some(c) = &s.cpu else { continue };
-        let r = sums.entry(s.relay.as_str()).or_insert_with(|| RelayCpu {
-            relay: s.relay.clone(),
-            seconds: 0,
-            busy: 0.0,
-            crypto: 0.0,
-            kernel: 0.0,
-            tls: 0.0,
-            other: 0.0,
-            workers: 0.0,
-            onion_skins: 0.0,
-        });
+        sums.add(s);
+    }
+    sums.ranked()
+}
+
+/// Each relay's CPU measurements summed, one sample at a time: what [`rank_cpu`] needs, kept
+/// by a run while its samples stream to `relays.csv` (one entry per relay, whatever the
+/// run's length).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CpuSums {
+    sums: BTreeMap<String, RelayCpu>,
+}
+
+impl CpuSums {
+    /// Adds one relay second (nothing if it has no CPU measurement). Sums are made in the
+    /// order samples are added, which the files fix, so the means are the same on every run.
+    pub(crate) fn add(&mut self, s: &RelaySample) {
+        let Some(c) = &s.cpu else { return };
+        if !self.sums.contains_key(&s.relay) {
+            self.sums.insert(
+                s.relay.clone(),
+                RelayCpu {
+                    relay: s.relay.clone(),
+                    seconds: 0,
+                    busy: 0.0,
+                    crypto: 0.0,
+                    kernel: 0.0,
+                    tls: 0.0,
+                    other: 0.0,
+                    workers: 0.0,
+                    onion_skins: 0.0,
+                },
+            );
+        }
+        let r = self.sums.get_mut(&s.relay).expect("inserted above");
         r.seconds += 1;
         r.busy += c.busy;
         r.crypto += c.crypto;
@@ -60,26 +82,44 @@ pub fn rank_cpu<'a>(samples: impl IntoIterator<Item = &'a RelaySample>) -> Vec<R
         r.workers += c.workers;
         r.onion_skins += c.onion_skins as f64;
     }
-    let mut ranked: Vec<RelayCpu> = sums
-        .into_values()
-        .map(|mut r| {
-            let n = r.seconds as f64;
-            for x in [
-                &mut r.busy,
-                &mut r.crypto,
-                &mut r.kernel,
-                &mut r.tls,
-                &mut r.other,
-                &mut r.workers,
-                &mut r.onion_skins,
-            ] {
-                *x /= n;
-            }
-            r
-        })
-        .collect();
-    ranked.sort_by(|a, b| b.busy.total_cmp(&a.busy).then(a.relay.cmp(&b.relay)));
-    ranked
+
+    /// The relays' means, busiest main thread first.
+    pub(crate) fn ranked(&self) -> Vec<RelayCpu> {
+        let mut ranked: Vec<RelayCpu> = self
+            .sums
+            .values()
+            .cloned()
+            .map(|mut r| {
+                let n = r.seconds as f64;
+                for x in [
+                    &mut r.busy,
+                    &mut r.crypto,
+                    &mut r.kernel,
+                    &mut r.tls,
+                    &mut r.other,
+                    &mut r.workers,
+                    &mut r.onion_skins,
+                ] {
+                    *x /= n;
+                }
+                r
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.busy.total_cmp(&a.busy).then(a.relay.cmp(&b.relay)));
+        ranked
+    }
+
+    /// The line of summary.txt about CPU (see [`render_cpu_summary`]).
+    pub(crate) fn summary_line(&self) -> String {
+        match self.ranked().first() {
+            Some(r) => format!(
+                "Busiest relay CPU (mean over {} s after bootstrap): {}\n",
+                r.seconds,
+                describe(r)
+            ),
+            None => String::new(),
+        }
+    }
 }
 
 /// Whether any run measured CPU at all: only runs with a CPU model have the columns.
@@ -111,14 +151,11 @@ fn describe(r: &RelayCpu) -> String {
 /// and where its time went. Empty when no sample there has a CPU measurement, so the summary
 /// of a run without a CPU model stays as it was.
 pub fn render_cpu_summary(relays: &[RelaySample], from_second: u64) -> String {
-    match rank_cpu(relays.iter().filter(|s| s.second >= from_second)).first() {
-        Some(r) => format!(
-            "Busiest relay CPU (mean over {} s after bootstrap): {}\n",
-            r.seconds,
-            describe(r)
-        ),
-        None => String::new(),
+    let mut sums = CpuSums::default();
+    for s in relays.iter().filter(|s| s.second >= from_second) {
+        sums.add(s);
     }
+    sums.summary_line()
 }
 
 /// The report's summary line about CPU (HTML-escaped by the caller); `None` without CPU

@@ -44,7 +44,7 @@ pub use report::{
 };
 pub use summary::{
     percentiles, render_summary, summarize, summary_table, total_goodput, upload_goodput,
-    ClientGoodput, GroupSummary, Percentiles,
+    ClientGoodput, DownloadStats, GroupSummary, Percentiles, RunSummary,
 };
 pub use sweep::{
     metric_clients, slowest_goodput, Slowest, Sweep, SweepMetric, SweepPoint, SWEEP_CSV,

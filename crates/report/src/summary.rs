@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cpu::CpuSums;
 use crate::records::{DownloadRecord, Outcome, RelaySample};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -97,26 +98,52 @@ impl ClientGoodput {
 /// An upload lasts from its start to the server's response (`ttlb_s`), so goodput is what the
 /// user sees, the wait for a circuit included.
 pub fn upload_goodput(downloads: &[DownloadRecord]) -> Vec<ClientGoodput> {
-    let mut clients: BTreeMap<(&str, &str), ClientGoodput> = BTreeMap::new();
-    let done = downloads
-        .iter()
-        .filter(|d| d.upload && !d.bootstrap && d.outcome.is_ok());
-    for d in done {
-        let Some(t) = d.ttlb_s else { continue };
-        let c = clients
-            .entry((d.group.as_str(), d.client.as_str()))
-            .or_insert_with(|| ClientGoodput {
+    let mut uploads = UploadSums::default();
+    for d in downloads {
+        uploads.add(d);
+    }
+    uploads.clients().cloned().collect()
+}
+
+/// Each uploading client's successful uploads after bootstrap, summed one record at a time
+/// (in record order, so the sums are the same on every run): one entry per client, whatever
+/// the number of uploads.
+#[derive(Clone, Debug, Default)]
+struct UploadSums {
+    /// By group, then client.
+    clients: BTreeMap<String, BTreeMap<String, ClientGoodput>>,
+}
+
+impl UploadSums {
+    fn add(&mut self, d: &DownloadRecord) {
+        if !d.upload || d.bootstrap || !d.outcome.is_ok() {
+            return;
+        }
+        let Some(t) = d.ttlb_s else { return };
+        if !self.clients.contains_key(&d.group) {
+            self.clients.insert(d.group.clone(), BTreeMap::new());
+        }
+        let group = self.clients.get_mut(&d.group).expect("inserted above");
+        if !group.contains_key(&d.client) {
+            let blank = ClientGoodput {
                 client: d.client.clone(),
                 group: d.group.clone(),
                 uploads: 0,
                 bytes: 0,
                 seconds: 0.0,
-            });
+            };
+            group.insert(d.client.clone(), blank);
+        }
+        let c = group.get_mut(&d.client).expect("inserted above");
         c.uploads += 1;
         c.bytes += d.size_bytes;
         c.seconds += t;
     }
-    clients.into_values().collect()
+
+    /// By group, then client name.
+    fn clients(&self) -> impl Iterator<Item = &ClientGoodput> {
+        self.clients.values().flat_map(BTreeMap::values)
+    }
 }
 
 /// Summarizes downloads per group, leaving out those started during bootstrap.
@@ -124,26 +151,55 @@ pub fn upload_goodput(downloads: &[DownloadRecord]) -> Vec<ClientGoodput> {
 /// Groups are sorted by name, not by first appearance, so the summary does not depend on the
 /// order in which per-thread record lists were merged.
 pub fn summarize(downloads: &[DownloadRecord]) -> Vec<GroupSummary> {
-    #[derive(Default)]
-    struct Acc {
-        downloads: usize,
-        errors: usize,
-        timeouts: usize,
-        ttfb: Vec<f64>,
-        ttlb: Vec<f64>,
-        ttlb_by_size: BTreeMap<u64, Vec<f64>>,
-        upload: bool,
+    let mut stats = DownloadStats::default();
+    for d in downloads {
+        stats.add(d);
     }
-    let mut groups: BTreeMap<&str, Acc> = BTreeMap::new();
-    for d in downloads.iter().filter(|d| !d.bootstrap) {
-        let acc = groups.entry(d.group.as_str()).or_default();
+    stats.summary()
+}
+
+/// What [`summarize`] needs of the downloads, gathered one record at a time, so that a run
+/// can summarize its downloads while they stream to `downloads.csv` instead of holding every
+/// record until the end.
+///
+/// Percentiles are exact (nearest rank), which needs every value: each successful download
+/// after bootstrap leaves its time to first byte and its time to last byte (two `f64`, 16
+/// bytes, plus the spare capacity of growing vectors); failures and bootstrap downloads leave
+/// only counts, and uploads a running sum per client. That is all a run keeps per download.
+#[derive(Clone, Debug, Default)]
+pub struct DownloadStats {
+    groups: BTreeMap<String, GroupSums>,
+    uploads: UploadSums,
+}
+
+#[derive(Clone, Debug, Default)]
+struct GroupSums {
+    downloads: usize,
+    errors: usize,
+    timeouts: usize,
+    ttfb: Vec<f64>,
+    /// Times to last byte by size; the group's are all of them together.
+    ttlb_by_size: BTreeMap<u64, Vec<f64>>,
+    upload: bool,
+}
+
+impl DownloadStats {
+    /// Counts one download (or upload); those started during bootstrap are left out.
+    pub fn add(&mut self, d: &DownloadRecord) {
+        self.uploads.add(d);
+        if d.bootstrap {
+            return;
+        }
+        if !self.groups.contains_key(&d.group) {
+            self.groups.insert(d.group.clone(), GroupSums::default());
+        }
+        let acc = self.groups.get_mut(&d.group).expect("inserted above");
         acc.downloads += 1;
         acc.upload |= d.upload;
         match d.outcome {
             Outcome::Ok => {
                 acc.ttfb.extend(d.ttfb_s);
                 if let Some(t) = d.ttlb_s {
-                    acc.ttlb.push(t);
                     acc.ttlb_by_size.entry(d.size_bytes).or_default().push(t);
                 }
             }
@@ -151,34 +207,42 @@ pub fn summarize(downloads: &[DownloadRecord]) -> Vec<GroupSummary> {
             Outcome::Error(_) => acc.errors += 1,
         }
     }
-    let mut goodput: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for c in upload_goodput(downloads) {
-        let g = c.goodput();
-        if g.is_finite() {
-            goodput.entry(c.group).or_default().push(g);
+
+    /// The per-group summary of the downloads added so far, groups sorted by name.
+    pub fn summary(&self) -> Vec<GroupSummary> {
+        let mut goodput: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for c in self.uploads.clients() {
+            let g = c.goodput();
+            if g.is_finite() {
+                goodput.entry(c.group.as_str()).or_default().push(g);
+            }
         }
+        self.groups
+            .iter()
+            .map(|(group, acc)| {
+                // Percentiles sort their values, so the order sizes are joined in is moot.
+                let ttlb: Vec<f64> = acc.ttlb_by_size.values().flatten().copied().collect();
+                GroupSummary {
+                    upload: acc.upload,
+                    upload_goodput: acc.upload.then(|| {
+                        percentiles(goodput.get(group.as_str()).map_or(&[][..], Vec::as_slice))
+                    }),
+                    group: group.clone(),
+                    downloads: acc.downloads,
+                    errors: acc.errors,
+                    timeouts: acc.timeouts,
+                    error_rate: (acc.errors + acc.timeouts) as f64 / acc.downloads as f64,
+                    ttfb: percentiles(&acc.ttfb),
+                    ttlb: percentiles(&ttlb),
+                    ttlb_by_size: acc
+                        .ttlb_by_size
+                        .iter()
+                        .map(|(&size, v)| (size, percentiles(v)))
+                        .collect(),
+                }
+            })
+            .collect()
     }
-    groups
-        .into_iter()
-        .map(|(group, acc)| GroupSummary {
-            upload: acc.upload,
-            upload_goodput: acc
-                .upload
-                .then(|| percentiles(goodput.get(group).map_or(&[][..], Vec::as_slice))),
-            group: group.to_string(),
-            downloads: acc.downloads,
-            errors: acc.errors,
-            timeouts: acc.timeouts,
-            error_rate: (acc.errors + acc.timeouts) as f64 / acc.downloads as f64,
-            ttfb: percentiles(&acc.ttfb),
-            ttlb: percentiles(&acc.ttlb),
-            ttlb_by_size: acc
-                .ttlb_by_size
-                .into_iter()
-                .map(|(size, v)| (size, percentiles(&v)))
-                .collect(),
-        })
-        .collect()
 }
 
 /// Total relay write throughput in bytes per second over the measured period.
@@ -189,18 +253,93 @@ pub fn summarize(downloads: &[DownloadRecord]) -> Vec<GroupSummary> {
 /// relays counts each payload byte once per hop, the same convention as the relay goodput
 /// reported by Shadow/tornettools, so results are comparable with theirs.
 pub fn total_goodput(relays: &[RelaySample], from_second: u64) -> f64 {
-    let Some(last) = relays.iter().map(|r| r.second).max() else {
-        return 0.0;
-    };
-    if last < from_second {
-        return 0.0;
+    let mut sum = GoodputSum::new(from_second);
+    for s in relays {
+        sum.add(s);
     }
-    let bytes: u128 = relays
-        .iter()
-        .filter(|r| r.second >= from_second)
-        .map(|r| r.bytes_written as u128)
-        .sum();
-    bytes as f64 / (last - from_second + 1) as f64
+    sum.bytes_per_second()
+}
+
+/// [`total_goodput`] one sample at a time: a byte count and the last second seen.
+#[derive(Clone, Copy, Debug)]
+struct GoodputSum {
+    from_second: u64,
+    bytes: u128,
+    last: Option<u64>,
+}
+
+impl GoodputSum {
+    fn new(from_second: u64) -> Self {
+        GoodputSum {
+            from_second,
+            bytes: 0,
+            last: None,
+        }
+    }
+
+    fn add(&mut self, s: &RelaySample) {
+        self.last = self.last.max(Some(s.second));
+        if s.second >= self.from_second {
+            self.bytes += s.bytes_written as u128;
+        }
+    }
+
+    fn bytes_per_second(&self) -> f64 {
+        match self.last {
+            Some(last) if last >= self.from_second => {
+                self.bytes as f64 / (last - self.from_second + 1) as f64
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+/// A run's `summary.txt`, built while its records stream to the files: each batch of
+/// downloads and relay seconds is added once written, and only what the summary needs stays
+/// in memory (see [`DownloadStats`]; relay seconds leave a byte count and, with a CPU model,
+/// one sum per relay), so a long run's memory does not grow with its relay samples.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    downloads: DownloadStats,
+    goodput: GoodputSum,
+    cpu: CpuSums,
+}
+
+impl RunSummary {
+    /// For a run whose measured period starts at second `from_second` (the first second
+    /// after bootstrap, as [`total_goodput`] takes it).
+    pub fn new(from_second: u64) -> Self {
+        RunSummary {
+            downloads: DownloadStats::default(),
+            goodput: GoodputSum::new(from_second),
+            cpu: CpuSums::default(),
+        }
+    }
+
+    /// Adds a batch of records, in the order they were written.
+    pub fn add(&mut self, downloads: &[DownloadRecord], relays: &[RelaySample]) {
+        for d in downloads {
+            self.downloads.add(d);
+        }
+        for s in relays {
+            self.goodput.add(s);
+            if s.second >= self.goodput.from_second {
+                self.cpu.add(s);
+            }
+        }
+    }
+
+    /// The groups' summary so far.
+    pub fn groups(&self) -> Vec<GroupSummary> {
+        self.downloads.summary()
+    }
+
+    /// `summary.txt`: exactly what [`render_summary`] and
+    /// [`render_cpu_summary`](crate::render_cpu_summary) make of the same records.
+    pub fn render(&self, complete: bool) -> String {
+        render_summary(&self.groups(), self.goodput.bytes_per_second(), complete)
+            + &self.cpu.summary_line()
+    }
 }
 
 fn size_label(bytes: u64) -> String {
@@ -507,5 +646,62 @@ mod tests {
         assert!(partial.starts_with("PARTIAL RUN"));
         assert_eq!(partial, render_summary(&groups, 0.0, false));
         assert!(render_summary(&[], 0.0, true).contains("No downloads"));
+    }
+
+    /// A run summarizes its records in batches as they are written (`RunSummary`) and keeps
+    /// none of them; the summary must be the one the whole record lists give, to the byte.
+    #[test]
+    fn a_summary_built_in_batches_is_the_one_of_all_records() {
+        use crate::records::CpuShare;
+        let mut downloads = Vec::new();
+        for i in 0..300u32 {
+            let group = ["web", "bulk", "perf"][i as usize % 3];
+            let size = [320 << 10, 5 << 20, 50 << 10, 1 << 20][i as usize % 4];
+            let outcome = match i % 17 {
+                0 => Outcome::Timeout,
+                1 => Outcome::Error("circuit closed".into()),
+                _ => Outcome::Ok,
+            };
+            let t = f64::from(i * 7919 % 1000) / 97.0;
+            let mut d = rec(group, size, outcome, t / 3.0, t);
+            d.client = format!("c{}", i % 11);
+            d.bootstrap = i < 40;
+            d.upload = group == "bulk";
+            downloads.push(d);
+        }
+        let mut relays = Vec::new();
+        for second in 1..=30u64 {
+            for r in 0..4u64 {
+                relays.push(RelaySample {
+                    relay: format!("relay{r}"),
+                    second,
+                    bytes_written: second * 1000 + r * 7,
+                    cpu: (r != 3).then(|| CpuShare {
+                        busy: (second * (r + 1)) as f64 / 97.0,
+                        crypto: 0.1 / (second as f64),
+                        ..CpuShare::default()
+                    }),
+                    ..RelaySample::default()
+                });
+            }
+        }
+        let from = 11;
+        let whole = render_summary(&summarize(&downloads), total_goodput(&relays, from), true)
+            + &crate::render_cpu_summary(&relays, from);
+        assert!(
+            whole.contains("(upload)") && whole.contains("Busiest relay CPU"),
+            "{whole}"
+        );
+        let mut batched = RunSummary::new(from);
+        let (d, r): (Vec<_>, Vec<_>) =
+            (downloads.chunks(37).collect(), relays.chunks(13).collect());
+        for i in 0..d.len().max(r.len()) {
+            batched.add(
+                d.get(i).copied().unwrap_or(&[]),
+                r.get(i).copied().unwrap_or(&[]),
+            );
+        }
+        assert_eq!(batched.render(true), whole);
+        assert_eq!(batched.groups(), summarize(&downloads));
     }
 }

@@ -571,15 +571,27 @@ impl Client {
             Some(ch) => ch,
             None => {
                 let socket = io.connect(guard_host, OR_PORT);
-                self.channels.push(Channel {
+                let chan = Channel {
                     socket,
                     relay: path[0],
                     open: false,
                     out: VecDeque::new(),
                     circs: ChannelCircuits::new(true),
                     uploads_blocked: false,
-                });
-                self.channels.len() - 1
+                };
+                // A failed channel's slot, once its last circuit is gone, so that a client
+                // whose channels fail again and again keeps a table as large as its guards.
+                let dead = |c: &Channel| c.relay == usize::MAX && c.circs.count() == 0;
+                match self.channels.iter().position(dead) {
+                    Some(ch) => {
+                        self.channels[ch] = chan;
+                        ch
+                    }
+                    None => {
+                        self.channels.push(chan);
+                        self.channels.len() - 1
+                    }
+                }
             }
         };
         self.circuit_generation += 1;
@@ -979,9 +991,15 @@ impl Client {
 
     fn channel_failed(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
         let circuits: Vec<u32> = self.channels[ch].circs.all().collect();
-        // The channel is gone: forget it so new circuits open a fresh one.
+        // The channel is gone: forget it so new circuits open a fresh one, and close our end
+        // (after the guard's FIN the socket would otherwise stay half open for the run).
         self.channels[ch].relay = usize::MAX;
         self.channels[ch].open = false;
+        self.channels[ch].out.clear();
+        let socket = self.channels[ch].socket;
+        if io.is_open(socket) {
+            io.close(socket);
+        }
         for circ in circuits {
             self.close_circuit(io, circ, CircuitOutcome::Failed, false);
         }

@@ -17,6 +17,9 @@ struct Upload {
     expected: u64,
 }
 
+/// How many uploads' sizes a server keeps (`Server::uploads_received`; bounded memory).
+pub const MAX_UPLOADS_KEPT: usize = 1024;
+
 pub struct Server {
     pub stack: NetStack<Wire>,
     /// Responses still being written: socket and bytes left.
@@ -29,7 +32,8 @@ pub struct Server {
     pub requests: u64,
     pub bytes_served: u64,
     /// Body bytes read of each upload answered, in order (the model's check that the exit
-    /// delivered exactly what the client sent).
+    /// delivered exactly what the client sent), the first [`MAX_UPLOADS_KEPT`] of them: a
+    /// server of a long run answers uploads without end, and the check needs only a few.
     pub uploads_received: Vec<u64>,
 }
 
@@ -123,7 +127,9 @@ impl Server {
         if u.read >= u.expected {
             let body = u.read - REQUEST_BYTES;
             self.uploads.swap_remove(i);
-            self.uploads_received.push(body);
+            if self.uploads_received.len() < MAX_UPLOADS_KEPT {
+                self.uploads_received.push(body);
+            }
             self.requests += 1;
             self.sending.push((socket, UPLOAD_RESPONSE_BYTES));
             self.send(ctx, socket);

@@ -26,7 +26,9 @@ const BUILD_TIME_MAX: u32 = ABANDONED - 1;
 
 #[derive(Clone, Debug)]
 pub struct BuildTimeEstimator {
-    /// Ring of build times in ms; 0 = empty slot, `ABANDONED` = censored.
+    /// Ring of build times in ms; 0 = empty slot, `ABANDONED` = censored. It grows to its
+    /// full size only as builds come (a client builds a few circuits an hour, and a network
+    /// has thousands of clients), so the slots not yet written are simply absent.
     times: Vec<u32>,
     next: usize,
     total: usize,
@@ -51,7 +53,7 @@ impl BuildTimeEstimator {
         let initial_ms = params.cbt_initial_timeout_s * 1000.0;
         let min_timeout_ms = params.cbt_min_timeout_ms as f64;
         Self {
-            times: vec![0; CBT_NCIRCUITS_TO_OBSERVE],
+            times: Vec::new(),
             next: 0,
             total: 0,
             min_circs: (params.cbt_min_circuits_to_observe as usize).max(1),
@@ -71,7 +73,12 @@ impl BuildTimeEstimator {
     }
 
     fn push(&mut self, ms: u32) {
-        self.times[self.next] = ms;
+        if self.times.len() < CBT_NCIRCUITS_TO_OBSERVE {
+            // Still filling: `next` is the end.
+            self.times.push(ms);
+        } else {
+            self.times[self.next] = ms;
+        }
         self.next = (self.next + 1) % CBT_NCIRCUITS_TO_OBSERVE;
         if self.total < CBT_NCIRCUITS_TO_OBSERVE {
             self.total += 1;

@@ -39,7 +39,9 @@ impl Relay {
             .unwrap_or(self.channels.len() as u32);
         let mut chan = Channel::new(peer, initiator, initiator, &self.clock, now);
         if initiator {
-            chan.token = idx;
+            chan.token = self.next_token;
+            // Wraps before reaching `NONE`, which marks an accepted channel not yet joined.
+            self.next_token = (self.next_token + 1) % NONE;
             chan.set_sequenced(sequenced(self.design));
         }
         if self.design == ChannelDesign::Quic {
@@ -679,6 +681,7 @@ impl Relay {
             return;
         }
         chan.closed = true;
+        self.closed_channels.push(ch);
         let peer = chan.peer;
         let token = chan.token;
         let opener = chan.opener;
@@ -715,6 +718,26 @@ impl Relay {
                 io.close(quic);
             }
         }
+    }
+
+    /// Makes the slots of closed channels reusable once nothing can name them: neither the
+    /// scheduler's pending list (emptied by its next run) nor an onion skin the worker
+    /// threads are still handling (whose answer checks the circuit's channel and id, which a
+    /// new channel in the same slot could repeat). Called once a second.
+    pub(super) fn recycle_channels(&mut self) {
+        if self.closed_channels.is_empty() {
+            return;
+        }
+        let (channels, skins) = (&self.channels, &self.onion_skins);
+        let free = &mut self.free_channels;
+        self.closed_channels.retain(|&ch| {
+            let named =
+                channels[ch as usize].pending || skins.iter().any(|&Reverse((_, _, c, _))| c == ch);
+            if !named {
+                free.push(ch);
+            }
+            named
+        });
     }
 
     // --- the `quic` design (QUUX) ---

@@ -475,9 +475,20 @@ pub struct Relay {
     design: ChannelDesign,
     conn_limit: u32,
     channels: Vec<Channel>,
-    /// Provisional channels of accepted connections that joined another channel: they never
-    /// carried a circuit and nothing refers to them, so their slots are reused.
+    /// Channel slots to reuse: provisional channels of accepted connections that joined
+    /// another channel (they never carried a circuit and nothing refers to them), and closed
+    /// channels once nothing can name them any more (`closed_channels`). Without reuse a
+    /// relay's table would grow with every channel it ever had (PCTCP closes a channel with
+    /// its last circuit's connection, failures and ConnLimit close others), for the whole run.
     free_channels: Vec<u32>,
+    /// Closed channels whose slots are not reusable yet: the scheduler's pending list or an
+    /// onion skin still being handled may name them. Checked once a second
+    /// (`recycle_channels`).
+    closed_channels: Vec<u32>,
+    /// The next token a channel we open gets (named in its connections' Join messages). A
+    /// counter rather than the slot, so that a reused slot never carries the token of a
+    /// channel the peer may still hold.
+    next_token: u32,
     conns: Vec<Conn>,
     free_conns: Vec<u32>,
     conn_by_socket: Vec<u32>,
@@ -596,6 +607,8 @@ impl Relay {
             world,
             channels: Vec::new(),
             free_channels: Vec::new(),
+            closed_channels: Vec::new(),
+            next_token: 0,
             conns: Vec::new(),
             free_conns: Vec::new(),
             conn_by_socket: Vec::new(),
@@ -1290,6 +1303,7 @@ impl Machine for Relay {
             }
             RelayTimer::OnionSkin => self.onion_skins_done(io),
             RelayTimer::Sample => {
+                self.recycle_channels();
                 let c = std::mem::take(&mut self.now_counters);
                 let socket_queued_bytes = self.sum_unsent(io);
                 self.samples.push(RelaySample {

@@ -435,3 +435,25 @@ fn a_quic_channel_without_a_socket_left_for_quic_stays_on_tcp_and_says_so() {
     );
     assert_eq!(relay.open_sockets(), 2);
 }
+
+/// A closed channel's slot is reused once nothing names it, so a relay whose peers come and
+/// go (PCTCP closes a channel with its last circuit, failures and ConnLimit close others)
+/// holds a table as large as its most channels at once, not as its channels over the run.
+#[test]
+fn closed_channels_leave_their_slots_for_new_ones() {
+    let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
+    for round in 0..5 {
+        let client = io.accept(CLIENT, OR_PORT);
+        io.arrive(client, bytes(), create(5));
+        settle(&mut relay, &mut io, 20);
+        assert_eq!(relay.channel_views().len(), 1, "round {round}");
+        io.peer_close(client);
+        settle(&mut relay, &mut io, 20);
+        assert!(relay.channel_views().is_empty(), "round {round}");
+        assert!(relay.circuit_views().is_empty(), "round {round}");
+        // Within a second the slot is held (the scheduler's list or an onion skin may name
+        // it); after the next sample it is free again.
+        settle(&mut relay, &mut io, 1000);
+    }
+    assert_eq!(relay.channels.len(), 1, "every channel took a new slot");
+}

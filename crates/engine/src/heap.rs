@@ -1,0 +1,141 @@
+//! A counting allocator, for programs and tests that measure how much heap a simulation holds
+//! (`tcp_memory`, the Tor model's memory table and its test that long runs stay flat).
+//!
+//! It wraps the system allocator and keeps one process-wide count of the bytes currently
+//! allocated. A program opts in with
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static HEAP: onionlab_engine::heap::Counting = onionlab_engine::heap::Counting;
+//! ```
+//!
+//! and reads [`live_bytes`] before and after what it measures. Nothing else in onionlab uses
+//! it: `onionlab` itself runs on the plain system allocator, so the count costs a run nothing.
+//! The count is of requested sizes (what the program asked for), not of what the allocator
+//! rounds them up to or its own bookkeeping, so it measures the model's data structures and is
+//! the same on every machine; a process's resident size is larger.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+/// The system allocator, counting the bytes it has handed out and not yet had back.
+pub struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
+// contract; the counter only observes the sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's guarantees for `alloc` are passed on as they are.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: as for `alloc`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: as for `alloc`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Bytes allocated through [`Counting`] and not yet freed, process-wide (0 in a program that
+/// did not install it as its global allocator).
+pub fn live_bytes() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// The capacity [`trim`] never goes below: small queues keep their storage, so a queue that
+/// holds a few items at a time never allocates again.
+pub const TRIM_FLOOR: usize = 32;
+
+/// Gives back most of a queue's spare storage once it holds less than a quarter of its
+/// capacity (keeping twice what it holds, and at least [`TRIM_FLOOR`]). Call it after taking
+/// items out.
+///
+/// Queues that live as long as a run (a channel's message pipe, a long-lived circuit's cell
+/// queue) otherwise keep the capacity of their longest burst for good, which over a long run
+/// becomes most of the model's memory. The thresholds make it cheap: after a trim the queue
+/// must take in as many items as it holds, or give out half of them, before storage moves
+/// again, so reallocations cost O(1) per item on average, and a queue in steady use, whose
+/// length stays near its capacity, never reallocates.
+#[inline]
+pub fn trim<T>(queue: &mut std::collections::VecDeque<T>) {
+    let cap = queue.capacity();
+    if cap > TRIM_FLOOR && queue.len() < cap / 4 {
+        queue.shrink_to((queue.len() * 2).max(TRIM_FLOOR));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    #[test]
+    fn trim_keeps_small_queues_and_shrinks_drained_ones() {
+        let mut q: VecDeque<u64> = VecDeque::new();
+        q.extend(0..10);
+        trim(&mut q);
+        let small = q.capacity();
+        assert!(small >= 10);
+        q.clear();
+        trim(&mut q);
+        assert_eq!(
+            q.capacity(),
+            small,
+            "a queue within the floor keeps its storage"
+        );
+
+        q.extend(0..10_000);
+        while q.len() > 100 {
+            q.pop_front();
+            trim(&mut q);
+        }
+        assert!(
+            q.capacity() <= 400,
+            "capacity {} for 100 items",
+            q.capacity()
+        );
+        assert!(
+            q.iter().copied().eq(9_900..10_000),
+            "trimming keeps the items in order"
+        );
+        q.clear();
+        trim(&mut q);
+        assert_eq!(q.capacity(), TRIM_FLOOR);
+    }
+
+    #[test]
+    fn a_queue_in_steady_use_is_not_reallocated() {
+        let mut q: VecDeque<u64> = VecDeque::with_capacity(1024);
+        q.extend(0..1000);
+        let cap = q.capacity();
+        for i in 0..100_000 {
+            // From 1000 items down to about 500, where it hovers.
+            if q.len() > 500 && i % 3 != 0 {
+                q.pop_front();
+                trim(&mut q);
+            } else {
+                q.push_back(i);
+            }
+        }
+        assert!(q.len() > 400);
+        assert_eq!(q.capacity(), cap);
+    }
+}
