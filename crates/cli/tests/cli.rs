@@ -283,19 +283,26 @@ fn a_run_writes_the_documented_files() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-/// Runs `scenario` on 1, 2 and 3 threads, with work stealing on and off, and asserts that
-/// every output file is byte-identical to the one-thread run's.
-fn assert_identical_for_any_thread_count(scenario: &str, stop: &str, name: &str) {
-    let dir = tmp(name);
+/// Thread counts and work stealing (on or off) that must all give the one-thread results.
+const ANY_THREADS: [(&str, bool); 5] = [
+    ("1", true),
+    ("2", true),
+    ("2", false),
+    ("3", true),
+    ("3", false),
+];
+
+/// Runs `scenario` (with `extra` flags) once per `(threads, stealing)` of `runs`, each into
+/// its own folder of `dir`, and asserts that every output file is byte-identical to the first
+/// run's and that no host was stolen with stealing off or on one thread. Returns the folders.
+fn identical_runs(
+    scenario: &str,
+    extra: &[&str],
+    runs: &[(&str, bool)],
+    dir: &Path,
+) -> Vec<PathBuf> {
     let mut outputs = Vec::new();
-    let runs: [(&str, bool); 5] = [
-        ("1", true),
-        ("2", true),
-        ("2", false),
-        ("3", true),
-        ("3", false),
-    ];
-    for (i, (threads, stealing)) in runs.into_iter().enumerate() {
+    for &(threads, stealing) in runs {
         let out_dir = dir.join(format!("{threads}-{stealing}"));
         let mut args = vec![
             "run",
@@ -304,18 +311,12 @@ fn assert_identical_for_any_thread_count(scenario: &str, stop: &str, name: &str)
             out_dir.to_str().unwrap(),
             "--threads",
             threads,
-            "--stop-time",
-            stop,
-            "--seed",
-            "1",
             "--quiet",
+            "--no-report",
         ];
+        args.extend_from_slice(extra);
         if !stealing {
             args.push("--no-work-stealing");
-        }
-        // The first run also draws its report, which must work; the others need only files.
-        if i > 0 {
-            args.push("--no-report");
         }
         let out = onionlab(&args);
         assert!(
@@ -334,25 +335,36 @@ fn assert_identical_for_any_thread_count(scenario: &str, stop: &str, name: &str)
         if !stealing || threads == "1" {
             assert_eq!(stolen, 0, "{threads} threads, stealing {stealing}");
         }
-        outputs.push((out_dir, threads, stealing));
+        outputs.push(out_dir);
     }
     for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
-        let a = fs::read(outputs[0].0.join(file)).unwrap();
+        let a = fs::read(outputs[0].join(file)).unwrap();
         assert!(a.len() > 100, "{file} is nearly empty");
-        for (out_dir, threads, stealing) in &outputs[1..] {
+        for (out_dir, (threads, stealing)) in outputs.iter().zip(runs).skip(1) {
             let b = fs::read(out_dir.join(file)).unwrap();
             assert!(
                 a == b,
-                "{scenario}: {file} differs between 1 thread and {threads} (stealing {stealing})"
+                "{scenario}: {file} differs between {} thread(s) and {threads} (stealing {stealing})",
+                runs[0].0
             );
         }
     }
-    let _ = fs::remove_dir_all(&dir);
+    outputs
 }
 
 #[test]
 fn the_toy_scenario_gives_identical_results_on_any_thread_count_with_or_without_stealing() {
-    assert_identical_for_any_thread_count("toy", "6m", "determinism");
+    let dir = tmp("determinism");
+    let extra = ["--stop-time", "6m", "--seed", "1"];
+    let outputs = identical_runs("toy", &extra, &ANY_THREADS, &dir);
+    // The report of such a run must draw too.
+    let out = onionlab(&["report", outputs[0].to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Ctrl-C, and the SIGTERM and SIGHUP that `timeout`, `kill` and batch schedulers send, stop
@@ -656,34 +668,12 @@ fn imux_small_under_shortest_queue_stalls_no_circuit() {
 fn uploads_give_identical_results_on_one_and_two_threads_and_a_report() {
     let dir = tmp("uploads");
     let scenario = repo().join("examples/upload-loss.yaml");
-    let mut outputs = Vec::new();
-    for threads in ["1", "2"] {
-        let out_dir = dir.join(threads);
-        let out = onionlab(&[
-            "run",
-            scenario.to_str().unwrap(),
-            "-o",
-            out_dir.to_str().unwrap(),
-            "--threads",
-            threads,
-            "--stop-time",
-            "3m",
-            "--quiet",
-            "--no-report",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        outputs.push(out_dir);
-    }
-    for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
-        let a = fs::read(outputs[0].join(file)).unwrap();
-        let b = fs::read(outputs[1].join(file)).unwrap();
-        assert!(a.len() > 100, "{file} is nearly empty");
-        assert!(a == b, "{file} differs between 1 and 2 threads");
-    }
+    let outputs = identical_runs(
+        scenario.to_str().unwrap(),
+        &["--stop-time", "3m"],
+        &[("1", true), ("2", true)],
+        &dir,
+    );
     let downloads = fs::read_to_string(outputs[0].join("downloads.csv")).unwrap();
     let mut lines = downloads.lines();
     assert!(lines.next().unwrap().ends_with(",bootstrap,direction"));
@@ -730,32 +720,12 @@ clients:
 "#,
     )
     .unwrap();
-    let mut outputs = Vec::new();
-    for threads in ["1", "2"] {
-        let out_dir = dir.join(threads);
-        let out = onionlab(&[
-            "run",
-            scenario.to_str().unwrap(),
-            "-o",
-            out_dir.to_str().unwrap(),
-            "--threads",
-            threads,
-            "--quiet",
-            "--no-report",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        outputs.push(out_dir);
-    }
-    for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
-        let a = fs::read(outputs[0].join(file)).unwrap();
-        let b = fs::read(outputs[1].join(file)).unwrap();
-        assert!(a.len() > 100, "{file} is nearly empty");
-        assert!(a == b, "{file} differs between 1 and 2 threads");
-    }
+    let outputs = identical_runs(
+        scenario.to_str().unwrap(),
+        &[],
+        &[("1", true), ("2", true)],
+        &dir,
+    );
     let downloads = fs::read_to_string(outputs[0].join("downloads.csv")).unwrap();
     let markov: Vec<&str> = downloads
         .lines()
@@ -875,6 +845,9 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
 
 #[test]
 fn the_one_percent_network_gives_identical_results_on_any_thread_count_with_or_without_stealing() {
-    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/net-1pct.yaml");
-    assert_identical_for_any_thread_count(scenario, "2m30s", "determinism-1pct");
+    let dir = tmp("determinism-1pct");
+    let scenario = repo().join("examples/net-1pct.yaml");
+    let extra = ["--stop-time", "2m30s", "--seed", "1"];
+    identical_runs(scenario.to_str().unwrap(), &extra, &ANY_THREADS, &dir);
+    let _ = fs::remove_dir_all(&dir);
 }

@@ -1,8 +1,9 @@
 //! Which worker runs which host.
 //!
-//! The engine only asks a `Partition` for the hosts of each worker; how that list is made is
-//! kept here so that a smarter policy (work stealing, load-balanced placement) can replace the
-//! static one without touching the round loop.
+//! A host's owner keeps its queue and takes in the messages addressed to it; within a round
+//! other workers may still run it (work stealing, in `sim`). How owners are chosen is kept here
+//! so that a smarter placement (load-balanced) can replace the static one without touching the
+//! round loop.
 
 use crate::HostId;
 

@@ -19,7 +19,7 @@ pub const CPU_PLOT_RELAYS: usize = 10;
 
 /// One relay's CPU averaged over its measured seconds (fractions of a core, as in
 /// [`CpuShare`](crate::CpuShare)).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RelayCpu {
     pub relay: String,
     /// Seconds with a CPU measurement after bootstrap, of all trials together.
@@ -57,20 +57,11 @@ impl CpuSums {
     pub(crate) fn add(&mut self, s: &RelaySample) {
         let Some(c) = &s.cpu else { return };
         if !self.sums.contains_key(&s.relay) {
-            self.sums.insert(
-                s.relay.clone(),
-                RelayCpu {
-                    relay: s.relay.clone(),
-                    seconds: 0,
-                    busy: 0.0,
-                    crypto: 0.0,
-                    kernel: 0.0,
-                    tls: 0.0,
-                    other: 0.0,
-                    workers: 0.0,
-                    onion_skins: 0.0,
-                },
-            );
+            let zero = RelayCpu {
+                relay: s.relay.clone(),
+                ..Default::default()
+            };
+            self.sums.insert(s.relay.clone(), zero);
         }
         let r = self.sums.get_mut(&s.relay).expect("inserted above");
         r.seconds += 1;
