@@ -2,8 +2,8 @@
 //!
 //! The stack turns the sans-IO TCP machines into packets on the wire and back. A packet leaves
 //! through the upstream link (serialisation at the host's up rate), may be lost on the path
-//! (drawn from the sending host's random stream), arrives after the path latency (plus jitter),
-//! waits in the receiver's downstream queue (the router in front of it) and is then handed to
+//! (drawn from the sending host's random stream), arrives after the path latency (plus jitter,
+//! never ahead of the connection's previous packet), waits in the receiver's downstream queue (the router in front of it) and is then handed to
 //! the socket it is addressed to. Applications talk to the stack through calls (`connect`,
 //! `write`, `mark`, `flush`, ...) and read what happened from `poll_event`.
 
@@ -124,6 +124,8 @@ struct TcpSocket<M> {
     waiting_for_link: bool,
     /// Deadline of the timer event in flight, `u64::MAX` if none.
     timer: SimTime,
+    /// When this socket's last packet reaches the peer: a later one never arrives earlier.
+    last_arrival: SimTime,
 }
 
 impl<M> TcpSocket<M> {
@@ -298,6 +300,7 @@ impl<M: Send + 'static> NetStack<M> {
             auto_read: true,
             waiting_for_link: false,
             timer: u64::MAX,
+            last_arrival: 0,
         }));
         self.drive(ctx, id);
         id
@@ -562,7 +565,7 @@ impl<M: Send + 'static> NetStack<M> {
             len,
             message,
         });
-        self.transmit(ctx, dst, len + UDP_HEADER_BYTES, body)
+        self.transmit(ctx, dst, len + UDP_HEADER_BYTES, body, 0) != Sent::Dropped
     }
 
     /// Handles one of the stack's own events.
@@ -700,6 +703,7 @@ impl<M: Send + 'static> NetStack<M> {
             auto_read: true,
             waiting_for_link: false,
             timer: u64::MAX,
+            last_arrival: 0,
         }));
         self.half_open.push((from, packet.src_socket, id));
         self.drive(ctx, id);
@@ -732,7 +736,7 @@ impl<M: Send + 'static> NetStack<M> {
             segment: reset,
             pipes: None,
         });
-        self.transmit(ctx, to, reset.wire_bytes(), body);
+        self.transmit(ctx, to, reset.wire_bytes(), body, 0);
     }
 
     /// Brings a socket up to date after anything happened to it: reports its events, reads
@@ -829,8 +833,12 @@ impl<M: Send + 'static> NetStack<M> {
                     .then(|| s.pipes.clone())
                     .filter(|_| segment.flags.contains(TcpFlags::SYN)),
             });
-            let peer = s.peer;
-            self.transmit(ctx, peer, segment.wire_bytes(), body);
+            let (peer, after) = (s.peer, s.last_arrival);
+            if let Sent::Arrives(at) = self.transmit(ctx, peer, segment.wire_bytes(), body, after) {
+                if let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() {
+                    s.last_arrival = at;
+                }
+            }
         }
     }
 
@@ -863,16 +871,24 @@ impl<M: Send + 'static> NetStack<M> {
         socket
     }
 
-    /// Puts a packet on the upstream link and, unless the path loses it, on its way to `dst`.
+    /// Puts a packet on the upstream link and, unless the path loses it, on its way to `dst`,
+    /// arriving no earlier than `after`.
+    ///
+    /// `after` is the arrival of the connection's previous packet: jitter stretches the gaps
+    /// between a connection's packets but never reorders them, as on real paths, whose queues
+    /// are first in, first out (TCP would read every overtaken segment as a loss; per-packet
+    /// jitter of a millisecond reorders nearly every packet of a fast flow). The emulator's
+    /// switch keeps the same order.
     fn transmit<E: From<NetEvent<M>>>(
         &mut self,
         ctx: &mut Context<'_, E>,
         dst: HostId,
         wire_bytes: u32,
         body: PacketBody<M>,
-    ) -> bool {
+        after: SimTime,
+    ) -> Sent {
         let Some(departed) = self.up.enqueue(ctx.now(), wire_bytes) else {
-            return false;
+            return Sent::Dropped;
         };
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += wire_bytes as u64;
@@ -880,7 +896,7 @@ impl<M: Send + 'static> NetStack<M> {
         let rng = ctx.rng();
         if path.loss > 0.0 && rng.random::<f64>() < path.loss {
             self.stats.path_losses += 1;
-            return true;
+            return Sent::Lost;
         }
         let jitter = if path.jitter > 0 {
             rng.random_range(0..=path.jitter)
@@ -893,11 +909,19 @@ impl<M: Send + 'static> NetStack<M> {
             wire_bytes,
             body,
         };
-        ctx.send(
-            dst,
-            departed + path.latency + jitter,
-            E::from(NetEvent::Arrive(packet)),
-        );
-        true
+        let at = (departed + path.latency + jitter).max(after);
+        ctx.send(dst, at, E::from(NetEvent::Arrive(packet)));
+        Sent::Arrives(at)
     }
+}
+
+/// What became of a packet put on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// The upstream queue was full.
+    Dropped,
+    /// The path lost it.
+    Lost,
+    /// It reaches its destination then.
+    Arrives(SimTime),
 }

@@ -16,7 +16,7 @@ use onionlab_engine::{Context, HostId};
 use onionlab_quic::{QuicConnection, QuicEvent, QuicInfo, StreamId};
 use onionlab_tcp::{TcpInfo, TcpState};
 
-use super::{NetEvent, NetStack, Socket, SocketEvent, SocketId};
+use super::{NetEvent, NetStack, Sent, Socket, SocketEvent, SocketId};
 use crate::packet::{PacketBody, QuicDatagram, SocketAddr, UDP_HEADER_BYTES};
 use crate::pipe::{ConnPipes, Pipe, QuicPipes};
 use crate::{NetError, NetStats};
@@ -38,6 +38,8 @@ pub(super) struct QuicSocket<M> {
     pub(super) waiting_for_link: bool,
     /// Deadline of the timer event in flight, `u64::MAX` if none.
     timer: SimTime,
+    /// When this connection's last packet reaches the peer (see `NetStack::transmit`).
+    last_arrival: SimTime,
     /// Stream sockets by stream id, those this side opened and those the peer opened.
     ours: StreamTable,
     theirs: StreamTable,
@@ -66,6 +68,7 @@ impl<M> QuicSocket<M> {
             initiator,
             waiting_for_link: false,
             timer: u64::MAX,
+            last_arrival: 0,
             ours: StreamTable::default(),
             theirs: StreamTable::default(),
             closing: Vec::new(),
@@ -644,8 +647,13 @@ impl<M: Send + 'static> NetStack<M> {
                 packet,
                 pipes: q.peer_conn.is_none().then(|| q.pipes.clone()),
             });
-            let peer = q.peer;
-            self.transmit(ctx, peer, packet.bytes + UDP_HEADER_BYTES, body);
+            let (peer, after) = (q.peer, q.last_arrival);
+            let sent = self.transmit(ctx, peer, packet.bytes + UDP_HEADER_BYTES, body, after);
+            if let Sent::Arrives(at) = sent {
+                if let Some(Socket::Quic(q)) = self.slots[id.slot as usize].socket.as_mut() {
+                    q.last_arrival = at;
+                }
+            }
         }
     }
 
