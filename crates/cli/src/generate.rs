@@ -59,6 +59,11 @@ const CLIENT_HOSTS_PER_SERVER: f64 = 10.0;
 /// OnionPerf-like measurement clients per size at full scale (and at least 2 per size).
 const PERF_CLIENTS_FULL: f64 = 20.0;
 
+/// Every relay's ConnLimit in generated networks: each user of a host has its own connection
+/// to its guard, so at load 1.0 a big guard holds thousands of client connections beside its
+/// connections to other relays.
+const GENERATED_CONN_LIMIT: u32 = 65_536;
+
 #[derive(clap::Args)]
 pub struct GenerateArgs {
     /// The consensus to take relays from: consensus-2023, consensus-2022,
@@ -246,6 +251,15 @@ fn scenario_text(
         onionlab_scenario::Duration(bootstrap)
     );
     let _ = writeln!(w, "network: {{ graph: internet-2018 }}");
+    let _ = writeln!(
+        w,
+        "# Big relays hold a connection to most other relays and to thousands of users: file limits"
+    );
+    let _ = writeln!(
+        w,
+        "# as Debian's tor service sets them (LimitNOFILE=65536), not the 4096 of a bare process."
+    );
+    let _ = writeln!(w, "tor: {{ conn_limit: {GENERATED_CONN_LIMIT} }}");
     let _ = writeln!(w, "authorities: 3");
     let _ = writeln!(w, "relays:");
     let _ = writeln!(w, "  sample: {{ consensus: {consensus}, count: {relays} }}");

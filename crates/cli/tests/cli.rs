@@ -738,6 +738,21 @@ clients:
         .map(|l| l.split(',').nth(2).unwrap())
         .collect();
     assert!(sizes.len() > 20, "stream sizes are drawn: {sizes:?}");
+    // Each of a host's 20 users has its own guards (and its own connection to them): the
+    // host's circuits go through several guards, where one Tor client's would all take its
+    // first primary guard (its second only for circuits whose exit is that guard, which the
+    // weights here make rare).
+    let circuits = fs::read_to_string(outputs[0].join("circuits.csv")).unwrap();
+    let mut guards: std::collections::HashMap<&str, std::collections::HashSet<&str>> =
+        Default::default();
+    for l in circuits.lines().filter(|l| l.starts_with("client-users-")) {
+        let f: Vec<&str> = l.split(',').collect();
+        guards.entry(f[0]).or_default().insert(f[3]);
+    }
+    assert_eq!(guards.len(), 6, "every markov host built circuits");
+    for (host, g) in &guards {
+        assert!(g.len() >= 2, "{host} used only the guards {g:?}");
+    }
     let _ = fs::remove_dir_all(&dir);
 }
 

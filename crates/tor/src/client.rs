@@ -86,6 +86,8 @@ const MAX_DESTROY_REASONS: usize = 1024;
 struct Channel {
     socket: SocketId,
     relay: usize,
+    /// Which of the host's users opened it (see `Client::guards`).
+    user: u32,
     open: bool,
     /// Cells the socket could not take yet.
     out: VecDeque<Cell>,
@@ -189,7 +191,16 @@ pub struct Client {
     servers: Vec<HostId>,
     schedule: ClientSchedule,
     wake_at: Option<SimTime>,
-    guards: Vec<usize>,
+    /// The primary guards of each user the host stands for (one for most workloads; a
+    /// `markov` host's `users`). Each user is a Tor client of its own as far as the network
+    /// sees: its own guards and its own connection to each, so a host standing for fifty users
+    /// spreads their traffic over fifty client connections as fifty real clients would (one
+    /// shared connection would carry all of it through one TCP congestion window, which under
+    /// the graph's random loss caps the whole host at one loss-limited flow).
+    guards: Vec<Vec<usize>>,
+    /// The user whose guards and connection the next circuit goes through: circuits are
+    /// launched by each user in turn.
+    next_user: u32,
     channels: Vec<Channel>,
     circuits: Vec<Option<Circuit>>,
     free_circuits: Vec<u32>,
@@ -240,6 +251,7 @@ impl Client {
             schedule: ClientSchedule::new(workload, start),
             wake_at: None,
             guards: Vec::new(),
+            next_user: 0,
             channels: Vec::new(),
             circuits: Vec::new(),
             free_circuits: Vec::new(),
@@ -561,19 +573,24 @@ impl Client {
             return Err(NoCircuit::TooManyPending);
         }
         let world = self.world.clone();
+        let user = self.next_user;
+        self.next_user = (user + 1) % self.guards.len().max(1) as u32;
+        let guards = self.guards.get(user as usize).map_or(&[][..], |g| &g[..]);
         let path = world
             .selector
-            .choose_path(&world.consensus, &self.guards, HTTP_PORT, false, io.rng())
+            .choose_path(&world.consensus, guards, HTTP_PORT, false, io.rng())
             .ok_or(NoCircuit::NoPath)?;
         let now = io.now();
         let guard_host = world.relay_hosts[path[0]];
-        let ch = match self.channels.iter().position(|c| c.relay == path[0]) {
+        let ours = |c: &Channel| c.relay == path[0] && c.user == user;
+        let ch = match self.channels.iter().position(ours) {
             Some(ch) => ch,
             None => {
                 let socket = io.connect(guard_host, OR_PORT);
                 let chan = Channel {
                     socket,
                     relay: path[0],
+                    user,
                     open: false,
                     out: VecDeque::new(),
                     circs: ChannelCircuits::new(true),
@@ -1043,7 +1060,9 @@ impl Machine for Client {
     fn start(&mut self, io: &mut impl Io<ClientTimer>) {
         let n = self.world.params.num_primary_guards as usize;
         let world = self.world.clone();
-        self.guards = world.selector.choose_guards(&world.consensus, n, io.rng());
+        self.guards = (0..self.schedule.workload().users())
+            .map(|_| world.selector.choose_guards(&world.consensus, n, io.rng()))
+            .collect();
         for _ in 0..self.world.params.preemptive_circuits {
             let _ = self.launch_circuit(io);
         }

@@ -106,6 +106,15 @@ pub struct MarkovWorkload {
 }
 
 impl Workload {
+    /// How many Tor users a host running this workload stands for: a `markov` host's
+    /// `users`, one for every other workload.
+    pub fn users(&self) -> u32 {
+        match self {
+            Workload::Markov(m) => m.users,
+            _ => 1,
+        }
+    }
+
     /// The reference web client: 320 KiB, then a 1–60 s pause.
     pub fn web_default() -> Self {
         Workload::Web {
