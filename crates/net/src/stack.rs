@@ -3,9 +3,10 @@
 //! The stack turns the sans-IO TCP machines into packets on the wire and back. A packet leaves
 //! through the upstream link (serialisation at the host's up rate), may be lost on the path
 //! (drawn from the sending host's random stream), arrives after the path latency (plus jitter,
-//! never ahead of the connection's previous packet), waits in the receiver's downstream queue (the router in front of it) and is then handed to
-//! the socket it is addressed to. Applications talk to the stack through calls (`connect`,
-//! `write`, `mark`, `flush`, ...) and read what happened from `poll_event`.
+//! never ahead of the connection's previous packet), waits in the receiver's downstream queue
+//! (the router in front of it) and is then handed to the socket it is addressed to.
+//! Applications talk to the stack through calls (`connect`, `write`, `mark`, `flush`, ...) and
+//! read what happened from `poll_event`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

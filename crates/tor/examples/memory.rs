@@ -9,22 +9,28 @@
 //! guards, then clients) and counting what each role's removal frees. Everything runs on one
 //! thread, so the figures are exact and the same on every machine.
 
+// The behaviour tests' hand-built relays, placements and switch.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{at, limits, relay, switch, MBIT};
 use onionlab_engine::heap;
 use onionlab_engine::time::{secs, SimTime};
 use onionlab_engine::{HostId, Simulation};
-use onionlab_net::topology::Graph;
 use onionlab_net::{HostPlacement, NetworkConfig};
-use onionlab_netdir::{Consensus, ExitPolicy, Relay as Descriptor, RelayFlags};
+use onionlab_netdir::{Consensus, RelayFlags};
 use onionlab_tor::build::{build, HostRole, HostSpec, TorNetwork};
-use onionlab_tor::{RelayLimits, TorHost};
+use onionlab_tor::TorHost;
 use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
-use std::net::Ipv4Addr;
 
 #[global_allocator]
 static HEAP: heap::Counting = heap::Counting;
 
-const MBIT: u64 = 1_000_000;
+/// Every host's access link: 1 Gbit/s both ways.
+fn gigabit() -> HostPlacement {
+    at(1000 * MBIT, 1000 * MBIT)
+}
 
 /// One network to measure.
 #[derive(Clone, Copy)]
@@ -71,37 +77,6 @@ struct Held {
     sockets: u64,
 }
 
-fn descriptor(n: usize, flags: RelayFlags) -> Descriptor {
-    Descriptor {
-        nickname: format!("relay{n}"),
-        fingerprint: format!("{:040X}", n + 1),
-        // One relay per /16, so path selection may combine any three.
-        address: Ipv4Addr::new(10 + (n / 250) as u8, (n % 250) as u8, 0, 1),
-        or_port: onionlab_tor::OR_PORT,
-        flags: flags
-            .union(RelayFlags::FAST)
-            .union(RelayFlags::RUNNING)
-            .union(RelayFlags::VALID)
-            .union(RelayFlags::STABLE),
-        bandwidth: 1000,
-        unmeasured: false,
-        exit_policy: if flags.contains(RelayFlags::EXIT) {
-            ExitPolicy::accept_all()
-        } else {
-            ExitPolicy::reject_all()
-        },
-        family: None,
-    }
-}
-
-fn at() -> HostPlacement {
-    HostPlacement {
-        node: 0,
-        bandwidth_up: Some(1000 * MBIT),
-        bandwidth_down: Some(1000 * MBIT),
-    }
-}
-
 /// Builds `shape` and runs it to `until`; host ids: guards, middles, exits, the server,
 /// clients.
 fn simulate(shape: Shape, until: SimTime) -> (Simulation<TorHost>, [Vec<HostId>; 4]) {
@@ -116,20 +91,15 @@ fn simulate(shape: Shape, until: SimTime) -> (Simulation<TorHost>, [Vec<HostId>;
     for (role, (flags, count)) in kinds.into_iter().enumerate() {
         for _ in 0..count {
             let i = relays.len();
-            relays.push(descriptor(i, flags));
+            // One relay per /16 (10.n.0.0), so path selection may combine any three.
+            relays.push(relay(&format!("relay{i}"), i as u8 + 1, flags, 1000));
             roles[role].push(i as HostId);
             hosts.push(HostSpec {
                 name: format!("relay{i}"),
-                placement: at(),
+                placement: gigabit(),
                 role: HostRole::Relay {
                     relay: i,
-                    limits: RelayLimits {
-                        bandwidth_rate: shape.rate,
-                        bandwidth_burst: shape.rate,
-                        relay_bandwidth_rate: None,
-                        relay_bandwidth_burst: None,
-                        conn_limit: None,
-                    },
+                    limits: limits(shape.rate),
                     cpu: None,
                 },
             });
@@ -137,7 +107,7 @@ fn simulate(shape: Shape, until: SimTime) -> (Simulation<TorHost>, [Vec<HostId>;
     }
     hosts.push(HostSpec {
         name: "server".into(),
-        placement: at(),
+        placement: gigabit(),
         role: HostRole::Server {
             group: "web".into(),
         },
@@ -146,7 +116,7 @@ fn simulate(shape: Shape, until: SimTime) -> (Simulation<TorHost>, [Vec<HostId>;
         roles[3].push(hosts.len() as HostId);
         hosts.push(HostSpec {
             name: format!("client{c}"),
-            placement: at(),
+            placement: gigabit(),
             role: HostRole::Client {
                 workload: Workload::Bulk {
                     size_bytes: 1 << 40,
@@ -167,7 +137,7 @@ fn simulate(shape: Shape, until: SimTime) -> (Simulation<TorHost>, [Vec<HostId>;
         ..TorParams::default()
     };
     let network = TorNetwork {
-        graph: Graph::single_switch(1000 * MBIT, 1000 * MBIT, 10_000_000, 0.0),
+        graph: switch(10),
         hosts,
         consensus: Consensus::from_relays(relays),
         params,
