@@ -138,6 +138,11 @@ pub fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord
             t.quic_stream_bytes_retransmitted += net.quic_stream_bytes_retransmitted;
             t.quic_packets_lost += net.quic_lost;
             t.quic_ptos += net.quic_ptos;
+            t.relay_packets_sent += net.packets_sent;
+            t.relay_tcp_retransmits += net.tcp_retransmits;
+            t.relay_tcp_timeouts += net.tcp_timeouts;
+            t.relay_path_losses += net.path_losses;
+            t.relay_queue_drops += net.up_drops + net.down_drops;
         }
     }
     t

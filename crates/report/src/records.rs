@@ -274,6 +274,20 @@ pub struct TransportRecord {
     pub quic_stream_bytes_retransmitted: u64,
     pub quic_packets_lost: u64,
     pub quic_ptos: u64,
+    /// Relays' TCP: IP packets sent, segments retransmitted, retransmission timeouts, and
+    /// packets lost on paths and dropped by full link queues (theirs, sent or received), so a
+    /// run shows how much of its relays' traffic went to loss recovery. Absent (zero) in
+    /// results written before they were counted.
+    #[serde(default)]
+    pub relay_packets_sent: u64,
+    #[serde(default)]
+    pub relay_tcp_retransmits: u64,
+    #[serde(default)]
+    pub relay_tcp_timeouts: u64,
+    #[serde(default)]
+    pub relay_path_losses: u64,
+    #[serde(default)]
+    pub relay_queue_drops: u64,
 }
 
 impl TransportRecord {

@@ -406,8 +406,7 @@ impl TcpConnection {
         self.snd.high_rxt = ack;
         self.snd.recover = ack;
         self.win_end = ack;
-        self.rtt
-            .on_ack(now, ack, self.cfg.rto_min, self.cfg.rto_max);
+        self.rtt.on_ack(now, ack, self.cfg.rto_min);
         self.backoff = 0;
         self.retries = 0;
         self.cancel_timer(Timer::Rto);
@@ -512,8 +511,7 @@ impl TcpConnection {
     fn on_new_ack(&mut self, now: SimTime, ack: u64) {
         let mss = self.mss();
         let acked = ack - self.snd.una;
-        self.rtt
-            .on_ack(now, ack, self.cfg.rto_min, self.cfg.rto_max);
+        self.rtt.on_ack(now, ack, self.cfg.rto_min);
         self.snd.ack(ack);
         self.retries = 0;
         self.backoff = 0;
@@ -577,7 +575,13 @@ impl TcpConnection {
     /// what was actually in flight; in congestion avoidance, only if the window was full.
     fn cwnd_limited(&self) -> bool {
         if self.cc.in_slow_start() {
-            self.cc.cwnd < 2 * u64::from(self.prev_max_flight.max(self.win_max_flight))
+            // The flight in whole segments, as Linux's `max_packets_out` counts packets: a
+            // sub-MSS segment in flight is one. Compared in bytes, a connection that KIST and
+            // Nagle keep to one small segment per round trip after a timeout never counted as
+            // window-limited, so its window never grew again (a 20 Mbit/s relay pair held at
+            // 12 KB/s for minutes).
+            let flight = u64::from(self.prev_max_flight.max(self.win_max_flight));
+            self.cc.cwnd < 2 * flight.div_ceil(self.mss()) * self.mss()
         } else {
             self.prev_limited || self.win_limited
         }
@@ -721,7 +725,7 @@ impl TcpConnection {
             && self.snd.nxt < self.snd.data_end
             && self.snd.wnd_right <= self.snd.nxt
         {
-            let base = self.rtt.rto.max(self.cfg.rto_min);
+            let base = self.rtt.rto(self.cfg.rto_max).max(self.cfg.rto_min);
             let shift = u32::from(self.persist_backoff.min(32));
             let t = base.saturating_mul(1 << shift).min(self.cfg.rto_max);
             self.set_timer(Timer::Persist, now + t);
@@ -1040,5 +1044,49 @@ mod tests {
         assert_eq!(server.delivered(), client.written());
         assert_eq!(server.written(), 0);
         assert_eq!(client.state(), TcpState::FinWait2);
+    }
+
+    /// After a timeout, a connection that sends one small segment at a time (KIST and Nagle
+    /// keep a relay's to that) must still count as window-limited in slow start, as Linux
+    /// does counting packets: its window grows to two segments and it may send more. Compared
+    /// in bytes (500 in flight against a window of 1.3 segments), it never grew again.
+    #[test]
+    fn a_window_of_small_segments_grows_after_a_timeout() {
+        let cfg = Arc::new(TcpConfig::default());
+        let mut client = TcpConnection::connect(&cfg, 0, 1000);
+        let syn = client.poll_transmit(0).expect("SYN");
+        let mut server = TcpConnection::accept(&cfg, 0, 7_000_000, &syn);
+        exchange(&mut client, &mut server, 0);
+        assert_eq!(client.send(500), 500);
+        let lost = client.poll_transmit(0).expect("data");
+        assert_eq!(lost.len, 500);
+        let mut now = client.poll_timeout().expect("RTO armed");
+        client.on_timeout(now);
+        assert_eq!(client.info().cwnd, 1);
+        for round in 0..3 {
+            let seg = client.poll_transmit(now).expect("a segment");
+            assert_eq!(seg.len, 500, "round {round}");
+            server.on_segment(now, &seg);
+            let ack = match server.poll_transmit(now) {
+                Some(ack) => ack,
+                None => {
+                    now = server.poll_timeout().expect("delayed ACK");
+                    server.on_timeout(now);
+                    server.poll_transmit(now).expect("ACK")
+                }
+            };
+            client.on_segment(now, &ack);
+            // 1,448 + 500 bytes after the first round, + 500 after the second, then two
+            // segments (the slow-start threshold). Compared in bytes, it stayed at 1,948.
+            let want = if round < 2 { 1 } else { 2 };
+            assert_eq!(
+                client.info().cwnd,
+                want,
+                "round {round}: {:?}",
+                client.info()
+            );
+            assert_eq!(server.read(u64::MAX), 500);
+            assert_eq!(client.send(500), 500);
+        }
     }
 }

@@ -16,7 +16,11 @@
 //!   `SND.NXT` is retransmitted under slow start (go-back-N that skips SACKed data).
 //! * RTT is sampled from one timed segment per flight (Karn's rule by abandoning the sample on
 //!   retransmission), not from timestamps, although the timestamps option is counted in the
-//!   header size as Linux sends it.
+//!   header size as Linux sends it. The RTO is Linux's: SRTT plus a variance term of at least
+//!   `rto_min`, not RFC 6298's SRTT + 4·RTTVAR floored at `rto_min` (see `rtt.rs`).
+//! * The window is kept in bytes (the congestion-control crate is shared with QUIC), but slow
+//!   start's test of whether it is in use counts the flight in whole segments, as Linux counts
+//!   packets: a small segment in flight is one.
 //! * Receive-buffer autotuning (after Linux's dynamic right-sizing): once per smoothed RTT the
 //!   bytes received in order during that RTT are compared with the best earlier RTT; a new best
 //!   sets the buffer to twice that amount, or four times while the amount grew by half or more
