@@ -15,6 +15,10 @@ pub struct TcpConfig {
     pub congestion: CongestionControl,
     /// Selective acknowledgements (RFC 2018); both ends are assumed to share this setting.
     pub sack: bool,
+    /// Tail loss probe (RFC 8985 section 7; Linux's default `tcp_early_retrans` = 3): when a
+    /// flight goes unacknowledged for about two round trips, send one segment to draw the ACK
+    /// or SACK that starts fast recovery, instead of waiting for the RTO. Needs `sack`.
+    pub tail_loss_probe: bool,
     /// Longest an ACK for in-order data may be held back. Every second full-sized segment, any
     /// out-of-order arrival and any hole fill is acknowledged at once regardless.
     pub delayed_ack: SimDuration,
@@ -49,6 +53,7 @@ impl Default for TcpConfig {
             initial_cwnd: 10,
             congestion: CongestionControl::Cubic,
             sack: true,
+            tail_loss_probe: true,
             delayed_ack: 40 * NANOS_PER_MILLI,
             rto_initial: NANOS_PER_SEC,
             rto_min: 200 * NANOS_PER_MILLI,

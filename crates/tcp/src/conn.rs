@@ -7,7 +7,7 @@ use crate::rtt::RttEstimator;
 use crate::segment::{TcpFlags, TcpSegment};
 use crate::send::{Phase, Sender};
 use onionlab_congestion::Congestion;
-use onionlab_engine::time::{SimDuration, SimTime};
+use onionlab_engine::time::{SimDuration, SimTime, NANOS_PER_MILLI};
 use std::sync::Arc;
 
 /// RFC 793 connection states (LISTEN is the caller's business: it calls `accept` on a SYN).
@@ -89,16 +89,35 @@ pub struct TcpInfo {
 }
 
 /// Which deadline the connection's one protocol timer slot holds. The retransmission, persist
-/// and TIME_WAIT timers are never armed together: the RTO runs only while something (data, SYN
-/// or FIN) is unacknowledged, the persist timer only while nothing is and the peer's window is
-/// closed, and TIME_WAIT cancels both. Sharing one deadline keeps connections small.
+/// and TIME_WAIT timers are never armed together: the RTO (or the tail loss probe that stands
+/// in front of it) runs only while something (data, SYN or FIN) is unacknowledged, the persist
+/// timer only while nothing is and the peer's window is closed, and TIME_WAIT cancels both.
+/// Sharing one deadline keeps connections small.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Timer {
     None,
     Rto,
+    /// The tail loss probe; when it fires, the RTO takes the slot.
+    Probe,
     Persist,
     TimeWait,
 }
+
+/// Where a tail loss probe stands (RFC 8985 section 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tlp {
+    None,
+    /// The probe timer fired: the next transmission opportunity sends the probe.
+    Due,
+    /// A probe of new data is unanswered.
+    New,
+    /// A probe that sent the last segment again is unanswered.
+    Retransmitted,
+}
+
+/// Linux's slack on the probe timeout when more than one segment is in flight
+/// (`TCP_TIMEOUT_MIN`, two jiffies at 1000 Hz).
+const PROBE_SLACK: SimDuration = 2 * NANOS_PER_MILLI;
 
 /// One endpoint of a TCP connection.
 #[derive(Clone, Debug)]
@@ -121,6 +140,8 @@ pub struct TcpConnection {
     prev_max_flight: u32,
     /// When new data was last sent, for restarting the window after idle periods.
     last_send: SimTime,
+    /// SND.NXT when the unanswered tail loss probe went out.
+    tlp_high: u64,
     bytes_sent: u64,
     /// Event counters, like the two below: `u32` (saturating) is ample for counts of segments
     /// and episodes, and keeps connections small; `TcpInfo` widens them.
@@ -128,6 +149,7 @@ pub struct TcpConnection {
     rto_count: u32,
     fast_recoveries: u32,
     timer: Timer,
+    tlp: Tlp,
     state: TcpState,
     events: u8,
     retries: u8,
@@ -158,11 +180,13 @@ impl TcpConnection {
             win_max_flight: 0,
             prev_max_flight: 0,
             last_send: 0,
+            tlp_high: 0,
             bytes_sent: 0,
             retransmits: 0,
             rto_count: 0,
             fast_recoveries: 0,
             timer: Timer::None,
+            tlp: Tlp::None,
             state,
             events: 0,
             retries: 0,
@@ -462,8 +486,15 @@ impl TcpConnection {
         if seg.ack < snd.una {
             return;
         }
+        let mut dsack = false;
         if self.cfg.sack {
-            for &(s, e) in seg.sack_blocks() {
+            let blocks = seg.sack_blocks();
+            // RFC 2883: a first block below the cumulative ACK, or inside the second block,
+            // reports a duplicate.
+            dsack = blocks.first().is_some_and(|&(s, e)| {
+                e <= seg.ack || blocks.get(1).is_some_and(|&(s2, e2)| s2 <= s && e <= e2)
+            });
+            for &(s, e) in blocks {
                 snd.add_sack(s, e);
             }
         }
@@ -476,6 +507,8 @@ impl TcpConnection {
         {
             snd.dupacks += 1;
         }
+
+        self.on_probe_answer(seg.ack, dsack);
 
         let snd = &self.snd;
         if snd.recovery == Phase::Open
@@ -552,10 +585,10 @@ impl TcpConnection {
             }
         }
         if self.snd.una < self.snd.nxt {
-            let at = now + self.rtt.current_rto(self.backoff, self.cfg.rto_max);
-            self.set_timer(Timer::Rto, at);
+            self.schedule_retransmission(now);
         } else {
             self.cancel_timer(Timer::Rto);
+            self.cancel_timer(Timer::Probe);
         }
         if self.app_blocked {
             if self.cfg.autotune {
@@ -667,6 +700,10 @@ impl TcpConnection {
             self.cancel_timer(Timer::Rto);
             self.on_rto(now);
         }
+        if self.timer(Timer::Probe) <= now {
+            self.cancel_timer(Timer::Probe);
+            self.on_probe_timeout(now);
+        }
         if self.timer(Timer::Persist) <= now {
             self.cancel_timer(Timer::Persist);
             if self.snd.nxt == self.snd.una
@@ -701,6 +738,7 @@ impl TcpConnection {
                     return;
                 }
                 self.rto_count += 1;
+                self.tlp = Tlp::None;
                 let flight = self.snd.nxt - self.snd.una;
                 self.cc.on_timeout(flight, mss);
                 self.snd.enter_recovery(Phase::Loss);
@@ -764,11 +802,136 @@ impl TcpConnection {
         }
     }
 
+    /// Arms the retransmission timer if it is not running; a probe timer is pushed back, as
+    /// Linux re-arms its probe from every transmission.
     fn arm_rto(&mut self, now: SimTime) {
-        if self.timer(Timer::Rto) == NEVER {
-            let at = now + self.rtt.current_rto(self.backoff, self.cfg.rto_max);
-            self.set_timer(Timer::Rto, at);
+        if self.timer != Timer::Rto {
+            self.schedule_retransmission(now);
         }
+    }
+
+    /// The tail loss probe's timeout, if a probe may guard the flight now (Linux's
+    /// `tcp_schedule_loss_probe`): SACK on, no recovery under way, no probe unanswered, an RTT
+    /// measured. Two round trips, plus room for a delayed ACK when one segment is in flight.
+    fn probe_timeout(&self) -> Option<SimDuration> {
+        let eligible = self.cfg.sack
+            && self.cfg.tail_loss_probe
+            && self.snd.recovery == Phase::Open
+            && self.tlp == Tlp::None
+            && self.rtt.has_sample()
+            && self.snd.nxt > self.snd.una
+            && !matches!(self.state, TcpState::SynSent | TcpState::SynReceived);
+        if !eligible {
+            return None;
+        }
+        let slack = if self.snd.nxt - self.snd.una <= self.mss() {
+            self.cfg.rto_min
+        } else {
+            PROBE_SLACK
+        };
+        Some(2 * self.rtt.srtt + slack)
+    }
+
+    /// Arms the timer that guards the flight: the tail loss probe where it may, else the RTO.
+    fn schedule_retransmission(&mut self, now: SimTime) {
+        self.cancel_timer(Timer::Rto);
+        self.cancel_timer(Timer::Probe);
+        let rto = self.rtt.current_rto(self.backoff, self.cfg.rto_max);
+        match self.probe_timeout() {
+            // Linux arms the probe even when the RTO would come first, at the RTO's time: a
+            // probe then stands in for the RTO, without its collapse of the window.
+            Some(pto) => self.set_timer(Timer::Probe, now + pto.min(rto)),
+            None => self.set_timer(Timer::Rto, now + rto),
+        }
+    }
+
+    /// The flight went unanswered for a probe timeout. If data above a hole was SACKed, the
+    /// hole's data was sent at least that long before it and is lost (RACK's time rule):
+    /// recover it at once. Otherwise send a probe. Either way the RTO guards what follows.
+    fn on_probe_timeout(&mut self, now: SimTime) {
+        if self.snd.una >= self.snd.nxt {
+            return;
+        }
+        let sacked = self.snd.highest_sacked();
+        if sacked > self.snd.una && self.snd.recovery == Phase::Open {
+            self.recover_below(sacked);
+        } else {
+            self.tlp = Tlp::Due;
+        }
+        let at = now + self.rtt.current_rto(self.backoff, self.cfg.rto_max);
+        self.set_timer(Timer::Rto, at);
+    }
+
+    /// Fast recovery in which every hole below `lost_below` counts as lost.
+    fn recover_below(&mut self, lost_below: u64) {
+        let mss = self.mss();
+        let flight = self.snd.nxt - self.snd.una;
+        self.cc.on_congestion(flight, mss);
+        self.snd.enter_recovery(Phase::Recovery);
+        self.snd.lost_below = lost_below;
+        self.fast_recoveries += 1;
+        self.tlp = Tlp::None;
+    }
+
+    /// What an ACK says about the unanswered probe (RFC 8985 section 7.4): a probe SACKed
+    /// above holes shows them lost; a retransmitted probe acknowledged without a D-SACK
+    /// repaired a loss, which calls for the congestion response a fast recovery would have
+    /// made; a D-SACK shows the probe was not needed.
+    fn on_probe_answer(&mut self, ack: u64, dsack: bool) {
+        if !matches!(self.tlp, Tlp::New | Tlp::Retransmitted) {
+            return;
+        }
+        if ack >= self.tlp_high {
+            if self.tlp == Tlp::Retransmitted && !dsack {
+                let mss = self.mss();
+                let flight = (self.snd.nxt - self.snd.una).max(mss);
+                self.cc.on_congestion(flight, mss);
+            }
+            self.tlp = Tlp::None;
+        } else if self.tlp == Tlp::Retransmitted && dsack {
+            self.tlp = Tlp::None;
+        } else if self.snd.highest_sacked() >= self.tlp_high && self.snd.recovery == Phase::Open {
+            self.recover_below(self.tlp_high);
+        }
+    }
+
+    /// The probe: one new segment if the peer's window takes it (whatever the congestion
+    /// window and Nagle), else the last segment sent, again.
+    fn send_probe(&mut self, now: SimTime) -> Option<TcpSegment> {
+        let mss = self.mss();
+        let avail = self.snd.data_end.saturating_sub(self.snd.nxt);
+        let room = self.snd.wnd_right.saturating_sub(self.snd.nxt);
+        let len = avail.min(mss).min(room);
+        if len > 0 {
+            let seq = self.snd.nxt;
+            let fin = self.snd.fin && seq + len == self.snd.data_end && self.may_send_fin();
+            if len < mss {
+                self.snd.sml = seq + len;
+            }
+            self.snd.nxt += len + u64::from(fin);
+            self.bytes_sent += len;
+            self.last_send = now;
+            self.rtt.start_timing(now, self.snd.nxt);
+            self.note_flight(self.cc.cwnd);
+            self.tlp = Tlp::New;
+            self.tlp_high = self.snd.nxt;
+            let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
+            return Some(self.build(seq, len, flags));
+        }
+        let end = self.snd.nxt;
+        let start = end.saturating_sub(mss).max(self.snd.una);
+        let (len, fin) = self.snd.segment_at(start, end, mss);
+        if len == 0 && !fin {
+            self.tlp = Tlp::None;
+            return None;
+        }
+        self.retransmits = self.retransmits.saturating_add(1);
+        self.bytes_sent += len;
+        self.rtt.on_retransmit(start);
+        self.tlp = Tlp::Retransmitted;
+        self.tlp_high = self.snd.nxt;
+        let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
+        Some(self.build(start, len, flags))
     }
 
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<TcpSegment> {
@@ -806,6 +969,11 @@ impl TcpConnection {
     }
 
     fn transmit_synchronized(&mut self, now: SimTime) -> Option<TcpSegment> {
+        if self.tlp == Tlp::Due {
+            if let Some(seg) = self.send_probe(now) {
+                return Some(seg);
+            }
+        }
         if let Some(seg) = self.transmit_data(now) {
             return Some(seg);
         }
@@ -996,7 +1164,8 @@ mod tests {
     #[test]
     fn connection_is_small() {
         let size = std::mem::size_of::<TcpConnection>();
-        assert!(size <= 400, "TcpConnection is {size} bytes");
+        // 400 before the tail loss probe (its state, and the receiver's D-SACK block).
+        assert!(size <= 440, "TcpConnection is {size} bytes");
     }
 
     /// Exchanges segments between two connections until both are quiet (no loss, no delay).
@@ -1052,7 +1221,11 @@ mod tests {
     /// in bytes (500 in flight against a window of 1.3 segments), it never grew again.
     #[test]
     fn a_window_of_small_segments_grows_after_a_timeout() {
-        let cfg = Arc::new(TcpConfig::default());
+        // The timeout itself, not the tail loss probe that would stand in for it.
+        let cfg = Arc::new(TcpConfig {
+            tail_loss_probe: false,
+            ..TcpConfig::default()
+        });
         let mut client = TcpConnection::connect(&cfg, 0, 1000);
         let syn = client.poll_transmit(0).expect("SYN");
         let mut server = TcpConnection::accept(&cfg, 0, 7_000_000, &syn);
@@ -1088,5 +1261,122 @@ mod tests {
             assert_eq!(server.read(u64::MAX), 500);
             assert_eq!(client.send(500), 500);
         }
+    }
+
+    const MS: SimTime = NANOS_PER_MILLI;
+
+    /// A connection whose handshake took a 50 ms round trip, `segments` full segments sent at
+    /// `now` = 50 ms.
+    fn with_flight(segments: u64) -> (TcpConnection, TcpConnection, Vec<TcpSegment>) {
+        let cfg = Arc::new(TcpConfig::default());
+        let mut c = TcpConnection::connect(&cfg, 0, 1000);
+        let syn = c.poll_transmit(0).expect("SYN");
+        let mut s = TcpConnection::accept(&cfg, 0, 7_000_000, &syn);
+        let synack = s.poll_transmit(0).expect("SYN-ACK");
+        c.on_segment(50 * MS, &synack);
+        let ack = c.poll_transmit(50 * MS).expect("handshake ACK");
+        s.on_segment(50 * MS, &ack);
+        assert_eq!(c.send(segments * 1448), segments * 1448);
+        let flight: Vec<_> = std::iter::from_fn(|| c.poll_transmit(50 * MS)).collect();
+        assert_eq!(flight.len() as u64, segments);
+        (c, s, flight)
+    }
+
+    /// The server's ACK for what it holds, at once or when its delayed-ACK timer fires.
+    fn answer(s: &mut TcpConnection, now: &mut SimTime) -> TcpSegment {
+        if let Some(ack) = s.poll_transmit(*now) {
+            return ack;
+        }
+        *now = s.poll_timeout().expect("delayed ACK");
+        s.on_timeout(*now);
+        s.poll_transmit(*now).expect("ACK")
+    }
+
+    /// RFC 8985's tail loss probe: the last segment of a flight is lost; two round trips later
+    /// (not an RTO later) it is sent again, and the window is reduced once, as a fast
+    /// recovery would have.
+    #[test]
+    fn a_lost_last_segment_is_probed_not_timed_out() {
+        let (mut c, mut s, flight) = with_flight(3);
+        let mut now = 50 * MS;
+        s.on_segment(now, &flight[0]);
+        s.on_segment(now, &flight[1]);
+        let ack = answer(&mut s, &mut now);
+        now += 25 * MS;
+        c.on_segment(now, &ack);
+        let cwnd = c.info().cwnd;
+        // One segment out: the probe waits for a delayed ACK too, so it comes at the RTO's
+        // time, but as a probe.
+        let at = c.poll_timeout().expect("probe timer");
+        assert!(
+            at <= now + c.info().rto,
+            "probe at {at}, RTO {}",
+            c.info().rto
+        );
+        now = at;
+        c.on_timeout(now);
+        let probe = c.poll_transmit(now).expect("probe");
+        assert_eq!((probe.seq, probe.len), (flight[2].seq, flight[2].len));
+        s.on_segment(now, &probe);
+        let ack = answer(&mut s, &mut now);
+        c.on_segment(now, &ack);
+        let info = c.info();
+        assert_eq!((info.rto_count, info.retransmits), (0, 1));
+        assert_eq!(s.read(u64::MAX), 3 * 1448);
+        assert!(
+            info.cwnd < cwnd,
+            "cwnd {} after the repair, {cwnd} before",
+            info.cwnd
+        );
+    }
+
+    /// The last segment arrived but its ACK was lost: the probe duplicates it, the receiver
+    /// reports the duplicate with a D-SACK block, and the window is left alone.
+    #[test]
+    fn a_needless_probe_is_recognised_by_its_dsack() {
+        let (mut c, mut s, flight) = with_flight(3);
+        let mut now = 50 * MS;
+        for seg in &flight {
+            s.on_segment(now, seg);
+        }
+        let _lost = answer(&mut s, &mut now);
+        let _lost_too = s.poll_transmit(now);
+        let cwnd = c.info().cwnd;
+        now = c.poll_timeout().expect("probe timer");
+        c.on_timeout(now);
+        let probe = c.poll_transmit(now).expect("probe");
+        s.on_segment(now, &probe);
+        let ack = s.poll_transmit(now).expect("ACK with D-SACK");
+        assert_eq!(
+            ack.sack_blocks(),
+            [(probe.seq, probe.seq + probe.len as u64)]
+        );
+        c.on_segment(now, &ack);
+        let info = c.info();
+        assert_eq!((info.rto_count, info.cwnd), (0, cwnd));
+    }
+
+    /// A segment in the middle of a short flight is lost and too few segments follow it for
+    /// the duplicate-ACK rule. The probe timeout finds SACKed data above the hole, sent at the
+    /// same time as the hole's data and answered long ago: the hole is lost, and it is
+    /// retransmitted at once (RACK's time rule) instead of after an RTO.
+    #[test]
+    fn a_hole_under_sacked_data_is_recovered_at_the_probe_timeout() {
+        let (mut c, mut s, flight) = with_flight(3);
+        let mut now = 50 * MS;
+        s.on_segment(now, &flight[0]);
+        s.on_segment(now, &flight[2]);
+        let ack = answer(&mut s, &mut now);
+        now += 25 * MS;
+        c.on_segment(now, &ack);
+        now = c.poll_timeout().expect("probe timer");
+        c.on_timeout(now);
+        let rtx = c.poll_transmit(now).expect("retransmission");
+        assert_eq!((rtx.seq, rtx.len), (flight[1].seq, flight[1].len));
+        s.on_segment(now, &rtx);
+        let ack = answer(&mut s, &mut now);
+        c.on_segment(now, &ack);
+        assert_eq!(c.info().rto_count, 0);
+        assert_eq!(s.read(u64::MAX), 3 * 1448);
     }
 }

@@ -14,6 +14,12 @@
 //! * Loss recovery is RFC 6675 (SACK scoreboard, pipe-based sending) or RFC 6582 NewReno when
 //!   SACK is off; a timeout enters a loss phase in which every unSACKed byte below the old
 //!   `SND.NXT` is retransmitted under slow start (go-back-N that skips SACKed data).
+//! * Linux's tail loss probe stands in front of the RTO while no recovery is under way (RFC
+//!   8985 section 7, with Linux's timeout: 2·SRTT plus 2 ms, or plus `rto_min` with one
+//!   segment out, never later than the RTO). There is no general RACK: segments are timed
+//!   only as a flight, so the one time rule is that at the probe timeout, unSACKed data below
+//!   SACKed data (or below a SACKed probe) is lost. The receiver sends D-SACK blocks, which
+//!   the sender uses only to tell a needless probe.
 //! * RTT is sampled from one timed segment per flight (Karn's rule by abandoning the sample on
 //!   retransmission), not from timestamps, although the timestamps option is counted in the
 //!   header size as Linux sends it. The RTO is Linux's: SRTT plus a variance term of at least

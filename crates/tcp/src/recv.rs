@@ -39,6 +39,9 @@ pub(crate) struct Receiver {
     unacked: u32,
     /// An ACK must go out at the next transmission opportunity.
     pub ack_now: bool,
+    /// A segment that arrived entirely duplicated, reported once as a D-SACK block (RFC
+    /// 2883, on in Linux) so the sender can tell a needless retransmission; `(0, 0)` if none.
+    dsack: (u64, u64),
     /// Deadline of the delayed-ACK timer.
     pub delack_at: SimTime,
     /// Dynamic right-sizing: bytes received per RTT, measured from `drs_seq` at `drs_time`.
@@ -57,6 +60,7 @@ impl Receiver {
             buf_size,
             right_edge: 0,
             ooo: LazyVec::new(),
+            dsack: (0, 0),
             fin_seq: NEVER,
             unacked: 0,
             ack_now: false,
@@ -147,6 +151,7 @@ impl Receiver {
         if len > 0 && end <= self.nxt {
             // Pure duplicate: the peer missed our ACK.
             self.ack_now = true;
+            self.dsack = (seq, end);
         } else if len > 0 && start < end {
             if seq <= self.nxt {
                 let had_holes = !self.ooo.is_empty();
@@ -174,6 +179,9 @@ impl Receiver {
                     }
                 }
             } else {
+                if self.ooo.iter().any(|&(s, e, _)| s <= start && end <= e) {
+                    self.dsack = (start, end);
+                }
                 self.insert_ooo(start, end);
                 self.ack_now = true;
             }
@@ -222,11 +230,18 @@ impl Receiver {
         }
     }
 
-    /// Up to three SACK blocks, the most recently changed first (RFC 2018 section 4).
+    /// Up to three SACK blocks: a D-SACK block first if one is owed, then the most recently
+    /// changed ranges (RFC 2018 section 4, RFC 2883).
     pub fn sack_blocks(&self) -> ([(u64, u64); 3], u8) {
         let mut blocks = [(0, 0); 3];
         let mut stamps = [0u32; 3];
         let mut n = 0usize;
+        if self.dsack != (0, 0) {
+            blocks[0] = self.dsack;
+            // Ranks above every arrival stamp, so it stays first.
+            stamps[0] = u32::MAX;
+            n = 1;
+        }
         for &(s, e, st) in self.ooo.iter() {
             // Insertion into a 3-slot list ordered by recency, newest first.
             let mut pos = n;
@@ -252,6 +267,7 @@ impl Receiver {
     /// An ACK carrying the current state is going out.
     pub fn on_ack_sent(&mut self) {
         self.ack_now = false;
+        self.dsack = (0, 0);
         self.unacked = 0;
         self.delack_at = NEVER;
         // All holes are filled: an idle connection owns no heap memory.
@@ -342,7 +358,11 @@ mod tests {
         let (b, n) = r.sack_blocks();
         assert_eq!(n, 3);
         assert_eq!(b, [(8001, 9001), (6001, 7001), (4001, 5001)]);
+        // Inside a range already held: a D-SACK block for it first, then its range.
         r.on_data(0, 2500, 100, false, 1000, 40);
+        let (b, _) = r.sack_blocks();
+        assert_eq!(b[..2], [(2500, 2600), (2001, 3001)]);
+        r.on_ack_sent();
         let (b, _) = r.sack_blocks();
         assert_eq!(b[0], (2001, 3001));
     }

@@ -47,6 +47,11 @@ pub(crate) struct Sender {
     pub recovery: Phase,
     /// RFC 6675 retransmits the first segment when recovery starts, whatever the pipe.
     pub force_una: bool,
+    /// Every hole below this is lost, whatever the duplicate-ACK rule says: set when a tail
+    /// loss probe, or a segment SACKed a probe timeout after everything below it was sent,
+    /// shows the data below was not merely reordered (RACK's time rule, for the one case the
+    /// model times: the probe timeout is at least two round trips).
+    pub lost_below: u64,
     pub dupacks: u32,
     sacked: LazyVec<(u64, u64)>,
     sacked_bytes: u64,
@@ -70,6 +75,7 @@ impl Sender {
             recover: iss,
             recovery: Phase::Open,
             force_una: false,
+            lost_below: 0,
             dupacks: 0,
             sacked: LazyVec::new(),
             sacked_bytes: 0,
@@ -174,14 +180,34 @@ impl Sender {
                 }
             }
             Phase::Recovery => {
-                if sack && (above > (DUP_THRESH - 1) * mss || ranges_above as u64 >= DUP_THRESH) {
-                    end
-                } else if start == self.una && (!sack || self.force_una) {
-                    end.min(self.una + mss)
+                if start < self.lost_below {
+                    let by_time = end.min(self.lost_below);
+                    let by_dupacks =
+                        self.lost_end_by_dupacks(start, end, above, ranges_above, mss, sack);
+                    by_time.max(by_dupacks)
                 } else {
-                    start
+                    self.lost_end_by_dupacks(start, end, above, ranges_above, mss, sack)
                 }
             }
+        }
+    }
+
+    /// RFC 6675's IsLost (or, without SACK, NewReno's first segment) for a hole in recovery.
+    fn lost_end_by_dupacks(
+        &self,
+        start: u64,
+        end: u64,
+        above: u64,
+        ranges_above: usize,
+        mss: u64,
+        sack: bool,
+    ) -> u64 {
+        if sack && (above > (DUP_THRESH - 1) * mss || ranges_above as u64 >= DUP_THRESH) {
+            end
+        } else if start == self.una && (!sack || self.force_una) {
+            end.min(self.una + mss)
+        } else {
+            start
         }
     }
 
@@ -253,8 +279,14 @@ impl Sender {
         pipe
     }
 
+    /// End of the highest SACKed range (SND.UNA when none).
+    pub fn highest_sacked(&self) -> u64 {
+        self.sacked.last().map_or(self.una, |r| r.1)
+    }
+
     pub fn enter_recovery(&mut self, kind: Phase) {
         self.recovery = kind;
+        self.lost_below = self.una;
         self.recover = self.nxt;
         self.high_rxt = self.una;
         self.force_una = true;

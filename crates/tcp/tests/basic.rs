@@ -309,8 +309,11 @@ fn window_update_lost_probe_recovers() {
 #[test]
 fn nagle_holds_small_segments_unless_nodelay() {
     for nodelay in [false, true] {
+        // Without the tail loss probe: with 3 small segments out and the receiver's ACK
+        // delayed 40 ms, a probe (2 RTTs + 2 ms here) would go out first and add a segment.
         let cfg = TcpConfig {
             nodelay,
+            tail_loss_probe: false,
             ..TcpConfig::default()
         };
         let mut s = sim(&cfg, 100_000_000, 10);
