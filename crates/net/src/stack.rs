@@ -61,9 +61,6 @@ pub enum SocketEvent<M> {
     Message { socket: SocketId, message: M },
     /// Send buffer space freed up after a write found it full.
     Writable(SocketId),
-    /// TCP handled a segment, a timer or a flush on a socket whose progress the application
-    /// asked to watch (once per request): what `tcp_info` reports may have changed.
-    Progress(SocketId),
     /// The peer closed its direction; everything it sent has been delivered.
     PeerClosed(SocketId),
     /// The connection closed in order; the socket id is no longer valid.
@@ -130,8 +127,6 @@ struct TcpSocket<M> {
     timer: SimTime,
     /// When this socket's last packet reaches the peer: a later one never arrives earlier.
     last_arrival: SimTime,
-    /// The application asked to hear of the next time TCP handles anything on this socket.
-    watch_progress: bool,
 }
 
 impl<M> TcpSocket<M> {
@@ -307,7 +302,6 @@ impl<M: Send + 'static> NetStack<M> {
             waiting_for_link: false,
             timer: u64::MAX,
             last_arrival: 0,
-            watch_progress: false,
         }));
         self.drive(ctx, id);
         id
@@ -454,14 +448,6 @@ impl<M: Send + 'static> NetStack<M> {
                 self.drive_quic(ctx, conn);
             }
             None => {}
-        }
-    }
-
-    /// Asks for one [`SocketEvent::Progress`] the next time TCP handles anything on socket
-    /// `id`, so that a caller waiting for its `tcp_info` to change need not poll it.
-    pub fn watch_progress(&mut self, id: SocketId) {
-        if let Some(Socket::Tcp(s)) = self.any_mut(id) {
-            s.watch_progress = true;
         }
     }
 
@@ -719,7 +705,6 @@ impl<M: Send + 'static> NetStack<M> {
             waiting_for_link: false,
             timer: u64::MAX,
             last_arrival: 0,
-            watch_progress: false,
         }));
         self.half_open.push((from, packet.src_socket, id));
         self.drive(ctx, id);
@@ -760,12 +745,6 @@ impl<M: Send + 'static> NetStack<M> {
     /// frees it once closed.
     fn drive<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
         let now = ctx.now();
-        if let Some(s) = self.socket_mut(id) {
-            if s.watch_progress {
-                s.watch_progress = false;
-                self.events.push_back(SocketEvent::Progress(id));
-            }
-        }
         loop {
             let Some(s) = self.socket_mut(id) else {
                 return;

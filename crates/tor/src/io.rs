@@ -56,8 +56,6 @@ pub trait Io<T> {
     /// QUIC stream: its connection's window and flight, and the stream's own unsent bytes; for
     /// a QUIC connection: its window, flight and the unsent bytes of all its streams.
     fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo>;
-    /// Asks for one [`SocketEvent::Progress`] when TCP next handles anything on `socket`.
-    fn watch_progress(&mut self, socket: SocketId);
 
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError>;
     /// Opens a QUIC connection; [`SocketEvent::Connected`] reports its handshake's end.
@@ -300,9 +298,6 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
         self.stack.tcp_info(socket)
     }
-    fn watch_progress(&mut self, socket: SocketId) {
-        self.stack.watch_progress(socket);
-    }
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
         self.stack.quic_listen(port)
     }
@@ -515,10 +510,6 @@ pub(crate) mod script {
         }
         fn is_open(&self, socket: SocketId) -> bool {
             self.sockets[socket.slot as usize].open
-        }
-        /// The script's socket facts change between any two calls: report progress at once.
-        fn watch_progress(&mut self, socket: SocketId) {
-            self.events.push_back(SocketEvent::Progress(socket));
         }
         fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
             if !self.is_open(socket) {

@@ -731,10 +731,8 @@ impl Relay {
         let (channels, skins) = (&self.channels, &self.onion_skins);
         let free = &mut self.free_channels;
         self.closed_channels.retain(|&ch| {
-            let chan = &channels[ch as usize];
-            let named = chan.pending
-                || chan.waiting_for_room
-                || skins.iter().any(|&Reverse((_, _, c, _))| c == ch);
+            let named =
+                channels[ch as usize].pending || skins.iter().any(|&Reverse((_, _, c, _))| c == ch);
             if !named {
                 free.push(ch);
             }

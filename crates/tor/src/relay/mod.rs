@@ -318,12 +318,6 @@ struct Channel {
     mux: CircuitMux,
     /// Whether the channel is in the scheduler's pending list.
     pending: bool,
-    /// Off the pending list until its socket makes progress: it has cells, but its one TCP
-    /// connection had no room for a cell under KIST's limit, which only TCP's own handling of
-    /// that socket can change. Tor checks such a channel in every scheduler run; so does the
-    /// model in effect, since it would find the same, without touching it (a relay of a large
-    /// network has hundreds of them, and reading each was a fifth of the run time).
-    waiting_for_room: bool,
     /// Cells queued on all circuits for this channel.
     queued: u64,
     /// Circuits whose connection could take no cell in this scheduler run.
@@ -378,7 +372,6 @@ impl Channel {
             circs: ChannelCircuits::new(initiator),
             mux: CircuitMux::new(clock, now),
             pending: false,
-            waiting_for_room: false,
             queued: 0,
             parked: Vec::new(),
             reorder: Reorder::default(),
@@ -513,9 +506,6 @@ pub struct Relay {
     stream_by_socket: Vec<u32>,
     /// Channels with cells to send (scheduler's work list).
     pending: Vec<u32>,
-    /// Channels waiting for room (`Channel::waiting_for_room`); they keep the scheduler
-    /// running every interval, as they would on its pending list.
-    waiting_for_room: u32,
     /// The scheduler's working lists, kept empty between runs (see `run_scheduler`).
     sched_scratch: scheduler::SchedScratch,
     schedule_armed: bool,
@@ -633,7 +623,6 @@ impl Relay {
             free_streams: Vec::new(),
             stream_by_socket: Vec::new(),
             pending: Vec::new(),
-            waiting_for_room: 0,
             sched_scratch: Default::default(),
             schedule_armed: false,
             last_schedule_run: None,
@@ -691,7 +680,7 @@ impl Relay {
     /// Handles everything the stack reported, including what handling it caused.
     fn pump(&mut self, io: &mut impl Io<RelayTimer>) {
         self.handle_events(io);
-        if self.world.params.scheduler == SchedulerKind::Vanilla && self.scheduler_has_work() {
+        if self.world.params.scheduler == SchedulerKind::Vanilla && !self.pending.is_empty() {
             self.run_scheduler(io);
             self.handle_events(io);
         }
@@ -811,14 +800,6 @@ impl Relay {
             }
             SocketEvent::StreamAccepted { conn, stream } => self.stream_accepted(io, conn, stream),
             SocketEvent::Datagram { .. } => {}
-            SocketEvent::Progress(socket) => {
-                if let Some(k) = self.conn_of(socket) {
-                    let ch = self.conns[k as usize].chan;
-                    if self.channels[ch as usize].waiting_for_room {
-                        self.mark_pending(io, ch);
-                    }
-                }
-            }
         }
     }
 
@@ -1153,14 +1134,6 @@ impl Relay {
             let chan = &mut self.channels[side.chan as usize];
             chan.queued -= side.queue.len() as u64;
             chan.mux.detach(circ);
-            if chan.waiting_for_room && chan.mux.is_empty() {
-                // Back on the pending list, where the next run drops it as it would have.
-                chan.waiting_for_room = false;
-                chan.pending = true;
-                self.waiting_for_room -= 1;
-                self.pending.push(side.chan);
-            }
-            let chan = &mut self.channels[side.chan as usize];
             chan.parked.retain(|&x| x != circ);
             chan.release(side.circ_id);
             // The connection the DESTROY goes on: the circuit's own, else any usable one.
@@ -1324,7 +1297,7 @@ impl Machine for Relay {
                 for circ in std::mem::take(&mut self.package_waiting) {
                     self.package(io, circ);
                 }
-                if self.scheduler_has_work() {
+                if !self.pending.is_empty() {
                     self.run_scheduler(io);
                 }
             }

@@ -27,35 +27,12 @@ pub(super) struct SchedScratch {
 impl Relay {
     pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
         let chan = &mut self.channels[ch as usize];
-        if chan.waiting_for_room {
-            chan.waiting_for_room = false;
-            self.waiting_for_room -= 1;
-        }
         if chan.pending || chan.mux.is_empty() {
             return;
         }
         chan.pending = true;
         self.pending.push(ch);
         self.arm_scheduler(io);
-    }
-
-    /// Whether a scheduler run has channels to look at: pending ones, or ones waiting for
-    /// room (which tor's KIST keeps on its pending list).
-    pub(super) fn scheduler_has_work(&self) -> bool {
-        !self.pending.is_empty() || self.waiting_for_room > 0
-    }
-
-    /// Under KIST, whether channel `ch`, found with no room in this run, may wait off the
-    /// pending list for its socket's progress: one TCP connection, open and usable, so that
-    /// nothing but TCP's handling of that socket changes what the next run would find.
-    fn may_wait_for_room(&self, ch: u32) -> bool {
-        let chan = &self.channels[ch as usize];
-        self.world.params.scheduler == SchedulerKind::Kist
-            && chan.carrier == Carrier::Tcp
-            && chan.conns.len() == 1
-            && !chan.mux.is_empty()
-            && self.conns[chan.conns[0] as usize].usable()
-            && !self.conns[chan.conns[0] as usize].stream
     }
 
     /// Arms the KIST scheduler like tor's `kist_scheduler_schedule`: at the end of the run
@@ -306,14 +283,7 @@ impl Relay {
                 self.rank_conns(ch, now);
             }
             if !self.requeue(ch, now, heap) {
-                if self.may_wait_for_room(ch) {
-                    let socket = self.conns[self.channels[ch as usize].conns[0] as usize].socket;
-                    io.watch_progress(socket);
-                    self.channels[ch as usize].waiting_for_room = true;
-                    self.waiting_for_room += 1;
-                } else {
-                    deferred.push(ch);
-                }
+                deferred.push(ch);
             }
         }
         while let Some(Reverse((_, ch))) = heap.pop() {
@@ -480,7 +450,7 @@ impl Relay {
             }
         }
         self.sched_scratch = scratch;
-        if self.scheduler_has_work() {
+        if !self.pending.is_empty() {
             if out_of_tokens {
                 self.arm_refill(io);
             }
