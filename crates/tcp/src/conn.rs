@@ -883,9 +883,10 @@ impl TcpConnection {
         }
         if ack >= self.tlp_high {
             if self.tlp == Tlp::Retransmitted && !dsack {
+                // The ACK has emptied the flight, so the reduction is taken from the window
+                // (Linux's CWR: what the window was when the loss happened).
                 let mss = self.mss();
-                let flight = (self.snd.nxt - self.snd.una).max(mss);
-                self.cc.on_congestion(flight, mss);
+                self.cc.on_congestion(self.cc.cwnd, mss);
             }
             self.tlp = Tlp::None;
         } else if self.tlp == Tlp::Retransmitted && dsack {
