@@ -853,7 +853,9 @@ impl TcpConnection {
             return;
         }
         let sacked = self.snd.highest_sacked();
-        if sacked > self.snd.una && self.snd.recovery == Phase::Open {
+        if self.snd.recovery != Phase::Open {
+            // Recovery began after the probe was armed; it has its own retransmissions.
+        } else if sacked > self.snd.una {
             self.recover_below(sacked);
         } else {
             self.tlp = Tlp::Due;
