@@ -898,6 +898,23 @@ impl TcpConnection {
         }
     }
 
+    /// Sends `len` bytes of new data from SND.NXT (with the FIN if they end the stream), for
+    /// the ordinary send path and the tail loss probe alike.
+    fn send_new(&mut self, now: SimTime, len: u64) -> TcpSegment {
+        let seq = self.snd.nxt;
+        let fin = self.snd.fin && seq + len == self.snd.data_end && self.may_send_fin();
+        if len < self.mss() {
+            self.snd.sml = seq + len;
+        }
+        self.snd.nxt += len + u64::from(fin);
+        self.bytes_sent += len;
+        self.last_send = now;
+        self.rtt.start_timing(now, self.snd.nxt);
+        self.note_flight(self.cc.cwnd);
+        let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
+        self.build(seq, len, flags)
+    }
+
     /// The probe: one new segment if the peer's window takes it (whatever the congestion
     /// window and Nagle), else the last segment sent, again.
     fn send_probe(&mut self, now: SimTime) -> Option<TcpSegment> {
@@ -906,20 +923,10 @@ impl TcpConnection {
         let room = self.snd.wnd_right.saturating_sub(self.snd.nxt);
         let len = avail.min(mss).min(room);
         if len > 0 {
-            let seq = self.snd.nxt;
-            let fin = self.snd.fin && seq + len == self.snd.data_end && self.may_send_fin();
-            if len < mss {
-                self.snd.sml = seq + len;
-            }
-            self.snd.nxt += len + u64::from(fin);
-            self.bytes_sent += len;
-            self.last_send = now;
-            self.rtt.start_timing(now, self.snd.nxt);
-            self.note_flight(self.cc.cwnd);
+            let seg = self.send_new(now, len);
             self.tlp = Tlp::New;
             self.tlp_high = self.snd.nxt;
-            let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
-            return Some(self.build(seq, len, flags));
+            return Some(seg);
         }
         let end = self.snd.nxt;
         let start = end.saturating_sub(mss).max(self.snd.una);
@@ -1059,19 +1066,9 @@ impl TcpConnection {
                 self.win_limited = true;
                 return None;
             }
-            let seq = self.snd.nxt;
-            let fin = self.snd.fin && seq + len == self.snd.data_end && self.may_send_fin();
-            if len < mss {
-                self.snd.sml = seq + len;
-            }
-            self.snd.nxt += len + u64::from(fin);
-            self.bytes_sent += len;
-            self.last_send = now;
-            self.rtt.start_timing(now, self.snd.nxt);
+            let seg = self.send_new(now, len);
             self.arm_rto(now);
-            self.note_flight(cwnd);
-            let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
-            return Some(self.build(seq, len, flags));
+            return Some(seg);
         }
 
         if self.snd.fin && self.snd.nxt == self.snd.data_end && self.may_send_fin() {

@@ -180,34 +180,20 @@ impl Sender {
                 }
             }
             Phase::Recovery => {
-                if start < self.lost_below {
-                    let by_time = end.min(self.lost_below);
-                    let by_dupacks =
-                        self.lost_end_by_dupacks(start, end, above, ranges_above, mss, sack);
-                    by_time.max(by_dupacks)
+                // RFC 6675's IsLost (or, without SACK, NewReno's first segment)...
+                let by_dupacks = if sack
+                    && (above > (DUP_THRESH - 1) * mss || ranges_above as u64 >= DUP_THRESH)
+                {
+                    end
+                } else if start == self.una && (!sack || self.force_una) {
+                    end.min(self.una + mss)
                 } else {
-                    self.lost_end_by_dupacks(start, end, above, ranges_above, mss, sack)
-                }
+                    start
+                };
+                // ...or the time rule: what of the hole lies below `lost_below` (nothing, for
+                // a hole above it).
+                by_dupacks.max(end.min(self.lost_below))
             }
-        }
-    }
-
-    /// RFC 6675's IsLost (or, without SACK, NewReno's first segment) for a hole in recovery.
-    fn lost_end_by_dupacks(
-        &self,
-        start: u64,
-        end: u64,
-        above: u64,
-        ranges_above: usize,
-        mss: u64,
-        sack: bool,
-    ) -> u64 {
-        if sack && (above > (DUP_THRESH - 1) * mss || ranges_above as u64 >= DUP_THRESH) {
-            end
-        } else if start == self.una && (!sack || self.force_una) {
-            end.min(self.una + mss)
-        } else {
-            start
         }
     }
 
