@@ -6,6 +6,7 @@
 //! itself, so a run gives the same results on any number of threads.
 
 mod barrier;
+mod calendar;
 pub mod heap;
 pub mod partition;
 pub mod phold;

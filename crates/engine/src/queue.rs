@@ -131,6 +131,16 @@ impl<E> EventQueue<E> {
         }
     }
 
+    /// The time and order key of the earliest event.
+    #[inline]
+    pub(crate) fn peek(&self) -> Option<(SimTime, u64)> {
+        if out_of_line::<E>() {
+            self.heap.peek().map(|e| (e.time, e.key))
+        } else {
+            self.inline.peek().map(|e| (e.time, e.key))
+        }
+    }
+
     /// Pops the earliest event if it is due strictly before `end`.
     #[inline]
     pub(crate) fn pop_before(&mut self, end: SimTime) -> Option<Due<E>> {

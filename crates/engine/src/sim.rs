@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::barrier::SpinBarrier;
+use crate::calendar::{Calendar, Message};
 use crate::partition::Partition;
 use crate::queue::{order_key, EventQueue, MAX_HOSTS};
 use crate::rng::{host_rng, HostRng};
@@ -115,13 +116,6 @@ impl<E> Context<'_, E> {
             event,
         });
     }
-}
-
-struct Message<E> {
-    dst: HostId,
-    time: SimTime,
-    key: u64,
-    event: E,
 }
 
 /// A worker's messages created this round, bucketed by the worker that owns the destination.
@@ -240,6 +234,8 @@ pub struct Simulation<H: Host> {
     config: EngineConfig,
     hosts: HostTable<H>,
     partition: Partition,
+    /// Each worker's messages not yet due.
+    calendars: Vec<Calendar<H::Event>>,
     control: RunControl,
     /// Time up to which every host has run.
     clock: SimTime,
@@ -281,10 +277,14 @@ impl<H: Host> Simulation<H> {
                 })
             })
             .collect();
+        let calendars = (0..config.threads)
+            .map(|_| Calendar::new(config.lookahead))
+            .collect();
         Self {
             config,
             hosts: HostTable { slots },
             partition,
+            calendars,
             control: RunControl::default(),
             clock: 0,
         }
@@ -343,10 +343,12 @@ impl<H: Host> Simulation<H> {
 
     /// Events still pending on all hosts.
     pub fn pending_events(&self) -> usize {
+        let messages: usize = self.calendars.iter().map(Calendar::len).sum();
         (0..self.host_count())
             // SAFETY: as in `host`.
             .map(|h| unsafe { (*self.hosts.slots[h].get()).queue.len() })
-            .sum()
+            .sum::<usize>()
+            + messages
     }
 
     /// A hash of the sequence of events each host processed (time and origin of each), combined
@@ -382,6 +384,9 @@ impl<H: Host> Simulation<H> {
             let slot = slot.get_mut();
             slot.due = slot.queue.next_time().unwrap_or(NOT_DUE);
             first = first.min(slot.due);
+        }
+        for calendar in &self.calendars {
+            first = first.min(calendar.next_time());
         }
         if first >= stop {
             // No round to run: there is nothing to do before `stop`. An interrupt still counts,
@@ -426,7 +431,9 @@ impl<H: Host> Simulation<H> {
             lookahead: self.config.lookahead,
             trace: self.config.trace,
             steal: self.config.work_stealing && workers > 1,
-            first,
+            // Rounds start on multiples of the lookahead where they can, so that each takes
+            // whole slices of the calendars (results do not depend on where rounds start).
+            first: align_down(first, self.config.lookahead).max(self.clock),
         };
         let hosts = &self.hosts;
         let partition = &self.partition;
@@ -436,17 +443,23 @@ impl<H: Host> Simulation<H> {
         // escapes the per-round catch (none should: model panics are caught there) poisons the
         // barrier, so the others return instead of waiting for it forever, and `scope` can
         // join them.
-        let guarded = move |w: usize| {
+        let guarded = move |w: usize, calendar: &mut Calendar<H::Event>| {
             catch_unwind(AssertUnwindSafe(|| {
-                worker_loop(w, hosts, partition, shared, control, run)
+                worker_loop(w, hosts, partition, calendar, shared, control, run)
             }))
             .inspect_err(|_| shared.barrier.poison())
         };
+        let (lead_calendar, other_calendars) = self
+            .calendars
+            .split_first_mut()
+            .expect("a simulation has a worker");
         let results: Vec<Result<WorkerResult, Box<dyn Any + Send>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (1..workers)
-                .map(|w| scope.spawn(move || guarded(w)))
+            let handles: Vec<_> = other_calendars
+                .iter_mut()
+                .enumerate()
+                .map(|(k, calendar)| scope.spawn(move || guarded(k + 1, calendar)))
                 .collect();
-            let mut results = vec![guarded(0)];
+            let mut results = vec![guarded(0, lead_calendar)];
             results.extend(handles.into_iter().map(|h| h.join().and_then(|r| r)));
             results
         });
@@ -499,11 +512,11 @@ struct Shared<E> {
     panic: Mutex<Option<(HostId, Box<dyn Any + Send>)>>,
     worker_of: Arc<[u32]>,
     /// Each worker's hosts due in the current round, which any worker may claim.
-    lists: Vec<RoundList>,
+    lists: Vec<RoundList<E>>,
 }
 
-/// A worker's hosts due in one round, claimed one at a time by the owner and, once it has
-/// finished its own list, by other workers (work stealing).
+/// A worker's hosts due in one round, with the messages due to them, claimed one host at a
+/// time by the owner and, once it has finished its own list, by other workers (work stealing).
 ///
 /// The owner fills it at the start of a round and publishes it by storing the round's number;
 /// a thief reads it only after seeing that number, and every claim of a round happens before
@@ -511,25 +524,43 @@ struct Shared<E> {
 /// one counter means each host runs exactly once per round, on whichever worker got to it
 /// first; since hosts only meet through messages ordered by the simulation itself, which
 /// worker that was changes nothing in the results.
-struct RoundList {
+struct RoundList<E> {
+    /// In ascending host id, so that a round walks the host table in address order.
     hosts: Box<[AtomicU32]>,
-    /// `next[i]`: the next event time of `hosts[i]` after it ran (`NOT_DUE` if none), written
-    /// by whichever worker ran it.
+    /// `runs[i]`: where the messages to `hosts[i]` lie in `order` (start in the high half,
+    /// end in the low half).
+    runs: Box<[AtomicU64]>,
+    /// `next[i]`: the time under which `hosts[i]` must be put (back) in its owner's agenda
+    /// after it ran, or `NOT_DUE` if no new entry is needed; written by whichever worker ran it.
     next: Box<[AtomicU64]>,
     len: AtomicUsize,
     cursor: AtomicUsize,
     /// The round (counted from 1) whose list this is.
     round: AtomicU64,
+    /// The round's messages to this worker's hosts, each taken by the worker that runs its
+    /// host. Written by the owner only before the list is published and after the round's
+    /// first barrier.
+    messages: UnsafeCell<Vec<UnsafeCell<Option<Message<E>>>>>,
+    /// Indices into `messages`, by (destination, time, order key).
+    order: UnsafeCell<Vec<u32>>,
 }
 
-impl RoundList {
+// SAFETY: the cells are written by the owner alone while no other worker reads the list (see
+// `messages`), and during the round each message is taken only by the worker that claimed its
+// host through `cursor`.
+unsafe impl<E: Send> Sync for RoundList<E> {}
+
+impl<E> RoundList<E> {
     fn new(capacity: usize) -> Self {
         Self {
             hosts: (0..capacity).map(|_| AtomicU32::new(0)).collect(),
+            runs: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             next: (0..capacity).map(|_| AtomicU64::new(NOT_DUE)).collect(),
             len: AtomicUsize::new(0),
             cursor: AtomicUsize::new(0),
             round: AtomicU64::new(0),
+            messages: UnsafeCell::new(Vec::new()),
+            order: UnsafeCell::new(Vec::new()),
         }
     }
 
@@ -586,16 +617,22 @@ struct RoundRunner<'a, H: Host> {
 impl<H: Host> RoundRunner<'_, H> {
     /// Claims and runs hosts of `list` until none is left; false if the round was cut short
     /// by an interrupt. A host whose model panics is recorded and the others go on.
-    fn run_list(&mut self, list: &RoundList, shared: &Shared<H::Event>, stolen: bool) -> bool {
+    fn run_list(
+        &mut self,
+        list: &RoundList<H::Event>,
+        shared: &Shared<H::Event>,
+        stolen: bool,
+    ) -> bool {
         loop {
             let mut current = None;
             let ran = catch_unwind(AssertUnwindSafe(|| {
                 while let Some((i, id)) = list.claim() {
                     current = Some(id);
+                    self.prefetch(list, i + 1);
                     if stolen {
                         self.stats.stolen += 1;
                     }
-                    if !self.run_host(id, &list.next[i]) {
+                    if !self.run_host(id, list, i) {
                         return false;
                     }
                 }
@@ -612,9 +649,36 @@ impl<H: Host> RoundRunner<'_, H> {
         }
     }
 
-    /// Runs one host's events up to the round end and notes its next event in `next`.
+    /// Asks the cache for the slot and first message of the `i`th host of `list`, which this
+    /// worker will most likely run next: on a large network both are usually out of the cache,
+    /// and the loads would otherwise wait one after the other.
     #[inline]
-    fn run_host(&mut self, id: HostId, next: &AtomicU64) -> bool {
+    fn prefetch(&self, list: &RoundList<H::Event>, i: usize) {
+        if i >= list.len.load(Ordering::Relaxed) {
+            return;
+        }
+        let id = list.hosts[i].load(Ordering::Relaxed) as usize;
+        prefetch(
+            self.hosts.slots[id].get(),
+            std::mem::size_of::<HostSlot<H>>(),
+        );
+        let run = list.runs[i].load(Ordering::Relaxed);
+        let (j, last) = ((run >> 32) as usize, (run & u32::MAX as u64) as usize);
+        if j < last {
+            // SAFETY: as in `run_host`; the message is only read, by the hardware.
+            let (order, messages) = unsafe { (&*list.order.get(), &*list.messages.get()) };
+            prefetch(
+                messages[order[j] as usize].get(),
+                std::mem::size_of::<Message<H::Event>>(),
+            );
+        }
+    }
+
+    /// Runs the `i`th host of `list` up to the round end, taking its messages and its own
+    /// events in (time, order key) order, and notes in the list whether its owner's agenda
+    /// needs a new entry for it.
+    #[inline]
+    fn run_host(&mut self, id: HostId, list: &RoundList<H::Event>, i: usize) -> bool {
         // SAFETY: the host was claimed from a round list, which hands each host to exactly
         // one worker per round, and no other reference to its slot is held.
         let slot = unsafe { self.hosts.slot(id) };
@@ -626,13 +690,40 @@ impl<H: Host> RoundRunner<'_, H> {
             trace,
             due,
         } = slot;
-        while let Some(entry) = queue.pop_before(self.end) {
+        let run = list.runs[i].load(Ordering::Relaxed);
+        let (mut j, last) = ((run >> 32) as usize, (run & u32::MAX as u64) as usize);
+        // SAFETY: the owner filled both before publishing the list and changes them only after
+        // the round; the messages in `j..last` belong to this host, which this worker claimed.
+        let (order, messages) = unsafe { (&*list.order.get(), &*list.messages.get()) };
+        let listed_under = *due;
+        loop {
+            let message = (j < last).then(|| unsafe { &mut *messages[order[j] as usize].get() });
+            let take_message = match (&message, queue.peek()) {
+                (Some(m), Some(own)) => {
+                    let m = m.as_ref().expect("a message is taken once");
+                    (m.time, m.key) < own
+                }
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            let (time, key, event) = if take_message {
+                let m = message
+                    .and_then(Option::take)
+                    .expect("a message is taken once");
+                j += 1;
+                (m.time, m.key, m.event)
+            } else {
+                match queue.pop_before(self.end) {
+                    Some(entry) => (entry.time, entry.key, entry.event),
+                    None => break,
+                }
+            };
             if self.run.trace {
-                *trace = mix(*trace ^ entry.time ^ mix(entry.key));
+                *trace = mix(*trace ^ time ^ mix(key));
             }
             self.stats.events += 1;
             let mut ctx = Context {
-                now: entry.time,
+                now: time,
                 host: id,
                 round_end: self.end,
                 lookahead: self.run.lookahead,
@@ -641,15 +732,18 @@ impl<H: Host> RoundRunner<'_, H> {
                 rng,
                 out: self.out,
             };
-            model.handle(&mut ctx, entry.event);
+            model.handle(&mut ctx, event);
             if self.stats.events & (INTERRUPT_CHECK_EVENTS - 1) == 0
                 && self.control.interrupt.load(Ordering::Relaxed)
             {
                 return false;
             }
         }
+        // A host listed for its messages alone still stands in the agenda under its own next
+        // event; it needs a new entry only if that changed.
         *due = queue.next_time().unwrap_or(NOT_DUE);
-        next.store(*due, Ordering::Relaxed);
+        let entry = if *due == listed_under { NOT_DUE } else { *due };
+        list.next[i].store(entry, Ordering::Relaxed);
         true
     }
 }
@@ -658,6 +752,7 @@ fn worker_loop<H: Host>(
     w: usize,
     hosts: &HostTable<H>,
     partition: &Partition,
+    calendar: &mut Calendar<H::Event>,
     shared: &Shared<H::Event>,
     control: &RunControl,
     run: RoundParams,
@@ -676,9 +771,10 @@ fn worker_loop<H: Host>(
         hosts: mine.len(),
         ..Default::default()
     };
-    // The agenda: this worker's hosts by their next event, so a round visits only the hosts
-    // that have something to do in it, however many hosts there are. Entries are never
-    // removed early; one whose time is not its host's `due` is stale and skipped.
+    // The agenda: this worker's hosts by their next own event (messages wait in the
+    // calendar), so a round visits only the hosts that have something to do in it, however
+    // many hosts there are. Entries are never removed early; one whose time is not its host's
+    // `due` is stale and skipped.
     let mut agenda: BinaryHeap<Reverse<(SimTime, HostId)>> = mine
         .iter()
         .filter_map(|&id| {
@@ -687,6 +783,8 @@ fn worker_loop<H: Host>(
             (due != NOT_DUE).then_some(Reverse((due, id)))
         })
         .collect();
+    let mut own_due: Vec<HostId> = Vec::new();
+    let mut sort_keys: Vec<(HostId, SimTime, u64, u32)> = Vec::new();
     let mut rounds = 0;
     let mut start = run.first;
     let mut interrupted = false;
@@ -700,7 +798,7 @@ fn worker_loop<H: Host>(
         // run it; then help the others with theirs. A panic in a model is caught; the failed
         // host stops, the others complete the round, and the run stops at its end (the same
         // state on any number of threads).
-        let mut len = 0;
+        own_due.clear();
         while let Some(&Reverse((time, id))) = agenda.peek() {
             if time >= end {
                 break;
@@ -710,10 +808,11 @@ fn worker_loop<H: Host>(
             let slot = unsafe { hosts.slot(id) };
             if slot.due == time {
                 slot.due = NOT_DUE;
-                list.hosts[len].store(id, Ordering::Relaxed);
-                len += 1;
+                own_due.push(id);
             }
         }
+        own_due.sort_unstable();
+        let len = list_round(list, calendar, start, end, &own_due, &mut sort_keys);
         list.len.store(len, Ordering::Relaxed);
         list.cursor.store(0, Ordering::Relaxed);
         list.round.store(rounds + 1, Ordering::Release);
@@ -747,7 +846,7 @@ fn worker_loop<H: Host>(
             break;
         };
         stats.blocked += waited;
-        // Phase 2: put the hosts that ran back in the agenda, then take in the messages
+        // Phase 2: put the hosts that ran back in the agenda, then file the messages
         // addressed to owned hosts.
         for i in 0..len {
             let next = list.next[i].load(Ordering::Relaxed);
@@ -755,24 +854,27 @@ fn worker_loop<H: Host>(
                 agenda.push(Reverse((next, list.hosts[i].load(Ordering::Relaxed))));
             }
         }
-        for src in 0..workers {
-            std::mem::swap(&mut inbox, &mut *lock(&shared.mail[src * workers + w]));
-            for m in inbox.drain(..) {
-                // SAFETY: messages in this bucket are addressed to hosts this worker owns.
-                let slot = unsafe { hosts.slot(m.dst) };
-                slot.queue.push(m.time, m.key, m.event);
-                if m.time < slot.due {
-                    slot.due = m.time;
-                    agenda.push(Reverse((m.time, m.dst)));
+        if shared.cut_short.load(Ordering::Relaxed) || shared.failed.load(Ordering::Relaxed) {
+            // Hosts that did not finish the round keep their messages for the next run.
+            // SAFETY: the round's claims all happened before the barrier.
+            for cell in unsafe { &mut *list.messages.get() } {
+                if let Some(m) = cell.get_mut().take() {
+                    calendar.push(m);
                 }
             }
         }
+        for src in 0..workers {
+            std::mem::swap(&mut inbox, &mut *lock(&shared.mail[src * workers + w]));
+            for m in inbox.drain(..) {
+                calendar.push(m);
+            }
+        }
         // Stale entries at the top would make the next round start too early.
-        let mut local_next = u64::MAX;
+        let mut local_next = calendar.next_time();
         while let Some(&Reverse((time, id))) = agenda.peek() {
             // SAFETY: this worker owns `id`.
             if unsafe { hosts.slot(id) }.due == time {
-                local_next = time;
+                local_next = local_next.min(time);
                 break;
             }
             agenda.pop();
@@ -812,7 +914,7 @@ fn worker_loop<H: Host>(
         start = if next == u64::MAX {
             run.stop
         } else {
-            next.max(end)
+            align_down(next, run.lookahead).max(end)
         };
     }
     stats.busy = wall.elapsed().saturating_sub(stats.blocked);
@@ -824,6 +926,76 @@ fn worker_loop<H: Host>(
         reached: if interrupted { start } else { run.stop },
         interrupted,
     }
+}
+
+/// Fills `list` for the round `[start, end)`: the messages due in it, taken from the calendar
+/// and ordered by (host, time, order key), and the hosts that have messages or (`own_due`, in
+/// ascending id) events of their own due in it, in ascending id. Returns the number of hosts.
+fn list_round<E>(
+    list: &RoundList<E>,
+    calendar: &mut Calendar<E>,
+    start: SimTime,
+    end: SimTime,
+    own_due: &[HostId],
+    sort_keys: &mut Vec<(HostId, SimTime, u64, u32)>,
+) -> usize {
+    // SAFETY: the list is not published yet, and every claim of the previous round happened
+    // before the barrier that ended it.
+    let (messages, order) = unsafe { (&mut *list.messages.get(), &mut *list.order.get()) };
+    messages.clear();
+    order.clear();
+    sort_keys.clear();
+    calendar.take_due(start, end, |m| {
+        sort_keys.push((m.dst, m.time, m.key, messages.len() as u32));
+        messages.push(UnsafeCell::new(Some(m)));
+    });
+    sort_keys.sort_unstable();
+    order.extend(sort_keys.iter().map(|k| k.3));
+    let mut len = 0;
+    let (mut j, mut k) = (0, 0);
+    loop {
+        let by_message = sort_keys.get(j).map(|key| key.0);
+        let by_own = own_due.get(k).copied();
+        let host = match (by_message, by_own) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => break,
+        };
+        if by_own == Some(host) {
+            k += 1;
+        }
+        let first = j;
+        while sort_keys.get(j).is_some_and(|key| key.0 == host) {
+            j += 1;
+        }
+        list.hosts[len].store(host, Ordering::Relaxed);
+        list.runs[len].store(((first as u64) << 32) | j as u64, Ordering::Relaxed);
+        len += 1;
+    }
+    len
+}
+
+/// Hints the processor to load `bytes` from `p` into the cache (nothing on other
+/// architectures). A hint never faults, whatever the address.
+#[inline(always)]
+fn prefetch<T>(p: *const T, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let base = p.cast::<i8>();
+        for offset in (0..bytes).step_by(64) {
+            // SAFETY: prefetching reads nothing the program can observe and cannot fault.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, bytes);
+}
+
+/// `time` rounded down to a multiple of `width`.
+fn align_down(time: SimTime, width: SimDuration) -> SimTime {
+    time - time % width
 }
 
 /// A 64-bit finaliser (from SplitMix64) used to fold event identities into trace hashes.
