@@ -348,3 +348,88 @@ fn work_stealing_moves_hosts_and_changes_no_result() {
     });
     assert!(stole, "no host was ever stolen in ten runs");
 }
+
+/// Sends each message it receives on to a random host with a random delay, from the lookahead
+/// to thousands of lookaheads (past the engine's calendar of pending messages), and times
+/// itself out locally now and then; writes down what it handled and when.
+struct Scatter {
+    hosts: u32,
+    log: Vec<(u64, u64)>,
+}
+
+/// Large enough to be kept out of line in a host's own queue, as packets are.
+#[derive(Clone, Copy)]
+enum Far {
+    Start,
+    Hop { due: u64, id: u64, hops: u32 },
+    Timeout { id: u64, _pad: [u64; 20] },
+}
+
+impl Host for Scatter {
+    type Event = Far;
+    fn handle(&mut self, ctx: &mut Context<'_, Far>, ev: Far) {
+        let now = ctx.now();
+        let (id, hops) = match ev {
+            Far::Start => (ctx.host() as u64 * 1000, 0),
+            Far::Hop { due, id, hops } => {
+                assert_eq!(now, due, "a message arrived at another time than sent for");
+                self.log.push((now, id));
+                (id, hops)
+            }
+            Far::Timeout { id, .. } => {
+                self.log.push((now, (id + 1) << 40));
+                return;
+            }
+        };
+        if hops == 40 {
+            return;
+        }
+        let lookahead = ctx.lookahead();
+        let delay = match ctx.rng().random_range(0..4) {
+            0 => lookahead,
+            1 => lookahead * ctx.rng().random_range(1..20) + 7,
+            2 => lookahead * ctx.rng().random_range(400..700),
+            _ => lookahead * ctx.rng().random_range(1000..3000) + 3,
+        };
+        let dst = ctx.rng().random_range(0..self.hosts);
+        let due = now + delay;
+        ctx.send(
+            dst,
+            due,
+            Far::Hop {
+                due,
+                id: id + 1,
+                hops: hops + 1,
+            },
+        );
+        if hops % 3 == 0 {
+            // Due together with some messages now and then.
+            ctx.schedule_at(now + lookahead, Far::Timeout { id, _pad: [0; 20] });
+        }
+    }
+}
+
+fn scatter(threads: usize, stops: &[u64]) -> Vec<Vec<(u64, u64)>> {
+    let hosts = 23;
+    let models = (0..hosts).map(|_| Scatter { hosts, log: vec![] }).collect();
+    let mut sim = Simulation::new(engine(threads, millis(1)), models);
+    for h in 0..hosts {
+        sim.schedule(h, h as u64 * 13, Far::Start);
+    }
+    for &stop in stops {
+        sim.run_until(stop);
+    }
+    assert_eq!(sim.pending_events(), 0, "every message was delivered");
+    sim.into_hosts().into_iter().map(|h| h.log).collect()
+}
+
+#[test]
+fn messages_due_far_ahead_arrive_on_time_in_the_same_order_on_any_thread_count() {
+    let end = secs(200);
+    let one = scatter(1, &[end]);
+    assert!(one.iter().map(Vec::len).sum::<usize>() > 500);
+    assert_eq!(one, scatter(2, &[end]));
+    assert_eq!(one, scatter(3, &[end]));
+    // Stops off the lookahead's multiples cut rounds short of their slices.
+    assert_eq!(one, scatter(2, &[millis(1_700) + 3, secs(31) + 999, end]));
+}
