@@ -3,9 +3,11 @@
 //! Time advances in rounds `[start, start + lookahead)`. Because no message between two hosts
 //! can arrive sooner than `lookahead` after it was sent, every host can run all of its events in
 //! the round without hearing from anyone else. Messages created during the round wait in the
-//! sender's outbox; at the barrier each worker moves the messages addressed to its own hosts
-//! into their queues. The queue orders events by (time, source host, source sequence), so the
-//! result is the same whatever the thread count or the timing of threads.
+//! sender's outbox; at the barrier each worker files the messages addressed to its own hosts in
+//! its calendar (`calendar.rs`), and at the start of the round they fall due in it hands each
+//! host its messages, which the host takes merged with its own queue. Both are ordered by
+//! (time, source host, source sequence), so the result is the same whatever the thread count
+//! or the timing of threads.
 
 use std::any::Any;
 use std::cell::UnsafeCell;
