@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use onionlab_engine::heap::push_growing_by_eighths;
 use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, HostId};
 use onionlab_tcp::{TcpConfig, TcpConnection, TcpEvent, TcpFlags, TcpInfo, TcpSegment, TcpState};
@@ -168,9 +169,6 @@ struct Slot<M> {
 
 const FIRST_EPHEMERAL_PORT: u16 = 49152;
 
-/// Socket tables grow one slot at a time up to this many slots, and by doubling beyond.
-const MIN_DOUBLING_SLOTS: usize = 4;
-
 /// One host's network stack. `M` is the application's message descriptor type.
 pub struct NetStack<M> {
     host: HostId,
@@ -318,16 +316,15 @@ impl<M: Send + 'static> NetStack<M> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
-                if self.slots.len() < MIN_DOUBLING_SLOTS {
-                    // A slot holds a TCP socket inline (hundreds of bytes), and a vector's
-                    // first growth makes room for four: a client, which holds one or two
-                    // sockets, would carry two or three empty slots for the whole run.
-                    self.slots.reserve_exact(1);
-                }
-                self.slots.push(Slot {
-                    generation: 0,
-                    socket: None,
-                });
+                // A slot holds a TCP socket inline (hundreds of bytes): a client holds one
+                // or two sockets, a big relay thousands.
+                push_growing_by_eighths(
+                    &mut self.slots,
+                    Slot {
+                        generation: 0,
+                        socket: None,
+                    },
+                );
                 (self.slots.len() - 1) as u32
             }
         };

@@ -50,7 +50,7 @@ impl Relay {
             chan.circs.reuse_ids = false;
         }
         if idx as usize == self.channels.len() {
-            self.channels.push(chan);
+            push_growing_by_eighths(&mut self.channels, chan);
         } else {
             self.channels[idx as usize] = chan;
         }
@@ -133,7 +133,7 @@ impl Relay {
                 k
             }
             None => {
-                self.conns.push(conn);
+                push_growing_by_eighths(&mut self.conns, conn);
                 (self.conns.len() - 1) as u32
             }
         };

@@ -22,6 +22,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use onionlab_engine::heap::push_growing_by_eighths;
 use onionlab_engine::time::{millis, SimTime, NANOS_PER_SEC};
 use onionlab_engine::HostId;
 use onionlab_net::{SocketEvent, SocketId};
@@ -905,7 +906,7 @@ impl Relay {
                 i
             }
             None => {
-                self.circuits.push(Some(circuit));
+                push_growing_by_eighths(&mut self.circuits, Some(circuit));
                 (self.circuits.len() - 1) as u32
             }
         }
