@@ -10,7 +10,9 @@
 //! ```
 //!
 //! and reads [`live_bytes`] before and after what it measures. Nothing else in onionlab uses
-//! it: `onionlab` itself runs on the plain system allocator, so the count costs a run nothing.
+//! it: `onionlab` itself runs on mimalloc without a count, so the count costs a run nothing.
+//! The module also holds the two rules that keep long-lived storage near what it holds
+//! ([`trim`] for queues, [`push_growing_by_eighths`] for tables).
 //! The count is of requested sizes (what the program asked for), not of what the allocator
 //! rounds them up to or its own bookkeeping, so it measures the model's data structures and is
 //! the same on every machine; a process's resident size is larger.
