@@ -128,11 +128,7 @@ impl<E> EventQueue<E> {
 
     #[inline]
     pub(crate) fn next_time(&self) -> Option<SimTime> {
-        if out_of_line::<E>() {
-            self.heap.peek().map(|e| e.time)
-        } else {
-            self.inline.peek().map(|e| e.time)
-        }
+        self.peek().map(|(time, _)| time)
     }
 
     /// The time and order key of the earliest event.

@@ -566,6 +566,13 @@ impl<E> RoundList<E> {
         }
     }
 
+    /// Where the messages to the `i`th host lie in `order`: `start..end`.
+    #[inline]
+    fn run(&self, i: usize) -> (usize, usize) {
+        let run = self.runs[i].load(Ordering::Relaxed);
+        ((run >> 32) as usize, (run & u32::MAX as u64) as usize)
+    }
+
     /// Claims the next unclaimed host of the list: its index in the list and its id.
     #[inline]
     fn claim(&self) -> Option<(usize, HostId)> {
@@ -664,8 +671,7 @@ impl<H: Host> RoundRunner<'_, H> {
             self.hosts.slots[id].get(),
             std::mem::size_of::<HostSlot<H>>(),
         );
-        let run = list.runs[i].load(Ordering::Relaxed);
-        let (j, last) = ((run >> 32) as usize, (run & u32::MAX as u64) as usize);
+        let (j, last) = list.run(i);
         if j < last {
             // SAFETY: as in `run_host`; the message is only read, by the hardware.
             let (order, messages) = unsafe { (&*list.order.get(), &*list.messages.get()) };
@@ -692,8 +698,7 @@ impl<H: Host> RoundRunner<'_, H> {
             trace,
             due,
         } = slot;
-        let run = list.runs[i].load(Ordering::Relaxed);
-        let (mut j, last) = ((run >> 32) as usize, (run & u32::MAX as u64) as usize);
+        let (mut j, last) = list.run(i);
         // SAFETY: the owner filled both before publishing the list and changes them only after
         // the round; the messages in `j..last` belong to this host, which this worker claimed.
         let (order, messages) = unsafe { (&*list.order.get(), &*list.messages.get()) };
