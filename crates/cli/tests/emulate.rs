@@ -122,9 +122,18 @@ fn minimal_network_downloads_through_real_tor() {
     let downloads = csv_rows(&out.join("downloads.csv"));
     assert_eq!(downloads.len(), 1, "{downloads:?}");
     let d = &downloads[0];
+    // A failed download is tor's doing: show what the client's and the exit's tor said.
+    let log_tail = |name: &str| {
+        let text = fs::read_to_string(out.join(format!("tor/{name}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    };
     assert_eq!(
         (d[0].as_str(), d[2].as_str(), d[7].as_str()),
-        ("client-perf-1", "1048576", "ok")
+        ("client-perf-1", "1048576", "ok"),
+        "client's log:\n{}\nexit's log:\n{}",
+        log_tail("client-perf-1"),
+        log_tail("exit")
     );
     let ttfb: f64 = d[5].parse().unwrap();
     let ttlb: f64 = d[6].parse().unwrap();

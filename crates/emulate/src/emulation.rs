@@ -362,8 +362,8 @@ fn measure(
 ) -> Result<Measured, Error> {
     let deadline = Instant::now() + opts.bootstrap_timeout;
     // Watchers start before bootstrap, so the circuits a client builds in advance are known
-    // when a download later uses one. Clients get a second connection for the bootstrap
-    // queries.
+    // when a download later uses one. Clients and relays get a second connection for the
+    // bootstrap queries.
     let zero = Arc::new(OnceLock::new());
     let mut controls = HashMap::new();
     let mut relay_logs = Vec::new();
@@ -390,6 +390,7 @@ fn measure(
                     out.clone(),
                 ));
                 relay_logs.push((i, out));
+                controls.insert(i, connect()?);
             }
             Role::Client { .. } => {
                 let out = Arc::new(Mutex::new(ClientLog::default()));
@@ -560,8 +561,10 @@ fn cpu_processes(lab: &Lab, layout: &Layout) -> Vec<cpu::Process> {
 /// Purpose of the client workload's random stream (server choice, think times).
 const PURPOSE_WORKLOAD: u32 = 0xe0_0001;
 
-/// Polls every client until it has bootstrapped and its consensus lists every relay with the
-/// flags the scenario gave it.
+/// Polls every client and relay until it has bootstrapped and its consensus lists every relay
+/// with the flags the scenario gave it. Relays must be ready too, not only clients: an exit
+/// refuses streams on circuits whose previous hop is not a relay in its consensus, so a client
+/// that starts downloading before the exit has a consensus gets "general failure" from tor.
 fn wait_for_bootstrap(
     lab: &mut Lab,
     layout: &Layout,
@@ -570,18 +573,22 @@ fn wait_for_bootstrap(
     deadline: Instant,
     opts: &Options,
 ) -> Result<(), Error> {
-    let clients = layout.indices(|r| matches!(r, Role::Client { .. }));
     let relays = layout.indices(|r| matches!(r, Role::Relay { .. }));
+    let watched = layout.indices(|r| matches!(r, Role::Client { .. } | Role::Relay { .. }));
     loop {
         let mut waiting = Vec::new();
-        for &c in &clients {
+        for &c in &watched {
+            let role = match layout.nodes[c].role {
+                Role::Client { .. } => "client",
+                _ => "relay",
+            };
             let conn = controls
                 .get_mut(&c)
-                .expect("every client has a control connection");
+                .expect("every client and relay has a control connection");
             let (progress, summary) = monitor::bootstrap_progress(conn).map_err(Error::Setup)?;
             if progress < 100 {
                 waiting.push(format!(
-                    "client {} at {progress}% ({summary})",
+                    "{role} {} at {progress}% ({summary})",
                     layout.nodes[c].name
                 ));
                 continue;
@@ -596,7 +603,7 @@ fn wait_for_bootstrap(
                 .collect();
             if !missing.is_empty() {
                 waiting.push(format!(
-                    "client {}'s consensus lacks (or has the wrong flags for) {}",
+                    "{role} {}'s consensus lacks (or has the wrong flags for) {}",
                     layout.nodes[c].name,
                     missing.join(", ")
                 ));
