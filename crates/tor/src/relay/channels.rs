@@ -306,7 +306,7 @@ impl Relay {
             self.read_waiting.retain(|&x| x != k);
         }
         let chan = &mut self.channels[ch as usize];
-        chan.conns.retain(|&c| c != k);
+        chan.conns.retain(|c| *c != k);
         chan.ranking_stale = true;
         if chan.light == k {
             chan.light = NONE;
@@ -829,7 +829,7 @@ impl Relay {
         }
         self.channels[ch as usize].carrier = Carrier::Quic;
         self.channel_stats.quic_channels += 1;
-        let tcp: Vec<u32> = self.channels[ch as usize].conns.clone();
+        let tcp = self.channels[ch as usize].conns.clone();
         let circuits: Vec<u32> = self.channels[ch as usize].circs.all().collect();
         for circ in circuits {
             let Some(k) = self.open_stream_conn(io, ch) else {

@@ -34,6 +34,7 @@ use onionlab_torcore::{
     Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
     RELAY_DATA_BYTES,
 };
+use smallvec::SmallVec;
 
 use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
@@ -308,8 +309,9 @@ struct Channel {
     opener: bool,
     /// The opener's index for the channel, named in each connection's Join message.
     token: u32,
-    /// Its live connections.
-    conns: Vec<u32>,
+    /// Its live connections. Most channels have one, kept inline: the scheduler reads it
+    /// for every pending channel, and a separate allocation would be one more cache miss.
+    conns: SmallVec<[u32; 4]>,
     /// Torchestra's light and heavy connections (`NONE` until they exist).
     light: u32,
     heavy: u32,
@@ -367,7 +369,7 @@ impl Channel {
             quic_limit: 0,
             opener,
             token: NONE,
-            conns: Vec::new(),
+            conns: SmallVec::new(),
             light: NONE,
             heavy: NONE,
             circs: ChannelCircuits::new(initiator),

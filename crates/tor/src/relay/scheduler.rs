@@ -240,8 +240,13 @@ impl Relay {
         self.last_schedule_run = Some(now);
         self.run_stamp = self.run_stamp.wrapping_add(1);
         let base_cell_bytes = self.world.cell_wire_bytes();
-        let world = self.world.clone();
-        let params = &world.params;
+        // The few parameters the run reads, copied: cloning the shared world's `Arc` in every
+        // run would write its reference count, a cache line every worker reads.
+        let params = &self.world.params;
+        let imux_shortest_queue = params.imux_scheduler == ImuxScheduler::ShortestQueue;
+        let queue_low_cells = params.circuit_queue_low_cells as u64;
+        let kist = params.scheduler == SchedulerKind::Kist;
+        let sock_buf_size_factor = params.kist_sock_buf_size_factor;
         let design = self.design;
         let mut allowance = self.buckets.write_allowance(now, true);
         // The run's working lists live in the relay between runs, so that a run (one per few
@@ -267,8 +272,7 @@ impl Relay {
                 self.refresh_quic_limit(io, ch);
             }
             let lazy = self.channels[ch as usize].conns.len() > 1
-                && !(design == ChannelDesign::Imux
-                    && params.imux_scheduler == ImuxScheduler::ShortestQueue);
+                && !(design == ChannelDesign::Imux && imux_shortest_queue);
             if lazy {
                 // Limits are read as connections are tried; running out of room shows as
                 // the channel's circuits parking one by one.
@@ -381,7 +385,7 @@ impl Relay {
             let emptied = side.queue.is_empty();
             let own = side.queue.len() as u64 + 1;
             if let Some(exit) = c.exit.as_mut() {
-                if exit.edge_blocked && own - 1 <= params.circuit_queue_low_cells as u64 {
+                if exit.edge_blocked && own - 1 <= queue_low_cells {
                     exit.edge_blocked = false;
                     unblocked.push(circ);
                 }
@@ -412,14 +416,14 @@ impl Relay {
                 deferred.push(ch);
             }
         }
-        if params.scheduler == SchedulerKind::Kist {
+        if kist {
             // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
             for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
                 let socket = self.conns[k as usize].socket;
                 if let Some(i) = io.tcp_info(socket) {
                     let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
                     let space = (cwnd - unacked).max(0) * mss;
-                    let extra = ((cwnd * mss) as f64 * params.kist_sock_buf_size_factor) as i64;
+                    let extra = ((cwnd * mss) as f64 * sock_buf_size_factor) as i64;
                     let excess = (i.notsent as i64).saturating_sub(space.saturating_add(extra));
                     self.kist_audit.checks += 1;
                     self.kist_audit.max_excess = self.kist_audit.max_excess.max(excess);
