@@ -115,12 +115,17 @@ struct Entry {
 /// of circuits with cells queued at once, and a scan of a few entries beats a heap's
 /// bookkeeping. Circuits that drained keep their history in a second `Vec` sorted by id, so a
 /// bulk circuit whose queue briefly empties does not come back looking quiet.
+///
+/// `repr(C)` with the active list first: "has it anything queued?" is the first thing a
+/// scheduler run asks of a channel, and this puts the answer in the channel's first cache line
+/// (see the relay's `Channel`).
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct CircuitMux {
-    clock: EwmaClock,
+    active: Vec<Entry>,
     /// The tick all active counts are referenced to.
     ref_tick: u64,
-    active: Vec<Entry>,
+    clock: EwmaClock,
     idle: Vec<Entry>,
 }
 

@@ -297,40 +297,38 @@ enum Carrier {
     Quic,
 }
 
+/// `repr(C)`, hot fields first: a scheduler run reads `pending`, `carrier`, `room`, `queued`,
+/// the connection list and the mux of each pending channel, and a cell arriving reads `circs`.
+/// In Rust's own order (largest alignment first) they lay across most of the struct's eight
+/// cache lines, on a large network each a miss; here the first line holds the flags, the
+/// counts, the connections and the mux's active list, and the next two the rest. The cold
+/// fields after them are grouped by size so that `repr(C)` adds no padding.
+#[repr(C)]
 struct Channel {
-    peer: HostId,
+    /// Whether the channel is in the scheduler's pending list.
+    pending: bool,
     carrier: Carrier,
-    /// Its QUIC connection, if it has one (`NO_SOCKET` otherwise).
-    quic: SocketId,
-    /// Channels on QUIC: what KIST lets the scheduler write to the QUIC connection in the
-    /// current run (from its congestion window and flight), shared by all its streams.
-    quic_limit: u64,
-    /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
-    opener: bool,
-    /// The opener's index for the channel, named in each connection's Join message.
-    token: u32,
+    /// Cells on it carry sequence numbers (a multi-connection channel of a design whose
+    /// circuits may change connection; never a client's channel).
+    sequenced: bool,
+    closed: bool,
+    /// In a scheduler run: its connections that may take a cell.
+    room: u32,
+    /// Cells queued on all circuits for this channel.
+    queued: u64,
     /// Its live connections. Most channels have one, kept inline: the scheduler reads it
     /// for every pending channel, and a separate allocation would be one more cache miss.
     conns: SmallVec<[u32; 4]>,
-    /// Torchestra's light and heavy connections (`NONE` until they exist).
-    light: u32,
-    heavy: u32,
-    /// Its circuits by id (ids are reused on single-connection channels only).
-    circs: ChannelCircuits,
     /// Circuits with cells queued for this channel.
     mux: CircuitMux,
-    /// Whether the channel is in the scheduler's pending list.
-    pending: bool,
-    /// Cells queued on all circuits for this channel.
-    queued: u64,
     /// Circuits whose connection could take no cell in this scheduler run.
     parked: Vec<u32>,
+    /// Its circuits by id (ids are reused on single-connection channels only).
+    circs: ChannelCircuits,
     /// Cells that arrived ahead of an earlier one of their circuit.
     reorder: Reorder,
     /// IMUX round robin: the next connection to pin a circuit to.
     turn: usize,
-    /// In a scheduler run: its connections that may take a cell.
-    room: u32,
     /// IMUX's EWMA mapping: its usable connections as `(count, connection)`, quietest
     /// first, as of the start of the scheduler run (a run is a few milliseconds), and its
     /// circuits' ranks then (`(circuit, circuits quieter)`, by circuit).
@@ -342,22 +340,31 @@ struct Channel {
     /// `ranking_stale` says a connection came, went, or became usable or unusable.
     ranking: Vec<(f64, u32)>,
     ranking_tick: u64,
-    ranking_stale: bool,
     rank_dirty: Vec<u32>,
     circ_ranks: Vec<(u32, u32)>,
     /// Torchestra: the light connection's circuits that carry traffic, with their EWMA counts
     /// (by circuit) and the sum of those, taken once per scheduler run, and that run.
     light_counts: Vec<(u32, f64)>,
     light_sum: f64,
+    peer_hold_until: SimTime,
+    /// Channels on QUIC: what KIST lets the scheduler write to the QUIC connection in the
+    /// current run (from its congestion window and flight), shared by all its streams.
+    quic_limit: u64,
+    /// Its QUIC connection, if it has one (`NO_SOCKET` otherwise).
+    quic: SocketId,
+    peer: HostId,
+    /// The opener's index for the channel, named in each connection's Join message.
+    token: u32,
+    /// Torchestra's light and heavy connections (`NONE` until they exist).
+    light: u32,
+    heavy: u32,
     light_run: u32,
-    /// Cells on it carry sequence numbers (a multi-connection channel of a design whose
-    /// circuits may change connection; never a client's channel).
-    sequenced: bool,
     /// IMUX, channels we opened: the most connections the peer has let us keep, learnt when
     /// it refused or closed one (`u32::MAX` until it does), and until when we hold to it.
     peer_cap: u32,
-    peer_hold_until: SimTime,
-    closed: bool,
+    /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
+    opener: bool,
+    ranking_stale: bool,
 }
 
 impl Channel {

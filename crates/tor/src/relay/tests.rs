@@ -457,3 +457,26 @@ fn closed_channels_leave_their_slots_for_new_ones() {
     }
     assert_eq!(relay.channels.len(), 1, "every channel took a new slot");
 }
+
+/// The fields a scheduler run reads of every pending channel share its first cache line, and
+/// the layout that puts them there costs no padding (see `Channel`).
+#[test]
+fn a_channels_hot_fields_share_its_first_cache_line() {
+    use std::mem::{offset_of, size_of};
+    for end in [
+        offset_of!(Channel, pending) + 1,
+        offset_of!(Channel, carrier) + 1,
+        offset_of!(Channel, room) + 4,
+        offset_of!(Channel, queued) + 8,
+        offset_of!(Channel, conns) + size_of::<SmallVec<[u32; 4]>>(),
+        // The mux's active list, its first field.
+        offset_of!(Channel, mux) + size_of::<Vec<u64>>(),
+    ] {
+        assert!(end <= 64, "a hot field of Channel ends at byte {end}");
+    }
+    assert!(
+        size_of::<Channel>() <= 464,
+        "Channel is {} bytes",
+        size_of::<Channel>()
+    );
+}
