@@ -231,8 +231,20 @@ enum ConnState {
 }
 
 /// One TCP connection of a channel.
+///
+/// `repr(C)`, what a scheduler run and a read touch first: its write limit, queue, state and
+/// flags share the first 49 bytes; the counts that IMUX's rules keep come after.
+#[repr(C)]
 struct Conn {
+    /// What the scheduler may still write to the socket in its current run.
+    limit: u64,
+    /// Bytes the kernel held at the start of the scheduler run plus what the run wrote since
+    /// (IMUX's shortest queue).
+    queued_bytes: u64,
+    last_used: SimTime,
     socket: SocketId,
+    /// The scheduler run whose `limit` and `queued_bytes` these are.
+    limit_run: u32,
     chan: u32,
     /// The TCP handshake has completed.
     open: bool,
@@ -247,16 +259,17 @@ struct Conn {
     /// The peer closed its direction: the connection ends once everything it sent has been
     /// read (the read bucket may hold bytes back) and handled.
     peer_finished: bool,
-    /// What the scheduler may still write to the socket in its current run.
-    limit: u64,
-    /// Bytes the kernel held at the start of the scheduler run plus what the run wrote since
-    /// (IMUX's shortest queue).
-    queued_bytes: u64,
+    /// The scheduler wrote to it in the current run (it is flushed at the end of the run).
+    touched: bool,
+    /// It is in the relay's `unsent_watch`.
+    watched: bool,
+    /// A QUIC stream (the `quic` design), not a socket of its own: it costs no socket, and
+    /// what it may take in a scheduler run is its channel's QUIC connection's to share.
+    stream: bool,
     /// Circuits pinned to this connection.
     circuits: u32,
     /// Order of creation, and when a cell last left (IMUX's closing rule).
     created: u64,
-    last_used: SimTime,
     /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping; kept under IMUX only).
     ewma: CircuitEwma,
     /// `ewma`'s value as its channel's ranking holds it, worked out in EWMA tick
@@ -264,15 +277,6 @@ struct Conn {
     /// waits in the channel's `rank_dirty`).
     ewma_seen: f64,
     ewma_seen_tick: u64,
-    /// The scheduler wrote to it in the current run (it is flushed at the end of the run).
-    touched: bool,
-    /// It is in the relay's `unsent_watch`.
-    watched: bool,
-    /// The scheduler run whose `limit` and `queued_bytes` these are.
-    limit_run: u32,
-    /// A QUIC stream (the `quic` design), not a socket of its own: it costs no socket, and
-    /// what it may take in a scheduler run is its channel's QUIC connection's to share.
-    stream: bool,
 }
 
 impl Conn {

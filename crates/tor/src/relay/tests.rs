@@ -480,3 +480,18 @@ fn a_channels_hot_fields_share_its_first_cache_line() {
         size_of::<Channel>()
     );
 }
+
+/// A connection's fields that scheduler runs and reads touch come first, and the layout that
+/// puts them there costs no padding (see `Conn`).
+#[test]
+fn a_connections_hot_fields_come_first() {
+    use std::mem::{offset_of, size_of};
+    assert!(
+        offset_of!(Conn, stream) < 49,
+        "{}",
+        offset_of!(Conn, stream)
+    );
+    assert!(offset_of!(Conn, limit_run) < 49);
+    assert!(offset_of!(Conn, socket) < 49);
+    assert_eq!(size_of::<Conn>(), 96);
+}
