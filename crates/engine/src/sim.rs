@@ -816,6 +816,7 @@ fn worker_loop<H: Host>(
             if slot.due == time {
                 slot.due = NOT_DUE;
                 own_due.push(id);
+                slot.queue.prefetch_front();
             }
         }
         own_due.sort_unstable();
@@ -986,7 +987,7 @@ fn list_round<E>(
 /// Hints the processor to load `bytes` from `p` into the cache (nothing on other
 /// architectures). A hint never faults, whatever the address.
 #[inline(always)]
-fn prefetch<T>(p: *const T, bytes: usize) {
+pub(crate) fn prefetch<T>(p: *const T, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
