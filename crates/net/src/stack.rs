@@ -114,20 +114,24 @@ pub struct NetStats {
     pub quic_stream_bytes_retransmitted: u64,
 }
 
+/// `repr(C)`, the stack's own fields first and the TCP state after: every packet and timer
+/// reads some of them (the timer, the pipes, the flags), and here they share the slot's first
+/// cache line with its generation (see `Slot`).
+#[repr(C)]
 struct TcpSocket<M> {
-    conn: TcpConnection,
-    peer: HostId,
-    local_port: u16,
-    peer_port: u16,
-    peer_socket: Option<SocketAddr>,
-    pipes: Arc<ConnPipes<M>>,
-    initiator: bool,
-    auto_read: bool,
-    waiting_for_link: bool,
     /// Deadline of the timer event in flight, `u64::MAX` if none.
     timer: SimTime,
     /// When this socket's last packet reaches the peer: a later one never arrives earlier.
     last_arrival: SimTime,
+    pipes: Arc<ConnPipes<M>>,
+    peer_socket: Option<SocketAddr>,
+    peer: HostId,
+    local_port: u16,
+    peer_port: u16,
+    initiator: bool,
+    auto_read: bool,
+    waiting_for_link: bool,
+    conn: TcpConnection,
 }
 
 impl<M> TcpSocket<M> {
@@ -937,5 +941,11 @@ mod tests {
         use std::mem::offset_of;
         assert_eq!(offset_of!(super::Slot<u32>, generation), 0);
         assert!(offset_of!(super::Slot<u32>, socket) <= 8);
+        // The stack's fields of a TCP socket come before its (448-byte) TCP state.
+        assert!(offset_of!(super::TcpSocket<u32>, waiting_for_link) < 48);
+        assert!(
+            std::mem::size_of::<super::Slot<u32>>() <= 496,
+            "the layout added padding"
+        );
     }
 }
