@@ -24,6 +24,17 @@ fn on_path(tool: &str) -> bool {
     std::env::split_paths(&path).any(|d| d.join(tool).is_file())
 }
 
+/// Held by each test that starts a private Tor network, so that two never run at once: on a
+/// 2-core machine two networks' tors and switches starve each other, and a tor that waits too
+/// long on its first consensus can miss its guards and never bootstrap.
+static REAL_TOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// One private Tor network at a time (see [`REAL_TOR`]); a test that failed while holding the
+/// lock does not stop the next.
+fn one_network_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    REAL_TOR.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Whether this machine can run real emulations; says why not (or fails, in CI).
 fn can_emulate(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -94,6 +105,7 @@ fn minimal_network_downloads_through_real_tor() {
     if !can_emulate("minimal_network_downloads_through_real_tor") {
         return;
     }
+    let _network = one_network_at_a_time();
     let out = tmp("minimal");
     let started = Instant::now();
     let child = Command::new(bin())
@@ -207,6 +219,7 @@ fn interrupted_emulation_leaves_nothing_behind() {
     if !can_emulate("interrupted_emulation_leaves_nothing_behind") {
         return;
     }
+    let _network = one_network_at_a_time();
     let out = tmp("interrupted");
     let mut child = Command::new(bin())
         .args([

@@ -561,10 +561,14 @@ fn cpu_processes(lab: &Lab, layout: &Layout) -> Vec<cpu::Process> {
 /// Purpose of the client workload's random stream (server choice, think times).
 const PURPOSE_WORKLOAD: u32 = 0xe0_0001;
 
-/// Polls every client and relay until it has bootstrapped and its consensus lists every relay
-/// with the flags the scenario gave it. Relays must be ready too, not only clients: an exit
-/// refuses streams on circuits whose previous hop is not a relay in its consensus, so a client
-/// that starts downloading before the exit has a consensus gets "general failure" from tor.
+/// Polls every client until it has bootstrapped, and every client and relay until its
+/// consensus lists every relay with the flags the scenario gave it.
+///
+/// Relays must know the network too, not only clients: an exit refuses streams on circuits
+/// whose previous hop is not a relay it knows, so a client that starts downloading before the
+/// exit has a consensus gets "general failure" from tor (this failed CI once). A relay's own
+/// bootstrap percentage is no sign of that: it counts the relay's circuits as a client, and in
+/// a small network a relay may find no guard outside its family and stay at 0% for good.
 fn wait_for_bootstrap(
     lab: &mut Lab,
     layout: &Layout,
@@ -578,20 +582,21 @@ fn wait_for_bootstrap(
     loop {
         let mut waiting = Vec::new();
         for &c in &watched {
-            let role = match layout.nodes[c].role {
-                Role::Client { .. } => "client",
-                _ => "relay",
-            };
+            let client = matches!(layout.nodes[c].role, Role::Client { .. });
+            let role = if client { "client" } else { "relay" };
             let conn = controls
                 .get_mut(&c)
                 .expect("every client and relay has a control connection");
-            let (progress, summary) = monitor::bootstrap_progress(conn).map_err(Error::Setup)?;
-            if progress < 100 {
-                waiting.push(format!(
-                    "{role} {} at {progress}% ({summary})",
-                    layout.nodes[c].name
-                ));
-                continue;
+            if client {
+                let (progress, summary) =
+                    monitor::bootstrap_progress(conn).map_err(Error::Setup)?;
+                if progress < 100 {
+                    waiting.push(format!(
+                        "client {} at {progress}% ({summary})",
+                        layout.nodes[c].name
+                    ));
+                    continue;
+                }
             }
             let flags = monitor::consensus_flags(conn).map_err(Error::Setup)?;
             let missing: Vec<&str> = relays
