@@ -13,7 +13,8 @@
 #   STOP: simulated stop time for every run (default: each scenario's own stop_time)
 #   RUNS: repetitions (default 3)
 # Environment: SIZES (default "1pct 10pct full"), SCALING (default "full"; empty skips part 2),
-#   OUT (keep the runs' output there instead of a temporary directory).
+#   OUT (keep the runs' output there instead of a temporary directory), BIN (an onionlab binary
+#   to run instead of building target/release/onionlab, e.g. on a machine without Rust).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stop=${1:-} runs=${2:-3}
@@ -21,8 +22,12 @@ shift $(($# > 2 ? 2 : $#))
 extra=("$@")
 sizes=${SIZES-1pct 10pct full}
 scaling=${SCALING-full}
-cargo build --release -q -p onionlab
-bin=target/release/onionlab
+if [ -n "${BIN:-}" ]; then
+    bin=$BIN
+else
+    cargo build --release -q -p onionlab
+    bin=target/release/onionlab
+fi
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo)," \

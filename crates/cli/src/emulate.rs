@@ -108,6 +108,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         plot_relays: crate::run::plot_relays(&scenario),
         transport: None,
         cpu: None,
+        state: Vec::new(),
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(&scenario).unwrap_or(serde_json::Value::Null),
         seed: scenario.run.seed,

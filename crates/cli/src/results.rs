@@ -1,11 +1,12 @@
 //! Turns what the simulated hosts recorded into the output files' records.
 
 use onionlab_engine::time::{as_secs_f64, SimTime, NANOS_PER_SEC};
-use onionlab_engine::Simulation;
+use onionlab_engine::{HostId, Simulation};
 use onionlab_report::{
-    CircuitRecord, CpuRecord, CpuShare, DownloadRecord, Outcome, RelaySample, TransportRecord,
+    rss_bytes, CircuitRecord, CpuRecord, CpuShare, DownloadRecord, Outcome, RelaySample,
+    StateSample, TransportRecord,
 };
-use onionlab_tor::measure::{CircuitOutcome, DownloadOutcome};
+use onionlab_tor::measure::{Census, CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
 
 /// One batch of records, in the files' order: written, added to the summary, then dropped.
@@ -103,6 +104,32 @@ pub fn drain(
         }
     }
     out
+}
+
+/// Counts what the network's hosts hold now (see [`StateSample`]); `is_relay` is indexed by
+/// host id.
+pub fn state(sim: &Simulation<TorHost>, is_relay: &[bool], wall_s: f64) -> StateSample {
+    let mut c = Census::default();
+    let relay = |h: HostId| is_relay.get(h as usize).copied().unwrap_or(false);
+    for host in sim.hosts() {
+        host.census(relay, &mut c);
+    }
+    StateSample {
+        sim_s: as_secs_f64(sim.now()),
+        wall_s,
+        rss_bytes: rss_bytes(),
+        pending_events: sim.pending_events() as u64,
+        client_channels: c.client_channels,
+        relay_channels: c.relay_channels,
+        relay_client_channels: c.relay_client_channels,
+        client_circuits: c.client_circuits,
+        relay_circuits: c.relay_circuits,
+        streams: c.streams,
+        exit_streams: c.exit_streams,
+        sockets: c.sockets,
+        socket_slots: c.socket_slots,
+        queued_cells: c.queued_cells,
+    }
 }
 
 impl Collected {

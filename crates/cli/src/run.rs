@@ -382,6 +382,7 @@ pub(crate) fn run_one(
         plot_relays: plot_relays(scenario),
         transport: None,
         cpu: plan.cpu.as_ref().map(results::cpu_record),
+        state: Vec::new(),
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
@@ -424,6 +425,10 @@ pub(crate) fn run_one(
     let done = Arc::new(AtomicBool::new(false));
     let progress = spawn_progress(control.clone(), stop, done.clone(), !options.quiet);
     let started = Instant::now();
+    let mut is_relay = vec![false; sim.host_count()];
+    for &h in &world.relay_hosts {
+        is_relay[h as usize] = true;
+    }
     // What the summary needs; the records themselves go to the files and are dropped.
     let mut collected = RunSummary::new(bootstrap / NANOS_PER_SEC + 1);
     let mut totals = RunStats::default();
@@ -456,9 +461,16 @@ pub(crate) fn run_one(
         sink.append(&batch.downloads, &batch.relays, &batch.circuits)
             .map_err(write)?;
         collected.add(&batch.downloads, &batch.relays);
+        info.state.push(results::state(
+            &sim,
+            &is_relay,
+            started.elapsed().as_secs_f64(),
+        ));
         if last {
             break;
         }
+        // Still marked unfinished: a run killed later keeps the state series so far.
+        out.write_run(&info).map_err(write)?;
     }
     if failure.is_some() {
         // What the hosts recorded before the failure is still worth having; their state may

@@ -337,6 +337,32 @@ fn identical_runs(
         }
         outputs.push(out_dir);
     }
+    // The state series' counts are part of the contract too; its wall times and resident
+    // sizes are this run's own.
+    let counts = |out_dir: &Path| -> Vec<serde_json::Value> {
+        let run: serde_json::Value =
+            serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap();
+        let mut state = run["state"]
+            .as_array()
+            .expect("run.json has a state series")
+            .clone();
+        for sample in &mut state {
+            let sample = sample.as_object_mut().unwrap();
+            sample.remove("wall_s");
+            sample.remove("rss_bytes");
+        }
+        state
+    };
+    let first = counts(&outputs[0]);
+    assert!(!first.is_empty(), "{scenario}: no state samples");
+    for (out_dir, (threads, stealing)) in outputs.iter().zip(runs).skip(1) {
+        assert!(
+            counts(out_dir) == first,
+            "{scenario}: the state series differs between {} thread(s) and {threads} (stealing \
+             {stealing})",
+            runs[0].0
+        );
+    }
     for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
         let a = fs::read(outputs[0].join(file)).unwrap();
         assert!(a.len() > 100, "{file} is nearly empty");
@@ -363,6 +389,58 @@ fn the_toy_scenario_gives_identical_results_on_any_thread_count_with_or_without_
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// run.json counts what the network holds every ten simulated seconds, so that a long run's
+/// memory can be put down to channels, circuits, sockets and queues.
+#[test]
+fn run_json_counts_the_networks_state_every_ten_simulated_seconds() {
+    let dir = tmp("state");
+    let scenario = tiny_file(&dir);
+    let out_dir = dir.join("out");
+    let out = onionlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--stop-time",
+        "1m",
+        "--quiet",
+        "--no-report",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: serde_json::Value =
+        serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap();
+    let state = run["state"].as_array().unwrap();
+    let times: Vec<f64> = state.iter().map(|s| s["sim_s"].as_f64().unwrap()).collect();
+    // Every leg of ten seconds, and the last one that ends just past the stop time.
+    assert_eq!(&times[..6], &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]);
+    assert_eq!(times.len(), 7);
+    let n = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}"));
+    let last = state.last().unwrap();
+    // Eight clients, each with a channel to its guard, which counts it as a client channel.
+    assert_eq!(n(last, "client_channels"), 8);
+    assert_eq!(n(last, "relay_client_channels"), 8);
+    assert!(n(last, "client_circuits") >= 8);
+    // A relay-to-relay channel has two ends, each counted by its relay.
+    assert!(n(last, "relay_channels") > 0 && n(last, "relay_channels") % 2 == 0);
+    assert!(n(last, "relay_circuits") >= 2 * n(last, "client_circuits"));
+    // Each channel end has its socket; sockets are never more than their slots.
+    let ends =
+        n(last, "client_channels") + n(last, "relay_channels") + n(last, "relay_client_channels");
+    assert!(n(last, "sockets") >= ends, "{last}");
+    assert!(n(last, "sockets") <= n(last, "socket_slots"));
+    assert!(n(last, "pending_events") > 0 && n(last, "rss_bytes") > 0);
+    // Downloads run back to back: some stream is always in transfer.
+    assert!(
+        state.iter().skip(2).all(|s| n(s, "streams") > 0),
+        "{state:?}"
     );
     let _ = fs::remove_dir_all(&dir);
 }

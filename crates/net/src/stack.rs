@@ -228,6 +228,12 @@ impl<M: Send + 'static> NetStack<M> {
         self.host
     }
 
+    /// Open sockets, and the slots allocated for them (open or free for reuse): what the
+    /// stack's sockets take in memory, for a census of a run's state.
+    pub fn socket_counts(&self) -> (usize, usize) {
+        (self.slots.len() - self.free.len(), self.slots.len())
+    }
+
     pub fn stats(&self) -> NetStats {
         let mut s = self.stats.clone();
         s.up_drops = self.up.drops;

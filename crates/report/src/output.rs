@@ -572,15 +572,24 @@ impl ResultsWriter {
 /// Peak resident set size of this process, in bytes (Linux `VmHWM`); 0 where unavailable, since
 /// it is informational and must never fail a run.
 pub fn peak_rss_bytes() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// Resident set size of this process now, in bytes (Linux `VmRSS`); 0 where unavailable.
+pub fn rss_bytes() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+fn status_bytes(field: &str) -> u64 {
     fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|status| parse_vm_hwm(&status))
+        .and_then(|status| parse_status_bytes(&status, field))
         .unwrap_or(0)
 }
 
-fn parse_vm_hwm(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let mut parts = line["VmHWM:".len()..].split_whitespace();
+fn parse_status_bytes(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let mut parts = line[field.len()..].split_whitespace();
     let value: u64 = parts.next()?.parse().ok()?;
     let unit = match parts.next() {
         Some("kB") | Some("KB") | Some("kb") => 1024,
@@ -666,6 +675,7 @@ mod tests {
             plot_relays: Vec::new(),
             transport: None,
             cpu: None,
+            state: Vec::new(),
         }
     }
 
@@ -866,12 +876,14 @@ mod tests {
     }
 
     #[test]
-    fn vm_hwm_parsing() {
+    fn resident_memory_parsing() {
         let status = "Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
-        assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
-        assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
+        assert_eq!(parse_status_bytes(status, "VmHWM:"), Some(1234 * 1024));
+        assert_eq!(parse_status_bytes(status, "VmRSS:"), Some(1000 * 1024));
+        assert_eq!(parse_status_bytes("Name:\tx\n", "VmHWM:"), None);
         if cfg!(target_os = "linux") {
             assert!(peak_rss_bytes() > 0);
+            assert!(rss_bytes() > 0 && rss_bytes() <= peak_rss_bytes());
         }
     }
 }

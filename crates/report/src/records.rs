@@ -231,6 +231,43 @@ pub struct RunInfo {
     /// The CPU model the relays ran on (simulations with one; left out otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuRecord>,
+    /// What the simulated network held every ten simulated seconds (simulations; left out of
+    /// emulations and of older run.json files): how memory grows with the run, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state: Vec<StateSample>,
+}
+
+/// The live state of a simulated network at one moment, counted over every host. The counts
+/// are the same for any thread count; the wall time and resident memory are this run's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateSample {
+    pub sim_s: f64,
+    pub wall_s: f64,
+    /// Resident memory of the process then (Linux `VmRSS`; 0 where unavailable).
+    pub rss_bytes: u64,
+    /// Events waiting in the engine: timers, packets in flight, messages between hosts.
+    pub pending_events: u64,
+    /// Channels clients hold to their guards.
+    pub client_channels: u64,
+    /// Channel ends at relays whose peer is a relay (each relay-to-relay channel counts at
+    /// both of its ends).
+    pub relay_channels: u64,
+    /// Channel ends at relays whose peer is a client (or any host that is not a relay).
+    pub relay_client_channels: u64,
+    /// Circuits clients hold, building or open.
+    pub client_circuits: u64,
+    /// Circuit hops relays hold (a three-hop circuit counts three times).
+    pub relay_circuits: u64,
+    /// Client streams (downloads and uploads) started and not yet finished.
+    pub streams: u64,
+    /// Streams exits hold to servers.
+    pub exit_streams: u64,
+    /// Open sockets in every host's network stack.
+    pub sockets: u64,
+    /// Socket slots allocated in every stack, open or free for reuse.
+    pub socket_slots: u64,
+    /// Cells waiting in relays' circuit queues.
+    pub queued_cells: u64,
 }
 
 /// The relay CPU model of a run, with the unit costs it actually used, so that a result can

@@ -88,6 +88,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
         plot_relays: Vec::new(),
         transport: None,
         cpu: None,
+        state: Vec::new(),
     }
 }
 

@@ -36,7 +36,7 @@ use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
-use crate::measure::{CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
+use crate::measure::{Census, CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
 use crate::wire::{Wire, REQUEST_BYTES, UPLOAD_RESPONSE_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
 
@@ -1047,6 +1047,17 @@ impl Client {
             .iter()
             .flatten()
             .map(|d| (d.size, d.start, d.first_byte))
+    }
+
+    /// Adds what this client holds to `census`.
+    pub fn census(&self, census: &mut Census) {
+        census.client_channels += self
+            .channels
+            .iter()
+            .filter(|c| c.relay != usize::MAX)
+            .count() as u64;
+        census.client_circuits += self.circuits.iter().filter(|c| c.is_some()).count() as u64;
+        census.streams += self.downloads.iter().filter(|d| d.is_some()).count() as u64;
     }
 
     pub fn build_timeout(&self) -> f64 {

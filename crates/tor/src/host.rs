@@ -8,6 +8,7 @@ use crate::attack::{AttackTimer, Attacker};
 use crate::client::{Client, ClientTimer};
 use crate::cpu::CpuEvent;
 pub use crate::io::Driven;
+use crate::measure::Census;
 use crate::relay::{Relay, RelayTimer};
 use crate::server::Server;
 use crate::wire::Wire;
@@ -58,6 +59,28 @@ pub enum TorHost {
     /// A host that takes part in the network but whose traffic is not modelled (directory
     /// authorities: the consensus is given to everyone at the start).
     Idle,
+}
+
+impl TorHost {
+    /// Adds what this host holds to `census`; `is_relay` says which hosts are relays.
+    pub fn census(&self, is_relay: impl Fn(onionlab_engine::HostId) -> bool, census: &mut Census) {
+        let stack = match self {
+            TorHost::Relay(r) => {
+                r.core.census(is_relay, census);
+                &r.stack
+            }
+            TorHost::Client(c) => {
+                c.core.census(census);
+                &c.stack
+            }
+            TorHost::Server(s) => &s.stack,
+            TorHost::Attacker(a) => &a.stack,
+            TorHost::Idle => return,
+        };
+        let (open, slots) = stack.socket_counts();
+        census.sockets += open as u64;
+        census.socket_slots += slots as u64;
+    }
 }
 
 impl Host for TorHost {

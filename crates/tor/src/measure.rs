@@ -76,3 +76,30 @@ pub struct CircuitLog {
     pub streams: u32,
     pub closed: Option<SimTime>,
 }
+
+/// What a network's hosts hold at one moment: the objects a long run's memory is made of.
+/// Counted on demand (between legs of a run, never per event), so that what grows can be
+/// named rather than guessed from the resident size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Channels clients hold to their guards.
+    pub client_channels: u64,
+    /// Channel ends at relays whose peer is a relay.
+    pub relay_channels: u64,
+    /// Channel ends at relays whose peer is not a relay (clients, attackers).
+    pub relay_client_channels: u64,
+    /// Circuits clients hold, building or open.
+    pub client_circuits: u64,
+    /// Circuit hops relays hold.
+    pub relay_circuits: u64,
+    /// Client streams started and not finished.
+    pub streams: u64,
+    /// Streams exits hold to servers.
+    pub exit_streams: u64,
+    /// Open sockets, over every host's stack.
+    pub sockets: u64,
+    /// Socket slots allocated, open or free for reuse.
+    pub socket_slots: u64,
+    /// Cells in relays' circuit queues.
+    pub queued_cells: u64,
+}

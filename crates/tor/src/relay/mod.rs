@@ -40,7 +40,7 @@ use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
-use crate::measure::RelaySample;
+use crate::measure::{Census, RelaySample};
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
 use crate::wire::{Wire, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT, QUIC_PORT};
@@ -1254,6 +1254,20 @@ impl Relay {
     /// Cells queued in all circuit queues (for tests and samples).
     pub fn queued_cells(&self) -> u64 {
         self.queued_cells
+    }
+
+    /// Adds what this relay holds to `census`; `is_relay` says which hosts are relays.
+    pub fn census(&self, is_relay: impl Fn(HostId) -> bool, census: &mut Census) {
+        for chan in self.channels.iter().filter(|c| !c.closed) {
+            if is_relay(chan.peer) {
+                census.relay_channels += 1;
+            } else {
+                census.relay_client_channels += 1;
+            }
+        }
+        census.relay_circuits += u64::from(self.live_circuits);
+        census.exit_streams += self.streams.iter().filter(|s| s.is_some()).count() as u64;
+        census.queued_cells += self.queued_cells;
     }
 
     pub fn open_sockets(&self) -> u32 {
