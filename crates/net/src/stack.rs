@@ -729,15 +729,13 @@ impl<M: Send + 'static> NetStack<M> {
         packet: &TcpPacket<M>,
     ) {
         let seg = &packet.segment;
-        let reset = TcpSegment {
-            seq: seg.ack,
-            ack: seg.seq + seg.len as u64 + seg.flags.contains(TcpFlags::SYN) as u64,
-            len: 0,
-            window: 0,
-            flags: TcpFlags::RST.union(TcpFlags::ACK),
-            sack: [(0, 0); 3],
-            sack_len: 0,
-        };
+        let reset = TcpSegment::new(
+            seg.ack,
+            seg.seq + seg.len as u64 + seg.flags.contains(TcpFlags::SYN) as u64,
+            0,
+            0,
+            TcpFlags::RST.union(TcpFlags::ACK),
+        );
         let body = PacketBody::Tcp(TcpPacket {
             src_port: packet.dst_port,
             dst_port: packet.src_port,

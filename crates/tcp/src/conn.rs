@@ -210,8 +210,8 @@ impl TcpConnection {
     pub fn accept(config: &Arc<TcpConfig>, _now: SimTime, iss: u64, syn: &TcpSegment) -> Self {
         let mut c = Self::new(config, iss, TcpState::SynReceived);
         c.rcv.init(syn.seq);
-        c.snd.wnd_right = iss + 1 + syn.window;
-        c.snd.max_wnd = syn.window;
+        c.snd.wnd_right = iss + 1 + u64::from(syn.window);
+        c.snd.max_wnd = u64::from(syn.window);
         c.snd.wl1 = syn.seq;
         c.snd.wl2 = iss;
         c
@@ -391,8 +391,8 @@ impl TcpConnection {
                     self.rcv.init(seg.seq);
                     self.snd.wl1 = seg.seq;
                     self.snd.wl2 = seg.ack;
-                    self.snd.wnd_right = seg.ack + seg.window;
-                    self.snd.max_wnd = seg.window;
+                    self.snd.wnd_right = seg.ack + u64::from(seg.window);
+                    self.snd.max_wnd = u64::from(seg.window);
                     self.established(now, seg.ack);
                     self.rcv.ack_now = true;
                 }
@@ -476,12 +476,12 @@ impl TcpConnection {
         let snd = &mut self.snd;
         let mut window_changed = false;
         if seg.ack >= snd.una && (seg.seq > snd.wl1 || (seg.seq == snd.wl1 && seg.ack >= snd.wl2)) {
-            let right = seg.ack + seg.window;
+            let right = seg.ack + u64::from(seg.window);
             window_changed = right != snd.wnd_right;
             snd.wnd_right = right;
             snd.wl1 = seg.seq;
             snd.wl2 = seg.ack;
-            snd.max_wnd = snd.max_wnd.max(seg.window);
+            snd.max_wnd = snd.max_wnd.max(u64::from(seg.window));
         }
         if seg.ack < snd.una {
             return;
@@ -494,7 +494,7 @@ impl TcpConnection {
             dsack = blocks.first().is_some_and(|&(s, e)| {
                 e <= seg.ack || blocks.get(1).is_some_and(|&(s2, e2)| s2 <= s && e <= e2)
             });
-            for &(s, e) in blocks {
+            for &(s, e) in blocks.iter() {
                 snd.add_sack(s, e);
             }
         }
@@ -791,15 +791,10 @@ impl TcpConnection {
             flags.insert(TcpFlags::ACK);
             self.rcv.on_ack_sent();
         }
-        TcpSegment {
-            seq,
-            ack: if synced { self.rcv.nxt } else { 0 },
-            len: len as u32,
-            window,
-            flags,
-            sack,
-            sack_len,
-        }
+        let ack = if synced { self.rcv.nxt } else { 0 };
+        let mut seg = TcpSegment::new(seq, ack, len as u32, window, flags);
+        seg.set_sack(&sack[..usize::from(sack_len)]);
+        seg
     }
 
     /// Arms the retransmission timer if it is not running; a probe timer is pushed back, as
@@ -947,15 +942,13 @@ impl TcpConnection {
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<TcpSegment> {
         if self.rst_pending {
             self.rst_pending = false;
-            let seg = TcpSegment {
-                seq: self.snd.nxt,
-                ack: self.rcv.nxt,
-                len: 0,
-                window: 0,
-                flags: TcpFlags::RST | TcpFlags::ACK,
-                sack: [(0, 0); 3],
-                sack_len: 0,
-            };
+            let seg = TcpSegment::new(
+                self.snd.nxt,
+                self.rcv.nxt,
+                0,
+                0,
+                TcpFlags::RST | TcpFlags::ACK,
+            );
             return Some(seg);
         }
         match self.state {
@@ -1348,7 +1341,7 @@ mod tests {
         s.on_segment(now, &probe);
         let ack = s.poll_transmit(now).expect("ACK with D-SACK");
         assert_eq!(
-            ack.sack_blocks(),
+            &*ack.sack_blocks(),
             [(probe.seq, probe.seq + probe.len as u64)]
         );
         c.on_segment(now, &ack);

@@ -50,4 +50,4 @@ mod send;
 pub use config::TcpConfig;
 pub use conn::{TcpConnection, TcpEvent, TcpInfo, TcpState};
 pub use onionlab_congestion::CongestionControl;
-pub use segment::{TcpFlags, TcpSegment};
+pub use segment::{SackBlocks, TcpFlags, TcpSegment};

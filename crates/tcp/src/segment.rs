@@ -59,18 +59,25 @@ impl fmt::Debug for TcpFlags {
 }
 
 /// One TCP segment, without payload bytes.
+///
+/// Every packet in flight is an engine event, and a large network has millions of them at
+/// once, so the segment keeps what the wire keeps: 32-bit window and SACK edges. Sequence and
+/// acknowledgment numbers stay 64-bit (the model counts bytes from the connection's start and
+/// never wraps them); SACK edges are the low 32 bits of theirs, as in the real option, and are
+/// read back against `ack` (they lie within 2 GiB of it, as RFC 2018 requires of any block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpSegment {
     pub seq: u64,
     pub ack: u64,
     /// Payload length in bytes (SYN and FIN occupy sequence space but are not counted here).
     pub len: u32,
-    /// Advertised receive window in bytes, unscaled.
-    pub window: u64,
+    /// Advertised receive window in bytes, unscaled (a scaled window is at most 1 GiB).
+    pub window: u32,
     pub flags: TcpFlags,
-    /// SACK blocks `[start, end)`, the first `sack_len` are valid, most recent first.
-    pub sack: [(u64, u64); 3],
-    pub sack_len: u8,
+    /// SACK blocks `[start, end)` as the low 32 bits of their edges; the first `sack_len` are
+    /// valid, most recent first.
+    sack: [(u32, u32); 3],
+    sack_len: u8,
 }
 
 /// IPv4 header without options.
@@ -84,6 +91,31 @@ const TIMESTAMPS_OPTION: u32 = 12;
 const SYN_OPTIONS: u32 = 20;
 
 impl TcpSegment {
+    /// A segment without SACK blocks. A window beyond 32 bits (never offered: Linux's largest
+    /// receive buffer is far below it) is capped.
+    pub fn new(seq: u64, ack: u64, len: u32, window: u64, flags: TcpFlags) -> Self {
+        TcpSegment {
+            seq,
+            ack,
+            len,
+            window: u32::try_from(window).unwrap_or(u32::MAX),
+            flags,
+            sack: [(0, 0); 3],
+            sack_len: 0,
+        }
+    }
+
+    /// Sets the SACK blocks (at most three are kept), each `[start, end)` within 2 GiB of
+    /// `ack`.
+    pub fn set_sack(&mut self, blocks: &[(u64, u64)]) {
+        let n = blocks.len().min(3);
+        for (slot, &(start, end)) in self.sack.iter_mut().zip(&blocks[..n]) {
+            debug_assert!(start.abs_diff(self.ack) < 1 << 31 && end.abs_diff(self.ack) < 1 << 31);
+            *slot = (start as u32, end as u32);
+        }
+        self.sack_len = n as u8;
+    }
+
     /// Bytes on the wire besides payload, so that link serialization and queue occupancy match
     /// a real IPv4 path.
     pub fn header_bytes(&self) -> u32 {
@@ -111,9 +143,41 @@ impl TcpSegment {
             + u64::from(self.flags.contains(TcpFlags::FIN))
     }
 
-    /// The valid SACK blocks.
-    pub fn sack_blocks(&self) -> &[(u64, u64)] {
-        &self.sack[..usize::from(self.sack_len.min(3))]
+    /// The number of SACK blocks.
+    pub fn sack_len(&self) -> usize {
+        usize::from(self.sack_len)
+    }
+
+    /// The SACK blocks as full sequence numbers, most recent first.
+    pub fn sack_blocks(&self) -> SackBlocks {
+        let mut blocks = SackBlocks {
+            blocks: [(0, 0); 3],
+            len: self.sack_len,
+        };
+        for (out, &(start, end)) in blocks.blocks.iter_mut().zip(&self.sack[..self.sack_len()]) {
+            *out = (self.near_ack(start), self.near_ack(end));
+        }
+        blocks
+    }
+
+    /// The sequence number whose low 32 bits are `low`, nearest to `ack`.
+    fn near_ack(&self, low: u32) -> u64 {
+        let offset = low.wrapping_sub(self.ack as u32) as i32;
+        self.ack.wrapping_add_signed(i64::from(offset))
+    }
+}
+
+/// A segment's SACK blocks, read as a slice of `[start, end)` pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SackBlocks {
+    blocks: [(u64, u64); 3],
+    len: u8,
+}
+
+impl std::ops::Deref for SackBlocks {
+    type Target = [(u64, u64)];
+    fn deref(&self) -> &[(u64, u64)] {
+        &self.blocks[..usize::from(self.len)]
     }
 }
 
@@ -122,15 +186,35 @@ mod tests {
     use super::*;
 
     fn seg(flags: TcpFlags, len: u32, sack_len: u8) -> TcpSegment {
-        TcpSegment {
-            seq: 0,
-            ack: 0,
-            len,
-            window: 0,
-            flags,
-            sack: [(0, 0); 3],
-            sack_len,
-        }
+        let mut s = TcpSegment::new(0, 0, len, 0, flags);
+        s.set_sack(&[(1, 2), (3, 4), (5, 6)][..usize::from(sack_len)]);
+        s
+    }
+
+    #[test]
+    fn sack_edges_read_back_around_the_ack() {
+        // Edges above and below the ACK (a D-SACK block), across a 32-bit boundary.
+        let ack = (5u64 << 32) + 100;
+        let mut s = TcpSegment::new(7, ack, 0, 1 << 20, TcpFlags::ACK);
+        let blocks = [
+            (ack - 3_000, ack - 1_000),
+            (ack + 1_000, ack + (1 << 30)),
+            (ack - 200, ack),
+        ];
+        s.set_sack(&blocks);
+        assert_eq!(&*s.sack_blocks(), &blocks);
+        s.set_sack(&blocks[..1]);
+        assert_eq!((s.sack_len(), &*s.sack_blocks()), (1, &blocks[..1]));
+        assert_eq!(
+            TcpSegment::new(0, 0, 0, 1 << 40, TcpFlags::ACK).window,
+            u32::MAX
+        );
+    }
+
+    #[test]
+    fn a_segment_stays_small() {
+        // Every packet in flight is an engine event holding one.
+        assert!(std::mem::size_of::<TcpSegment>() <= 56);
     }
 
     #[test]

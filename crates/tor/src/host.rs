@@ -109,9 +109,11 @@ impl Host for TorHost {
 #[cfg(test)]
 mod tests {
     /// Every engine event is as large as the largest, and events are copied into and out of
-    /// the engine's queues, so growth here costs every design (the QUIC packet variant took
-    /// `Ev` from 136 to 168 bytes: +3.9% instructions on the toy network under vanilla, most
-    /// of it in memcpy). Keep it from growing unnoticed.
+    /// the engine's queues, so growth here costs every design (the QUIC packet variant once
+    /// took `Ev` from 136 to 168 bytes: +3.9% instructions on the toy network under vanilla,
+    /// most of it in memcpy; with QUIC datagrams boxed and 32-bit SACK edges it is 112). On
+    /// the full network millions of events wait at once (run.json's `state`), so a byte here
+    /// is megabytes there. Keep it from growing unnoticed.
     #[test]
     fn events_stay_small() {
         use onionlab_net::packet::{Packet, QuicDatagram, TcpPacket};
@@ -124,6 +126,6 @@ mod tests {
             size_of::<TcpPacket<W>>(),
             size_of::<QuicDatagram<W>>(),
         );
-        assert!(size_of::<super::Ev>() <= 168);
+        assert!(size_of::<super::Ev>() <= 112);
     }
 }

@@ -428,7 +428,7 @@ impl<M: Send + 'static> NetStack<M> {
         &mut self,
         ctx: &mut Context<'_, E>,
         from: HostId,
-        mut d: QuicDatagram<M>,
+        mut d: Box<QuicDatagram<M>>,
     ) {
         let target = match d.dst_conn {
             Some(addr) if self.quic_ref(addr).is_some() => Some(addr),
@@ -639,14 +639,14 @@ impl<M: Send + 'static> NetStack<M> {
             let Some(packet) = q.conn.poll_transmit(now) else {
                 return;
             };
-            let body = PacketBody::Quic(QuicDatagram {
+            let body = PacketBody::Quic(Box::new(QuicDatagram {
                 src_port: q.local_port,
                 dst_port: q.peer_port,
                 src_conn: id,
                 dst_conn: q.peer_conn,
                 packet,
                 pipes: q.peer_conn.is_none().then(|| q.pipes.clone()),
-            });
+            }));
             let (peer, after) = (q.peer, q.last_arrival);
             let sent = self.transmit(ctx, peer, packet.bytes + UDP_HEADER_BYTES, body, after);
             if let Sent::Arrives(at) = sent {
