@@ -42,8 +42,16 @@ impl<M> Pipe<M> {
             f(m);
         }
         // A long-lived connection's pipe would otherwise keep the storage of its largest
-        // burst (thousands of entries) for the rest of the run.
-        onionlab_engine::heap::trim(&mut q);
+        // burst (thousands of entries) for the rest of the run. An empty pipe keeps none: most
+        // of a full-size network's connections (a relay's channels to peers it shares no busy
+        // circuit with, users' channels to their guards) sit idle between bursts, and keeping
+        // their pipes' storage cost net-10pct 3% of its peak memory; a busy pipe is rarely
+        // empty, so this costs an allocation per burst, not per message.
+        if q.is_empty() {
+            *q = VecDeque::new();
+        } else {
+            onionlab_engine::heap::trim(&mut q);
+        }
     }
 }
 
