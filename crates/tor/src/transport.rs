@@ -150,6 +150,10 @@ pub struct Reorder {
 }
 
 impl Reorder {
+    pub const fn new() -> Self {
+        Reorder { early: Vec::new() }
+    }
+
     /// A cell `seq` for `circ_id` arrived while `expected` is next: true if it is next (hand it
     /// on now), false if it arrived early and was kept. A cell older than expected is handed
     /// on (it can only be a circuit id the peer reused).

@@ -68,8 +68,9 @@ impl Relay {
             return;
         }
         let remaining = chan.conns.len().saturating_sub(1) as u32;
-        chan.peer_cap = remaining.max(1);
-        chan.peer_hold_until = now.saturating_add(transport::IMUX_PEER_HOLD);
+        let multi = chan.multi_mut();
+        multi.peer_cap = remaining.max(1);
+        multi.peer_hold_until = now.saturating_add(transport::IMUX_PEER_HOLD);
     }
 
     /// Adds a connection (its socket already made) to a channel.
@@ -141,7 +142,7 @@ impl Relay {
         io.set_auto_read(socket, false);
         let chan = &mut self.channels[ch as usize];
         chan.conns.push(k);
-        chan.ranking_stale = true;
+        chan.ranking_stale();
         k
     }
 
@@ -153,7 +154,7 @@ impl Relay {
         let before = conn.usable();
         change(conn);
         if conn.usable() != before {
-            self.channels[conn.chan as usize].ranking_stale = true;
+            self.channels[conn.chan as usize].ranking_stale();
         }
     }
 
@@ -307,12 +308,14 @@ impl Relay {
         }
         let chan = &mut self.channels[ch as usize];
         chan.conns.retain(|c| *c != k);
-        chan.ranking_stale = true;
-        if chan.light == k {
-            chan.light = NONE;
-        }
-        if chan.heavy == k {
-            chan.heavy = NONE;
+        chan.ranking_stale();
+        if let Some(m) = chan.multi.as_deref_mut() {
+            if m.light == k {
+                m.light = NONE;
+            }
+            if m.heavy == k {
+                m.heavy = NONE;
+            }
         }
     }
 
@@ -385,16 +388,16 @@ impl Relay {
             self.free_channels.push(own);
             self.conns[k as usize].chan = ch;
             self.channels[ch as usize].conns.push(k);
-            self.channels[ch as usize].ranking_stale = true;
+            self.channels[ch as usize].ranking_stale();
         }
         let chan = &mut self.channels[ch as usize];
         chan.set_sequenced(sequenced(self.design));
         if self.design == ChannelDesign::Torchestra || self.design == ChannelDesign::TorchestraIdeal
         {
             if heavy {
-                chan.heavy = k;
+                chan.multi_mut().heavy = k;
             } else {
-                chan.light = k;
+                chan.multi_mut().light = k;
             }
         }
         if self.design == ChannelDesign::Imux
@@ -458,6 +461,7 @@ impl Relay {
         let circ_id = cell.circ_id;
         let expected = self.expected_seq(ch, circ_id);
         if !self.channels[ch as usize]
+            .multi_mut()
             .reorder
             .arrive(circ_id, seq, expected, cell)
         {
@@ -475,7 +479,10 @@ impl Relay {
                 return;
             }
             let expected = self.expected_seq(ch, circ_id);
-            next = self.channels[ch as usize].reorder.take(circ_id, expected);
+            next = self.channels[ch as usize]
+                .multi
+                .as_deref_mut()
+                .and_then(|m| m.reorder.take(circ_id, expected));
         }
     }
 
@@ -522,19 +529,22 @@ impl Relay {
             ChannelDesign::Quic => chan.conns.first().copied().unwrap_or(NONE),
             ChannelDesign::Pctcp => arrived_on,
             ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
-                if declared_heavy && chan.heavy != NONE {
+                let (light, heavy) = (chan.multi().light, chan.multi().heavy);
+                if declared_heavy && heavy != NONE {
                     side.heavy = true;
-                    chan.heavy
-                } else if chan.light != NONE {
-                    chan.light
+                    heavy
+                } else if light != NONE {
+                    light
                 } else {
                     arrived_on
                 }
             }
             ChannelDesign::Imux => match self.world.params.imux_scheduler {
                 ImuxScheduler::RoundRobin if !chan.conns.is_empty() => {
-                    chan.turn = (chan.turn + 1) % chan.conns.len();
-                    chan.conns[chan.turn]
+                    let n = chan.conns.len();
+                    let multi = chan.multi_mut();
+                    multi.turn = (multi.turn + 1) % n;
+                    chan.conns[chan.multi().turn]
                 }
                 _ => NONE,
             },
@@ -595,8 +605,9 @@ impl Relay {
                 let light = self.open_conn(io, ch, 0);
                 let heavy = self.open_conn(io, ch, 1);
                 let chan = &mut self.channels[ch as usize];
-                chan.light = light.unwrap_or(NONE);
-                chan.heavy = heavy.unwrap_or(NONE);
+                let multi = chan.multi_mut();
+                multi.light = light.unwrap_or(NONE);
+                multi.heavy = heavy.unwrap_or(NONE);
             }
             ChannelDesign::Vanilla | ChannelDesign::Imux => {
                 self.open_conn(io, ch, 0);
@@ -633,8 +644,10 @@ impl Relay {
             if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token == NONE {
                 continue;
             }
-            if chan.peer_cap != u32::MAX && now >= chan.peer_hold_until {
-                chan.peer_cap += 1;
+            if let Some(m) = chan.multi.as_deref_mut() {
+                if m.peer_cap != u32::MAX && now >= m.peer_hold_until {
+                    m.peer_cap += 1;
+                }
             }
             let nconns = chan.conns.len() as u32;
             let target = transport::imux_max_conns(
@@ -645,7 +658,7 @@ impl Relay {
                 tau,
                 self.open_sockets,
             )
-            .min(chan.peer_cap.max(nconns));
+            .min(chan.multi().peer_cap.max(nconns));
             if target > nconns && chan.opener {
                 for _ in nconns..target {
                     // Growth stops quietly at the cap: that is the design, not a refusal.

@@ -303,10 +303,11 @@ enum Carrier {
 
 /// `repr(C)`, hot fields first: a scheduler run reads `pending`, `carrier`, `room`, `queued`,
 /// the connection list and the mux of each pending channel, and a cell arriving reads `circs`.
-/// In Rust's own order (largest alignment first) they lay across most of the struct's eight
-/// cache lines, on a large network each a miss; here the first line holds the flags, the
-/// counts, the connections and the mux's active list, and the next two the rest. The cold
-/// fields after them are grouped by size so that `repr(C)` adds no padding.
+/// In Rust's own order (largest alignment first) they lay across most of the struct's cache
+/// lines (eight, before the multi-connection fields moved out), on a large network each a
+/// miss; here the first line holds the flags, the counts, the connections and the mux's active
+/// list, and the next two the rest. The cold fields after them are grouped by size so that
+/// `repr(C)` adds no padding but at the end.
 #[repr(C)]
 struct Channel {
     /// Whether the channel is in the scheduler's pending list.
@@ -329,6 +330,25 @@ struct Channel {
     parked: Vec<u32>,
     /// Its circuits by id (ids are reused on single-connection channels only).
     circs: ChannelCircuits,
+    /// What only channels of several connections keep (see [`MultiConn`]); `None` until the
+    /// design first writes to it, so a vanilla channel never has one.
+    multi: Option<Box<MultiConn>>,
+    /// Channels on QUIC: what KIST lets the scheduler write to the QUIC connection in the
+    /// current run (from its congestion window and flight), shared by all its streams.
+    quic_limit: u64,
+    /// Its QUIC connection, if it has one (`NO_SOCKET` otherwise).
+    quic: SocketId,
+    peer: HostId,
+    /// The opener's index for the channel, named in each connection's Join message.
+    token: u32,
+    /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
+    opener: bool,
+}
+
+/// A channel's state under the designs that give it several connections (IMUX, Torchestra,
+/// PCTCP's sequencing), out of line: on the full network a relay holds a million channel ends,
+/// nearly all of them vanilla, and inline these fields made each 160 bytes larger.
+struct MultiConn {
     /// Cells that arrived ahead of an earlier one of their circuit.
     reorder: Reorder,
     /// IMUX round robin: the next connection to pin a circuit to.
@@ -351,14 +371,6 @@ struct Channel {
     light_counts: Vec<(u32, f64)>,
     light_sum: f64,
     peer_hold_until: SimTime,
-    /// Channels on QUIC: what KIST lets the scheduler write to the QUIC connection in the
-    /// current run (from its congestion window and flight), shared by all its streams.
-    quic_limit: u64,
-    /// Its QUIC connection, if it has one (`NO_SOCKET` otherwise).
-    quic: SocketId,
-    peer: HostId,
-    /// The opener's index for the channel, named in each connection's Join message.
-    token: u32,
     /// Torchestra's light and heavy connections (`NONE` until they exist).
     light: u32,
     heavy: u32,
@@ -366,10 +378,31 @@ struct Channel {
     /// IMUX, channels we opened: the most connections the peer has let us keep, learnt when
     /// it refused or closed one (`u32::MAX` until it does), and until when we hold to it.
     peer_cap: u32,
-    /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
-    opener: bool,
     ranking_stale: bool,
 }
+
+impl MultiConn {
+    /// A channel's state before its design has written any: what a channel without one reads.
+    const NEW: MultiConn = MultiConn {
+        reorder: Reorder::new(),
+        turn: 0,
+        ranking: Vec::new(),
+        ranking_tick: u64::MAX,
+        rank_dirty: Vec::new(),
+        circ_ranks: Vec::new(),
+        light_counts: Vec::new(),
+        light_sum: 0.0,
+        peer_hold_until: 0,
+        light: NONE,
+        heavy: NONE,
+        light_run: 0,
+        peer_cap: u32::MAX,
+        ranking_stale: true,
+    };
+}
+
+/// What a channel without [`MultiConn`] state reads.
+static NO_MULTI: MultiConn = MultiConn::NEW;
 
 impl Channel {
     fn new(peer: HostId, initiator: bool, opener: bool, clock: &EwmaClock, now: SimTime) -> Self {
@@ -381,28 +414,33 @@ impl Channel {
             opener,
             token: NONE,
             conns: SmallVec::new(),
-            light: NONE,
-            heavy: NONE,
             circs: ChannelCircuits::new(initiator),
             mux: CircuitMux::new(clock, now),
             pending: false,
             queued: 0,
             parked: Vec::new(),
-            reorder: Reorder::default(),
-            turn: 0,
+            multi: None,
             room: 0,
-            ranking: Vec::new(),
-            ranking_tick: u64::MAX,
-            ranking_stale: true,
-            rank_dirty: Vec::new(),
-            circ_ranks: Vec::new(),
-            light_counts: Vec::new(),
-            light_sum: 0.0,
-            light_run: 0,
             sequenced: false,
-            peer_cap: u32::MAX,
-            peer_hold_until: 0,
             closed: false,
+        }
+    }
+
+    /// Its multi-connection state, as [`MultiConn::NEW`] where it has none.
+    fn multi(&self) -> &MultiConn {
+        self.multi.as_deref().unwrap_or(&NO_MULTI)
+    }
+
+    /// Its multi-connection state, made on the first write.
+    fn multi_mut(&mut self) -> &mut MultiConn {
+        self.multi.get_or_insert_with(|| Box::new(MultiConn::NEW))
+    }
+
+    /// Its connections changed: the IMUX ranking must be rebuilt. A channel without
+    /// multi-connection state has no ranking, and its first one starts stale.
+    fn ranking_stale(&mut self) {
+        if let Some(m) = self.multi.as_deref_mut() {
+            m.ranking_stale = true;
         }
     }
 
@@ -415,7 +453,9 @@ impl Channel {
 
     fn release(&mut self, circ_id: u32) {
         self.circs.release(circ_id);
-        self.reorder.forget(circ_id);
+        if let Some(m) = self.multi.as_deref_mut() {
+            m.reorder.forget(circ_id);
+        }
     }
 }
 
@@ -854,7 +894,11 @@ impl Relay {
             Wire::Switch { circ_id, heavy } => {
                 let ch = self.conns[k as usize].chan;
                 let chan = &self.channels[ch as usize];
-                let target = if heavy { chan.heavy } else { chan.light };
+                let target = if heavy {
+                    chan.multi().heavy
+                } else {
+                    chan.multi().light
+                };
                 if target == NONE {
                     return;
                 }

@@ -122,47 +122,52 @@ impl Relay {
         }
         let clock = &self.clock;
         let tick = clock.tick(now);
-        let chan = &mut self.channels[ch as usize];
-        let mut current = !chan.ranking_stale && chan.ranking_tick == tick;
+        let Channel {
+            conns: chan_conns,
+            mux,
+            multi,
+            ..
+        } = &mut self.channels[ch as usize];
+        let m = multi.get_or_insert_with(|| Box::new(MultiConn::NEW));
+        let mut current = !m.ranking_stale && m.ranking_tick == tick;
         if current {
-            for &k in &chan.rank_dirty {
+            for &k in &m.rank_dirty {
                 let conn = &mut self.conns[k as usize];
                 let old = (conn.ewma_seen, k);
                 conn.ewma_seen = conn.ewma.value(clock, now);
                 conn.ewma_seen_tick = tick;
-                if !transport::rerank(&mut chan.ranking, old, (conn.ewma_seen, k)) {
+                if !transport::rerank(&mut m.ranking, old, (conn.ewma_seen, k)) {
                     current = false;
                 }
             }
         }
-        chan.rank_dirty.clear();
+        m.rank_dirty.clear();
         if !current {
-            chan.ranking.clear();
-            for &k in &chan.conns {
+            m.ranking.clear();
+            for &k in chan_conns.iter() {
                 let conn = &mut self.conns[k as usize];
                 if conn.usable() {
                     if conn.ewma_seen_tick != tick {
                         conn.ewma_seen = conn.ewma.value(clock, now);
                         conn.ewma_seen_tick = tick;
                     }
-                    chan.ranking.push((conn.ewma_seen, k));
+                    m.ranking.push((conn.ewma_seen, k));
                 }
             }
-            chan.ranking.sort_unstable_by(transport::ranking_order);
-            chan.ranking_tick = tick;
-            chan.ranking_stale = false;
+            m.ranking.sort_unstable_by(transport::ranking_order);
+            m.ranking_tick = tick;
+            m.ranking_stale = false;
         }
         if cfg!(test) {
             // The ranking kept up to date is the one built afresh.
-            let mut fresh: Vec<(f64, u32)> = (chan.conns.iter())
+            let mut fresh: Vec<(f64, u32)> = (chan_conns.iter())
                 .filter(|&&k| self.conns[k as usize].usable())
                 .map(|&k| (self.conns[k as usize].ewma.value(clock, now), k))
                 .collect();
             fresh.sort_unstable_by(transport::ranking_order);
-            assert_eq!(chan.ranking, fresh, "IMUX ranking out of step");
+            assert_eq!(m.ranking, fresh, "IMUX ranking out of step");
         }
-        chan.mux
-            .ranks(now, &mut self.rank_scratch, &mut chan.circ_ranks);
+        mux.ranks(now, &mut self.rank_scratch, &mut m.circ_ranks);
     }
 
     /// The connection the next cell of `circ` goes on, among those with room in this run.
@@ -192,12 +197,12 @@ impl Relay {
                 return Some(chan.conns[best]);
             }
             (ChannelDesign::Imux, ImuxScheduler::Ewma) => {
-                let chan = &self.channels[ch as usize];
-                let ranks = &chan.circ_ranks;
+                let multi = self.channels[ch as usize].multi();
+                let ranks = &multi.circ_ranks;
                 let rank = ranks
                     .binary_search_by_key(&circ, |e| e.0)
                     .map_or(0, |i| ranks[i].1 as usize);
-                transport::imux_ewma_pick(rank, ranks.len().max(1), &chan.ranking)?.1
+                transport::imux_ewma_pick(rank, ranks.len().max(1), &multi.ranking)?.1
             }
             (ChannelDesign::Imux, ImuxScheduler::RoundRobin) => {
                 // A freed slot has no socket; a reused one may sit on another channel.
@@ -215,8 +220,9 @@ impl Relay {
                     if active == 0 {
                         return None;
                     }
-                    chan.turn = (chan.turn + 1) % active;
-                    let k = *chan.conns.iter().filter(is_active).nth(chan.turn).unwrap();
+                    let multi = chan.multi.get_or_insert_with(|| Box::new(MultiConn::NEW));
+                    multi.turn = (multi.turn + 1) % active;
+                    let k = *chan.conns.iter().filter(is_active).nth(multi.turn).unwrap();
                     let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
                     side.conn = k;
                     self.conns[k as usize].circuits += 1;
@@ -379,7 +385,7 @@ impl Relay {
                 conn.ewma.note_cells(&self.clock, 1, now);
                 if conn.ewma_seen_tick != u64::MAX {
                     conn.ewma_seen_tick = u64::MAX;
-                    self.channels[ch as usize].rank_dirty.push(k);
+                    self.channels[ch as usize].multi_mut().rank_dirty.push(k);
                 }
             }
             let emptied = side.queue.is_empty();
@@ -473,7 +479,7 @@ impl Relay {
         now: SimTime,
     ) {
         let chan = &self.channels[ch as usize];
-        let (light, heavy) = (chan.light, chan.heavy);
+        let (light, heavy) = (chan.multi().light, chan.multi().heavy);
         if light == NONE || heavy == NONE {
             return;
         }
@@ -494,29 +500,29 @@ impl Relay {
         // Torchestra half again vanilla's time); the circuit being judged counts with its
         // current value, so that a circuit alone on the light connection never outgrows
         // itself.
-        if chan.light_run != self.run_stamp {
+        if chan.multi().light_run != self.run_stamp {
             let circuits = &self.circuits;
-            let chan = &mut self.channels[ch as usize];
-            chan.light_counts.clear();
-            chan.light_counts
-                .extend(chan.mux.values(now).filter(|&(c, value)| {
-                    value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
-                        && circuits[c as usize]
-                            .as_ref()
-                            .is_some_and(|cc| cc.side_on_chan(ch).conn == light)
-                }));
-            chan.light_counts.sort_unstable_by_key(|e| e.0);
-            chan.light_sum = chan.light_counts.iter().map(|e| e.1).sum();
-            chan.light_run = self.run_stamp;
+            let Channel { mux, multi, .. } = &mut self.channels[ch as usize];
+            let m = multi.get_or_insert_with(|| Box::new(MultiConn::NEW));
+            m.light_counts.clear();
+            m.light_counts.extend(mux.values(now).filter(|&(c, value)| {
+                value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
+                    && circuits[c as usize]
+                        .as_ref()
+                        .is_some_and(|cc| cc.side_on_chan(ch).conn == light)
+            }));
+            m.light_counts.sort_unstable_by_key(|e| e.0);
+            m.light_sum = m.light_counts.iter().map(|e| e.1).sum();
+            m.light_run = self.run_stamp;
         }
-        let chan = &self.channels[ch as usize];
-        let n = chan.light_counts.len();
+        let m = self.channels[ch as usize].multi();
+        let n = m.light_counts.len();
         if n == 0 {
             // No light circuit carries traffic: nothing to protect, the class stays.
             return;
         }
-        let own = chan.light_counts.binary_search_by_key(&circ, |e| e.0);
-        let sum = chan.light_sum + own.map_or(0.0, |i| ewma - chan.light_counts[i].1);
+        let own = m.light_counts.binary_search_by_key(&circ, |e| e.0);
+        let sum = m.light_sum + own.map_or(0.0, |i| ewma - m.light_counts[i].1);
         let light_average = sum / n as f64;
         let heavy_now = transport::torchestra_heavy(
             was_heavy,
