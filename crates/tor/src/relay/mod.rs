@@ -399,6 +399,12 @@ impl MultiConn {
         peer_cap: u32::MAX,
         ranking_stale: true,
     };
+
+    /// The state in `slot`, made if it is not there yet (for callers that hold other fields of
+    /// the channel borrowed at the same time).
+    fn made(slot: &mut Option<Box<MultiConn>>) -> &mut MultiConn {
+        slot.get_or_insert_with(|| Box::new(MultiConn::NEW))
+    }
 }
 
 /// What a channel without [`MultiConn`] state reads.
@@ -433,7 +439,7 @@ impl Channel {
 
     /// Its multi-connection state, made on the first write.
     fn multi_mut(&mut self) -> &mut MultiConn {
-        self.multi.get_or_insert_with(|| Box::new(MultiConn::NEW))
+        MultiConn::made(&mut self.multi)
     }
 
     /// Its connections changed: the IMUX ranking must be rebuilt. A channel without

@@ -128,7 +128,7 @@ impl Relay {
             multi,
             ..
         } = &mut self.channels[ch as usize];
-        let m = multi.get_or_insert_with(|| Box::new(MultiConn::NEW));
+        let m = MultiConn::made(multi);
         let mut current = !m.ranking_stale && m.ranking_tick == tick;
         if current {
             for &k in &m.rank_dirty {
@@ -220,7 +220,7 @@ impl Relay {
                     if active == 0 {
                         return None;
                     }
-                    let multi = chan.multi.get_or_insert_with(|| Box::new(MultiConn::NEW));
+                    let multi = MultiConn::made(&mut chan.multi);
                     multi.turn = (multi.turn + 1) % active;
                     let k = *chan.conns.iter().filter(is_active).nth(multi.turn).unwrap();
                     let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
@@ -503,7 +503,7 @@ impl Relay {
         if chan.multi().light_run != self.run_stamp {
             let circuits = &self.circuits;
             let Channel { mux, multi, .. } = &mut self.channels[ch as usize];
-            let m = multi.get_or_insert_with(|| Box::new(MultiConn::NEW));
+            let m = MultiConn::made(multi);
             m.light_counts.clear();
             m.light_counts.extend(mux.values(now).filter(|&(c, value)| {
                 value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
