@@ -318,6 +318,76 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
         caption: String::new(),
     });
 
+    // Runs that counted their network's state (simulations; emulations and older runs do
+    // not) get their resident memory over simulated time, and what the network held last.
+    let counted: Vec<(usize, &RunData)> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.info.state.is_empty())
+        .collect();
+    if !counted.is_empty() {
+        let name = |r: &RunData| {
+            if runs.len() > 1 {
+                trial_name(r)
+            } else {
+                String::new()
+            }
+        };
+        let lines = counted
+            .iter()
+            .map(|&(i, r)| Line {
+                label: name(r),
+                color: i,
+                points: (r.info.state.iter())
+                    .map(|s| (s.sim_s, s.rss_bytes as f64 / MIB))
+                    .collect(),
+                band: Vec::new(),
+                faint: false,
+                markers: false,
+            })
+            .collect();
+        let held: Vec<String> = counted
+            .iter()
+            .filter_map(|&(_, r)| {
+                let s = r.info.state.last()?;
+                let who = name(r);
+                Some(format!(
+                    "{}at {:.0} s: {} client circuits, {} client channels, {} relay-to-relay \
+                     channels, {} sockets, {} pending events, {} cells queued at relays",
+                    if who.is_empty() {
+                        who
+                    } else {
+                        format!("{who} ")
+                    },
+                    s.sim_s,
+                    s.client_circuits,
+                    s.client_channels,
+                    s.relay_channels / 2,
+                    s.sockets,
+                    s.pending_events,
+                    s.queued_cells
+                ))
+            })
+            .collect();
+        out.push(Named {
+            stem: "diagnostics_memory".into(),
+            figure: Figure::Lines(LineChart {
+                title: "Resident memory against simulated time".into(),
+                x_label: "simulated time (s)".into(),
+                y_label: "resident memory (MiB)".into(),
+                lines,
+                y_max: None,
+                marker: None,
+                legend: Legend::UpperLeft,
+            }),
+            caption: format!(
+                "What the network held at the last count (counted every 10 simulated seconds; \
+                 run.json's state has the whole series): {}.",
+                held.join("; ")
+            ),
+        });
+    }
+
     let workers = runs.iter().map(|r| r.info.workers.len()).max().unwrap_or(0);
     let blocked = |w: usize| -> Vec<f64> {
         runs.iter()

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use onionlab_report::{
     load_input, write_comparison, write_comparison_with, write_report, write_report_with,
     CircuitRecord, CpuShare, DownloadRecord, Input, Outcome, OutputDir, RelaySample, ReportOptions,
-    RunData, RunInfo, TrialsManifest, WorkerRecord, COMPARE_HTML, COMPARISON_CSV, REPORT_HTML,
+    RunData, RunInfo, StateSample, TrialsManifest, WorkerRecord, COMPARE_HTML, COMPARISON_CSV,
+    REPORT_HTML,
 };
 
 struct TempDir(PathBuf);
@@ -534,6 +535,51 @@ fn older_run_json_without_progress_loads() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(names.contains("diagnostics_progress.png"));
+}
+
+/// A run that counted its network's state gets its memory over simulated time, with what the
+/// network held at the last count in the caption; runs without a count get no such figure.
+#[test]
+fn a_counted_run_plots_its_memory_and_names_what_it_held() {
+    let tmp = TempDir::new("state");
+    write_run(&tmp.0, "toy", 1);
+    let path = tmp.0.join("run.json");
+    let mut info: RunInfo = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    info.state = (1..=3)
+        .map(|i| StateSample {
+            sim_s: 10.0 * i as f64,
+            wall_s: i as f64,
+            rss_bytes: (i * 100) << 20,
+            pending_events: 1_000 * i,
+            client_channels: 6,
+            relay_channels: 2 * 17,
+            relay_client_channels: 6,
+            client_circuits: 12 + i,
+            relay_circuits: 36,
+            streams: 3,
+            exit_streams: 3,
+            sockets: 58,
+            socket_slots: 60,
+            queued_cells: 5 * i,
+        })
+        .collect();
+    fs::write(&path, serde_json::to_string(&info).unwrap()).unwrap();
+    let input = load_input(&tmp.0).unwrap();
+    write_report(&input, &tmp.0).unwrap();
+    assert!(tmp.0.join("diagnostics_memory.svg").exists());
+    let html = fs::read_to_string(tmp.0.join(REPORT_HTML)).unwrap();
+    assert!(
+        html.contains(
+            "at 30 s: 15 client circuits, 6 client channels, 17 relay-to-relay channels, 58 \
+             sockets, 3000 pending events, 15 cells queued at relays"
+        ),
+        "the caption names what the network held last"
+    );
+    // Without a count, no memory figure.
+    let bare = TempDir::new("state-none");
+    write_run(&bare.0, "toy", 1);
+    write_report(&load_input(&bare.0).unwrap(), &bare.0).unwrap();
+    assert!(!bare.0.join("diagnostics_memory.svg").exists());
 }
 
 /// Turns the run in `dir` into one under the socket exhaustion attack: from second 40 to 89
