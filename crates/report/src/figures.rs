@@ -289,13 +289,8 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
             if points.is_empty() {
                 points = vec![(0.0, 0.0), (r.info.wall_seconds, r.info.sim_seconds)];
             }
-            let label = if runs.len() > 1 {
-                trial_name(r)
-            } else {
-                String::new()
-            };
             Line {
-                label,
+                label: run_label(runs, r),
                 color: i,
                 points,
                 band: Vec::new(),
@@ -326,17 +321,10 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
         .filter(|(_, r)| !r.info.state.is_empty())
         .collect();
     if !counted.is_empty() {
-        let name = |r: &RunData| {
-            if runs.len() > 1 {
-                trial_name(r)
-            } else {
-                String::new()
-            }
-        };
         let lines = counted
             .iter()
             .map(|&(i, r)| Line {
-                label: name(r),
+                label: run_label(runs, r),
                 color: i,
                 points: (r.info.state.iter())
                     .map(|s| (s.sim_s, s.rss_bytes as f64 / MIB))
@@ -350,7 +338,7 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
             .iter()
             .filter_map(|&(_, r)| {
                 let s = r.info.state.last()?;
-                let who = name(r);
+                let who = run_label(runs, r);
                 Some(format!(
                     "{}at {:.0} s: {} client circuits, {} client channels, {} relay-to-relay \
                      channels, {} sockets, {} pending events, {} cells queued at relays",
@@ -420,6 +408,15 @@ pub fn report_figures(input: &Input) -> Vec<Named> {
         caption: worker_caption(runs, workers),
     });
     out
+}
+
+/// A run's line label where several runs share a chart (none for a run alone).
+fn run_label(runs: &[RunData], r: &RunData) -> String {
+    if runs.len() > 1 {
+        trial_name(r)
+    } else {
+        String::new()
+    }
 }
 
 /// Each worker's busy and blocked seconds and the host rounds it ran for other workers (work

@@ -544,7 +544,8 @@ impl Relay {
                     let n = chan.conns.len();
                     let multi = chan.multi_mut();
                     multi.turn = (multi.turn + 1) % n;
-                    chan.conns[chan.multi().turn]
+                    let turn = multi.turn;
+                    chan.conns[turn]
                 }
                 _ => NONE,
             },
