@@ -433,3 +433,65 @@ fn messages_due_far_ahead_arrive_on_time_in_the_same_order_on_any_thread_count()
     // Stops off the lookahead's multiples cut rounds short of their slices.
     assert_eq!(one, scatter(2, &[millis(1_700) + 3, secs(31) + 999, end]));
 }
+
+/// Events a host gives itself inside a round, scheduled out of order and tied in time with
+/// each other and with messages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mixed {
+    Start,
+    Own(char),
+    Message(char),
+}
+
+struct Mixer {
+    log: Vec<(u64, Mixed)>,
+}
+
+impl Host for Mixer {
+    type Event = Mixed;
+    fn handle(&mut self, ctx: &mut Context<'_, Mixed>, event: Mixed) {
+        let now = ctx.now();
+        self.log.push((now, event));
+        match (ctx.host(), event) {
+            (1, Mixed::Start) => {
+                ctx.send(0, millis(1) + 2, Mixed::Message('m'));
+                ctx.send(0, millis(1) + 3, Mixed::Message('n'));
+            }
+            (0, Mixed::Start) => {
+                // 'a' is the first own event of the round (the engine may hold it outside the
+                // queue); 'b' comes before it, 'c' ties with it and was scheduled after it.
+                ctx.schedule_in(3, Mixed::Own('a'));
+                ctx.schedule_in(1, Mixed::Own('b'));
+                ctx.schedule_in(3, Mixed::Own('c'));
+                ctx.schedule_in(millis(10), Mixed::Own('d'));
+            }
+            (0, Mixed::Own('b')) => ctx.schedule_in(1, Mixed::Own('e')),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_hosts_own_events_and_messages_run_in_time_and_order_key_order() {
+    let base = millis(1);
+    let expected = vec![
+        (base, Mixed::Start),
+        (base + 1, Mixed::Own('b')),
+        // At equal times, the lower host's order key goes first: this host's own event, then
+        // host 1's message.
+        (base + 2, Mixed::Own('e')),
+        (base + 2, Mixed::Message('m')),
+        (base + 3, Mixed::Own('a')),
+        (base + 3, Mixed::Own('c')),
+        (base + 3, Mixed::Message('n')),
+        (base + millis(10), Mixed::Own('d')),
+    ];
+    for threads in [1, 2] {
+        let models = (0..2).map(|_| Mixer { log: vec![] }).collect();
+        let mut sim = Simulation::new(engine(threads, millis(1)), models);
+        sim.schedule(1, 0, Mixed::Start);
+        sim.schedule(0, base, Mixed::Start);
+        sim.run_until(secs(1));
+        assert_eq!(sim.host(0).log, expected, "threads={threads}");
+    }
+}

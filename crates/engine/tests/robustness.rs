@@ -320,6 +320,8 @@ fn an_interrupt_stops_a_round_that_never_ends() {
         // The round (starting at 2 ms) was cut short: its start is the time reached.
         assert_eq!(stats.sim_time, millis(2));
         assert!(sim.host(1).events > 1000);
+        // The event the spinner gave itself last is kept for the next run.
+        assert_eq!(sim.pending_events(), 1);
     }
 }
 
