@@ -43,9 +43,8 @@ pub struct Context<'a, E> {
     lookahead: SimDuration,
     seq: &'a mut u64,
     queue: &'a mut EventQueue<E>,
-    /// The host's next event, when it scheduled one for itself inside the round (see
-    /// `schedule_at`).
-    held: &'a mut Option<Due<E>>,
+    /// Events the host scheduled for itself inside the round (see `schedule_at`).
+    held: &'a mut Vec<Due<E>>,
     rng: &'a mut HostRng,
     out: &'a mut Outbox<E>,
 }
@@ -84,19 +83,19 @@ impl<E> Context<'_, E> {
 
     /// Schedules an event for this host at `time` (not before now).
     ///
-    /// Most events a host gives itself fall due within the round, and most of those are its
-    /// very next event: a packet's delivery after its arrival, the scheduler run after a
-    /// delivery. Such an event waits in a one-event slot beside the queue, which the round
-    /// loop reads before the queue, instead of going through the heap and its slab, the cache
-    /// misses of a large network. The loop takes events from the slot, the queue and the
-    /// messages in (time, order key) order alike, so the slot never changes the order.
+    /// Most events a host gives itself fall due within the round: a packet's delivery after
+    /// its arrival, the scheduler run after a delivery. Up to `HELD_EVENTS` of them wait in a
+    /// short list beside the queue instead of going through the heap and its slab, whose
+    /// entries are cache misses on a large network. The round loop takes events from that
+    /// list, the queue and the messages in (time, order key) order alike, so where an event
+    /// waits never changes the order.
     #[inline]
     pub fn schedule_at(&mut self, time: SimTime, event: E) {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let key = self.next_key();
         let time = time.max(self.now);
-        if time < self.round_end && self.held.is_none() {
-            *self.held = Some(Due { time, key, event });
+        if time < self.round_end && self.held.len() < HELD_EVENTS {
+            self.held.push(Due { time, key, event });
         } else {
             self.queue.push(time, key, event);
         }
@@ -134,6 +133,10 @@ impl<E> Context<'_, E> {
         });
     }
 }
+
+/// Events a host may hold beside its queue within a round (`Context::schedule_at`). The
+/// round loop scans them for the earliest, so the list stays short.
+const HELD_EVENTS: usize = 8;
 
 /// A worker's messages created this round, bucketed by the worker that owns the destination.
 struct Outbox<E> {
@@ -635,6 +638,8 @@ struct RoundRunner<'a, H: Host> {
     run: RoundParams,
     end: SimTime,
     out: &'a mut Outbox<H::Event>,
+    /// The running host's held events (`Context::held`); empty between hosts.
+    held: &'a mut Vec<Due<H::Event>>,
     stats: &'a mut WorkerStats,
 }
 
@@ -666,6 +671,12 @@ impl<H: Host> RoundRunner<'_, H> {
                 Ok(finished) => return finished,
                 Err(payload) => {
                     if let Some(id) = current {
+                        // The failed host keeps what it held, like the rest of its queue.
+                        // SAFETY: this worker claimed `id`; the panic ended its borrows.
+                        let queue = &mut unsafe { self.hosts.slot(id) }.queue;
+                        for d in self.held.drain(..) {
+                            queue.push(d.time, d.key, d.event);
+                        }
                         shared.record_panic(id, payload);
                     }
                 }
@@ -718,23 +729,27 @@ impl<H: Host> RoundRunner<'_, H> {
         // the round; the messages in `j..last` belong to this host, which this worker claimed.
         let (order, messages) = unsafe { (&*list.order.get(), &*list.messages.get()) };
         let listed_under = *due;
-        // The host's own next event, when it scheduled one inside the round (see
-        // `Context::schedule_at`); it is always due before the round end.
-        let mut held: Option<Due<H::Event>> = None;
+        let held = &mut *self.held;
         loop {
             let message = (j < last).then(|| unsafe { &mut *messages[order[j] as usize].get() });
             let message_key = message
                 .as_ref()
                 .map(|m| m.as_ref().expect("a message is taken once"))
                 .map(|m| (m.time, m.key));
-            let held_key = held.as_ref().map(|d| (d.time, d.key));
-            // The earliest of the message, the held event and the queue's front; the queue's
-            // front counts only if it is due in the round, which pop_before checks.
-            let before_queue = match (message_key, held_key) {
-                (Some(m), Some(h)) => Some(m.min(h)),
-                (m, h) => m.or(h),
+            let earliest_held = held
+                .iter()
+                .enumerate()
+                .map(|(i, d)| ((d.time, d.key), i))
+                .min();
+            // The earliest of the message and the held events (all due in the round), then
+            // the queue's front if it is earlier still and due in the round.
+            let (first, from_held) = match (message_key, earliest_held) {
+                (Some(m), Some((h, i))) if h < m => (Some(h), Some(i)),
+                (Some(m), _) => (Some(m), None),
+                (None, Some((h, i))) => (Some(h), Some(i)),
+                (None, None) => (None, None),
             };
-            let from_queue = match (before_queue, queue.peek()) {
+            let from_queue = match (first, queue.peek()) {
                 (Some(first), Some(own)) => own < first,
                 (Some(_), None) => false,
                 (None, _) => true,
@@ -744,8 +759,8 @@ impl<H: Host> RoundRunner<'_, H> {
                     Some(entry) => (entry.time, entry.key, entry.event),
                     None => break,
                 }
-            } else if held_key == before_queue {
-                let d = held.take().expect("the held event is there");
+            } else if let Some(i) = from_held {
+                let d = held.swap_remove(i);
                 (d.time, d.key, d.event)
             } else {
                 let m = message
@@ -765,7 +780,7 @@ impl<H: Host> RoundRunner<'_, H> {
                 lookahead: self.run.lookahead,
                 seq,
                 queue,
-                held: &mut held,
+                held,
                 rng,
                 out: self.out,
             };
@@ -774,13 +789,13 @@ impl<H: Host> RoundRunner<'_, H> {
                 && self.control.interrupt.load(Ordering::Relaxed)
             {
                 // The host stops here: what it holds waits in its queue for the next run.
-                if let Some(d) = held.take() {
+                for d in held.drain(..) {
                     queue.push(d.time, d.key, d.event);
                 }
                 return false;
             }
         }
-        debug_assert!(held.is_none(), "an event due in the round was left");
+        debug_assert!(held.is_empty(), "an event due in the round was left");
         // A host listed for its messages alone still stands in the agenda under its own next
         // event; it needs a new entry only if that changed.
         *due = queue.next_time().unwrap_or(NOT_DUE);
@@ -809,6 +824,7 @@ fn worker_loop<H: Host>(
         late: 0,
     };
     let mut inbox: Vec<Message<H::Event>> = Vec::new();
+    let mut held = Vec::with_capacity(HELD_EVENTS);
     let mut stats = WorkerStats {
         hosts: mine.len(),
         ..Default::default()
@@ -865,6 +881,7 @@ fn worker_loop<H: Host>(
             run,
             end,
             out: &mut out,
+            held: &mut held,
             stats: &mut stats,
         };
         let mut finished = runner.run_list(list, shared, false);

@@ -464,6 +464,10 @@ impl Host for Mixer {
                 ctx.schedule_in(1, Mixed::Own('b'));
                 ctx.schedule_in(3, Mixed::Own('c'));
                 ctx.schedule_in(millis(10), Mixed::Own('d'));
+                // More than the engine holds beside the queue, due in reverse creation order.
+                for (i, label) in ('0'..='9').enumerate() {
+                    ctx.schedule_in(100 - i as u64, Mixed::Own(label));
+                }
             }
             (0, Mixed::Own('b')) => ctx.schedule_in(1, Mixed::Own('e')),
             _ => {}
@@ -474,7 +478,7 @@ impl Host for Mixer {
 #[test]
 fn a_hosts_own_events_and_messages_run_in_time_and_order_key_order() {
     let base = millis(1);
-    let expected = vec![
+    let mut expected = vec![
         (base, Mixed::Start),
         (base + 1, Mixed::Own('b')),
         // At equal times, the lower host's order key goes first: this host's own event, then
@@ -484,8 +488,14 @@ fn a_hosts_own_events_and_messages_run_in_time_and_order_key_order() {
         (base + 3, Mixed::Own('a')),
         (base + 3, Mixed::Own('c')),
         (base + 3, Mixed::Message('n')),
-        (base + millis(10), Mixed::Own('d')),
     ];
+    expected.extend(
+        ('0'..='9')
+            .rev()
+            .zip(91..)
+            .map(|(l, t)| (base + t, Mixed::Own(l))),
+    );
+    expected.push((base + millis(10), Mixed::Own('d')));
     for threads in [1, 2] {
         let models = (0..2).map(|_| Mixer { log: vec![] }).collect();
         let mut sim = Simulation::new(engine(threads, millis(1)), models);
