@@ -208,6 +208,10 @@ fn where_cells_wait(scheduler: SchedulerKind) -> (f64, f64, KistAudit, u64) {
         vec![bulk(), bulk(), bulk()],
         1,
     );
+    match sim.host_mut(MIDDLE) {
+        TorHost::Relay(r) => r.kist_audit = Some(KistAudit::default()),
+        _ => panic!("host {MIDDLE} is not a relay"),
+    }
     sim.run_until(secs(60));
     let middle = relay_host(&sim, MIDDLE);
     let tail = &middle.samples[20..];
@@ -222,7 +226,8 @@ fn where_cells_wait(scheduler: SchedulerKind) -> (f64, f64, KistAudit, u64) {
         .map(|s| s.queued_cells as f64 * 543.0)
         .sum::<f64>()
         / n;
-    (kernel, circuits, middle.kist_audit, middle.write_limit_hits)
+    let audit = middle.kist_audit.expect("the audit was asked for");
+    (kernel, circuits, audit, middle.write_limit_hits)
 }
 
 #[test]

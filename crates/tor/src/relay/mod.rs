@@ -596,8 +596,10 @@ pub struct Relay {
     pub max_stream_in_flight: u32,
     /// Times a channel still had cells when its write limit ran out.
     pub write_limit_hits: u64,
-    /// KIST's limits as the sockets saw them.
-    pub kist_audit: KistAudit,
+    /// KIST's limits as the sockets saw them, when asked for (`Some`): the audit reads every
+    /// written socket's state a second time in each run, a cost a run need not pay for a
+    /// figure that only tests read.
+    pub kist_audit: Option<KistAudit>,
     pub channel_stats: ChannelStats,
     /// Reused by IMUX's EWMA mapping to rank a channel's circuits in each scheduler run.
     rank_scratch: Vec<(f64, u32)>,
@@ -698,7 +700,7 @@ impl Relay {
             max_circuit_in_flight: 0,
             max_stream_in_flight: 0,
             write_limit_hits: 0,
-            kist_audit: KistAudit::default(),
+            kist_audit: None,
             channel_stats: ChannelStats::default(),
             rank_scratch: Vec::new(),
             run_stamp: 0,

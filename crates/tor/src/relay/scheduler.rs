@@ -422,7 +422,7 @@ impl Relay {
                 deferred.push(ch);
             }
         }
-        if kist {
+        if let (true, Some(audit)) = (kist, self.kist_audit.as_mut()) {
             // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
             for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
                 let socket = self.conns[k as usize].socket;
@@ -431,8 +431,8 @@ impl Relay {
                     let space = (cwnd - unacked).max(0) * mss;
                     let extra = ((cwnd * mss) as f64 * sock_buf_size_factor) as i64;
                     let excess = (i.notsent as i64).saturating_sub(space.saturating_add(extra));
-                    self.kist_audit.checks += 1;
-                    self.kist_audit.max_excess = self.kist_audit.max_excess.max(excess);
+                    audit.checks += 1;
+                    audit.max_excess = audit.max_excess.max(excess);
                 }
             }
         }
