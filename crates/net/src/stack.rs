@@ -14,7 +14,9 @@ use std::sync::Arc;
 use onionlab_engine::heap::push_growing_by_eighths;
 use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, HostId};
-use onionlab_tcp::{TcpConfig, TcpConnection, TcpEvent, TcpFlags, TcpInfo, TcpSegment, TcpState};
+use onionlab_tcp::{
+    SendWindow, TcpConfig, TcpConnection, TcpEvent, TcpFlags, TcpSegment, TcpState,
+};
 use rand::RngExt;
 
 use crate::link::Link;
@@ -384,13 +386,13 @@ impl<M: Send + 'static> NetStack<M> {
         self.any(id).is_some()
     }
 
-    /// The kernel facts about a socket (what Tor's KIST scheduler reads). For a QUIC stream
-    /// or connection: its connection's congestion state in the same terms (see
+    /// The kernel facts about a socket's send window that Tor's KIST scheduler reads. For a
+    /// QUIC stream or connection: its connection's congestion state in the same terms (see
     /// [`NetStack::quic_info`] for the rest).
-    pub fn tcp_info(&self, id: SocketId) -> Option<TcpInfo> {
+    pub fn send_window(&self, id: SocketId) -> Option<SendWindow> {
         match self.any(id)? {
-            Socket::Tcp(s) => Some(s.conn.info()),
-            _ => self.quic_tcp_info(id),
+            Socket::Tcp(s) => Some(s.conn.send_window()),
+            _ => self.quic_send_window(id),
         }
     }
 

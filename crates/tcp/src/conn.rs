@@ -88,6 +88,21 @@ pub struct TcpInfo {
     pub recv_buffer: u64,
 }
 
+/// The four facts of a sender's window that Tor's KIST scheduler reads from the kernel (its
+/// `tcp_space` and `notsent`), apart from the rest of [`TcpInfo`]: KIST reads them on every
+/// run for every socket it writes to, and these few fields lie in the connection's first
+/// cache lines, while the rest of `TcpInfo` would pull in the RTT estimator and the receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWindow {
+    /// Congestion window, whole segments.
+    pub cwnd: u32,
+    /// Segments sent and not cumulatively acknowledged (rounded up).
+    pub unacked: u32,
+    /// Bytes in the send buffer never sent.
+    pub notsent: u64,
+    pub mss: u32,
+}
+
 /// Which deadline the connection's one protocol timer slot holds. The retransmission, persist
 /// and TIME_WAIT timers are never armed together: the RTO (or the tail loss probe that stands
 /// in front of it) runs only while something (data, SYN or FIN) is unacknowledged, the persist
@@ -1109,13 +1124,14 @@ impl TcpConnection {
     pub fn info(&self) -> TcpInfo {
         let mss = self.mss();
         let data_start = self.snd.iss + 1;
+        let window = self.send_window();
         TcpInfo {
             state: self.state,
-            cwnd: (self.cc.cwnd / mss).min(u64::from(u32::MAX)) as u32,
+            cwnd: window.cwnd,
             ssthresh: (self.cc.ssthresh / mss).min(u64::from(u32::MAX)) as u32,
-            unacked: (self.snd.nxt - self.snd.una).div_ceil(mss) as u32,
-            notsent: self.snd.notsent(),
-            mss: self.cfg.effective_mss(),
+            unacked: window.unacked,
+            notsent: window.notsent,
+            mss: window.mss,
             srtt: self.rtt.srtt,
             rttvar: self.rtt.rttvar,
             rto: self.rtt.current_rto(self.backoff, self.cfg.rto_max),
@@ -1132,6 +1148,18 @@ impl TcpConnection {
             fast_recoveries: u64::from(self.fast_recoveries),
             send_buffer: self.snd.buf_size,
             recv_buffer: self.rcv.buf_size,
+        }
+    }
+
+    /// The window facts of [`TcpConnection::info`] alone.
+    #[inline]
+    pub fn send_window(&self) -> SendWindow {
+        let mss = self.mss();
+        SendWindow {
+            cwnd: (self.cc.cwnd / mss).min(u64::from(u32::MAX)) as u32,
+            unacked: (self.snd.nxt - self.snd.una).div_ceil(mss) as u32,
+            notsent: self.snd.notsent(),
+            mss: mss as u32,
         }
     }
 

@@ -48,6 +48,6 @@ mod segment;
 mod send;
 
 pub use config::TcpConfig;
-pub use conn::{TcpConnection, TcpEvent, TcpInfo, TcpState};
+pub use conn::{SendWindow, TcpConnection, TcpEvent, TcpInfo, TcpState};
 pub use onionlab_congestion::CongestionControl;
 pub use segment::{SackBlocks, TcpFlags, TcpSegment};

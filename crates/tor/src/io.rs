@@ -16,7 +16,7 @@ use std::ops::{Deref, DerefMut};
 use onionlab_engine::time::{SimDuration, SimTime};
 use onionlab_engine::{Context, HostId, HostRng};
 use onionlab_net::quic::QuicInfo;
-use onionlab_net::tcp::TcpInfo;
+use onionlab_net::tcp::SendWindow;
 use onionlab_net::{NetError, NetEvent, NetStack, SocketEvent, SocketId};
 
 use onionlab_torcore::cpu::Work;
@@ -52,10 +52,11 @@ pub trait Io<T> {
     fn close(&mut self, socket: SocketId);
     fn abort(&mut self, socket: SocketId);
     fn is_open(&self, socket: SocketId) -> bool;
-    /// The kernel's view of a connection (KIST reads its congestion window and queues). For a
-    /// QUIC stream: its connection's window and flight, and the stream's own unsent bytes; for
-    /// a QUIC connection: its window, flight and the unsent bytes of all its streams.
-    fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo>;
+    /// The kernel's view of a connection's send window (KIST reads its congestion window and
+    /// queues). For a QUIC stream: its connection's window and flight, and the stream's own
+    /// unsent bytes; for a QUIC connection: its window, flight and the unsent bytes of all its
+    /// streams.
+    fn send_window(&self, socket: SocketId) -> Option<SendWindow>;
 
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError>;
     /// Opens a QUIC connection; [`SocketEvent::Connected`] reports its handshake's end.
@@ -295,8 +296,8 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
         self.stack.is_open(socket)
     }
     #[inline]
-    fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
-        self.stack.tcp_info(socket)
+    fn send_window(&self, socket: SocketId) -> Option<SendWindow> {
+        self.stack.send_window(socket)
     }
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
         self.stack.quic_listen(port)
@@ -328,7 +329,6 @@ pub(crate) mod script {
     use std::collections::VecDeque;
 
     use onionlab_engine::host_rng;
-    use onionlab_net::tcp::TcpState;
 
     use super::*;
 
@@ -511,29 +511,15 @@ pub(crate) mod script {
         fn is_open(&self, socket: SocketId) -> bool {
             self.sockets[socket.slot as usize].open
         }
-        fn tcp_info(&self, socket: SocketId) -> Option<TcpInfo> {
+        fn send_window(&self, socket: SocketId) -> Option<SendWindow> {
             if !self.is_open(socket) {
                 return None;
             }
-            Some(TcpInfo {
-                state: TcpState::Established,
+            Some(SendWindow {
                 cwnd: self.cwnd,
-                ssthresh: u32::MAX,
                 unacked: 0,
                 notsent: 0,
                 mss: 1448,
-                srtt: 0,
-                rttvar: 0,
-                rto: 0,
-                min_rtt: 0,
-                bytes_sent: 0,
-                bytes_acked: 0,
-                bytes_received: 0,
-                retransmits: 0,
-                rto_count: 0,
-                fast_recoveries: 0,
-                send_buffer: 0,
-                recv_buffer: 0,
             })
         }
         fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, HostId};
 use onionlab_quic::{QuicConnection, QuicEvent, QuicInfo, StreamId};
-use onionlab_tcp::{TcpInfo, TcpState};
+use onionlab_tcp::SendWindow;
 
 use super::{NetEvent, NetStack, Sent, Socket, SocketEvent, SocketId};
 use crate::packet::{PacketBody, QuicDatagram, SocketAddr, UDP_HEADER_BYTES};
@@ -229,7 +229,7 @@ impl<M: Send + 'static> NetStack<M> {
     /// KIST's view of a QUIC connection: its window and flight in datagrams, and the bytes
     /// written to all its streams and not yet sent; of a stream: the same, with the stream's
     /// own unsent bytes.
-    pub(super) fn quic_tcp_info(&self, id: SocketId) -> Option<TcpInfo> {
+    pub(super) fn quic_send_window(&self, id: SocketId) -> Option<SendWindow> {
         let q = self.quic_ref(self.quic_conn_of(id)?)?;
         let i = q.conn.info();
         let notsent = match self.stream_ref(id) {
@@ -238,33 +238,11 @@ impl<M: Send + 'static> NetStack<M> {
         };
         let mss = i.max_datagram.max(1);
         let segments = |bytes: u64| bytes.div_ceil(mss as u64).min(u32::MAX as u64) as u32;
-        Some(TcpInfo {
-            state: if i.established {
-                TcpState::Established
-            } else {
-                TcpState::SynSent
-            },
+        Some(SendWindow {
             cwnd: segments(i.cwnd),
-            ssthresh: if i.ssthresh == u64::MAX {
-                u32::MAX
-            } else {
-                segments(i.ssthresh)
-            },
             unacked: segments(i.bytes_in_flight),
             notsent,
             mss,
-            srtt: i.srtt,
-            rttvar: i.rttvar,
-            rto: 0,
-            min_rtt: i.min_rtt,
-            bytes_sent: i.udp_bytes_sent,
-            bytes_acked: 0,
-            bytes_received: i.stream_bytes_received,
-            retransmits: i.packets_lost,
-            rto_count: i.ptos,
-            fast_recoveries: i.congestion_events,
-            send_buffer: 0,
-            recv_buffer: 0,
         })
     }
 

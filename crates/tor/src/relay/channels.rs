@@ -225,7 +225,7 @@ impl Relay {
                 // What was written while it connects (its Join) waits to be sent.
                 return true;
             }
-            let unsent = io.tcp_info(conn.socket).map_or(0, |i| i.notsent);
+            let unsent = io.send_window(conn.socket).map_or(0, |i| i.notsent);
             total += unsent;
             unsent > 0
         });
@@ -235,7 +235,7 @@ impl Relay {
         if cfg!(test) {
             let everywhere: u64 = (self.conns.iter())
                 .filter(|c| c.open && c.socket.slot != NONE)
-                .filter_map(|c| io.tcp_info(c.socket))
+                .filter_map(|c| io.send_window(c.socket))
                 .map(|i| i.notsent)
                 .sum();
             assert_eq!(

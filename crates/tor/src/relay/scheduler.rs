@@ -3,7 +3,7 @@
 //! Torchestra's light/heavy classification).
 
 use super::*;
-use onionlab_net::tcp::TcpInfo;
+use onionlab_net::tcp::SendWindow;
 use onionlab_torcore::TorParams;
 
 /// The lists one scheduler run works through, empty between runs; kept so that their
@@ -99,7 +99,7 @@ impl Relay {
             conn.queued_bytes = 0;
             return;
         }
-        let info = io.tcp_info(conn.socket);
+        let info = io.send_window(conn.socket);
         conn.limit = write_limit(params, info.as_ref());
         conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
     }
@@ -108,7 +108,7 @@ impl Relay {
     /// the connection's free congestion window plus KIST's extra socket space, less what its
     /// streams hold unsent (tor's `tcp_space` with the connection in the socket's place).
     pub(super) fn refresh_quic_limit(&mut self, io: &impl Io<RelayTimer>, ch: u32) {
-        let info = io.tcp_info(self.channels[ch as usize].quic);
+        let info = io.send_window(self.channels[ch as usize].quic);
         self.channels[ch as usize].quic_limit = write_limit(&self.world.params, info.as_ref());
     }
 
@@ -426,7 +426,7 @@ impl Relay {
             // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
             for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
                 let socket = self.conns[k as usize].socket;
-                if let Some(i) = io.tcp_info(socket) {
+                if let Some(i) = io.send_window(socket) {
                     let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
                     let space = (cwnd - unacked).max(0) * mss;
                     let extra = ((cwnd * mss) as f64 * sock_buf_size_factor) as i64;
@@ -560,7 +560,7 @@ impl Relay {
 /// What the scheduler may write to a socket (or QUIC connection) in one run: KIST's limit
 /// from its kernel facts, KIST-lite's output buffer, or for the old scheduler everything the
 /// kernel takes; nothing to a socket that is gone.
-fn write_limit(params: &TorParams, info: Option<&TcpInfo>) -> u64 {
+fn write_limit(params: &TorParams, info: Option<&SendWindow>) -> u64 {
     match (params.scheduler, info) {
         (_, None) => 0,
         (SchedulerKind::Kist, Some(i)) => kist_write_limit(
