@@ -23,6 +23,7 @@ use crate::link::Link;
 use crate::network::Network;
 use crate::packet::{Packet, PacketBody, SocketAddr, TcpPacket, UdpDatagram, UDP_HEADER_BYTES};
 use crate::pipe::ConnPipes;
+use crate::topology::Path;
 use crate::NetError;
 
 mod quic;
@@ -133,6 +134,9 @@ struct TcpSocket<M> {
     initiator: bool,
     auto_read: bool,
     waiting_for_link: bool,
+    /// The path to the peer, looked up once: the lookup reads the network's host table and
+    /// path matrix, cold lines on a large network, and a socket sends many packets.
+    path: Path,
     conn: TcpConnection,
 }
 
@@ -317,6 +321,7 @@ impl<M: Send + 'static> NetStack<M> {
             waiting_for_link: false,
             timer: u64::MAX,
             last_arrival: 0,
+            path: self.net.path(self.host, dst),
         }));
         self.drive(ctx, id);
         id
@@ -580,7 +585,8 @@ impl<M: Send + 'static> NetStack<M> {
             len,
             message,
         });
-        self.transmit(ctx, dst, len + UDP_HEADER_BYTES, body, 0) != Sent::Dropped
+        let path = self.net.path(self.host, dst);
+        self.transmit(ctx, dst, path, len + UDP_HEADER_BYTES, body, 0) != Sent::Dropped
     }
 
     /// Handles one of the stack's own events.
@@ -719,6 +725,7 @@ impl<M: Send + 'static> NetStack<M> {
             waiting_for_link: false,
             timer: u64::MAX,
             last_arrival: 0,
+            path: self.net.path(self.host, from),
         }));
         self.half_open.push((from, packet.src_socket, id));
         self.drive(ctx, id);
@@ -749,7 +756,8 @@ impl<M: Send + 'static> NetStack<M> {
             segment: reset,
             pipes: None,
         });
-        self.transmit(ctx, to, reset.wire_bytes(), body, 0);
+        let path = self.net.path(self.host, to);
+        self.transmit(ctx, to, path, reset.wire_bytes(), body, 0);
     }
 
     /// Brings a socket up to date after anything happened to it: reports its events, reads
@@ -846,8 +854,9 @@ impl<M: Send + 'static> NetStack<M> {
                     .then(|| s.pipes.clone())
                     .filter(|_| segment.flags.contains(TcpFlags::SYN)),
             });
-            let (peer, after) = (s.peer, s.last_arrival);
-            if let Sent::Arrives(at) = self.transmit(ctx, peer, segment.wire_bytes(), body, after) {
+            let (peer, path, after) = (s.peer, s.path, s.last_arrival);
+            let sent = self.transmit(ctx, peer, path, segment.wire_bytes(), body, after);
+            if let Sent::Arrives(at) = sent {
                 if let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() {
                     s.last_arrival = at;
                 }
@@ -884,8 +893,8 @@ impl<M: Send + 'static> NetStack<M> {
         socket
     }
 
-    /// Puts a packet on the upstream link and, unless the path loses it, on its way to `dst`,
-    /// arriving no earlier than `after`.
+    /// Puts a packet on the upstream link and, unless `path` (the path to `dst`) loses it, on
+    /// its way to `dst`, arriving no earlier than `after`.
     ///
     /// `after` is the arrival of the connection's previous packet: jitter stretches the gaps
     /// between a connection's packets but never reorders them, as on real paths, whose queues
@@ -896,6 +905,7 @@ impl<M: Send + 'static> NetStack<M> {
         &mut self,
         ctx: &mut Context<'_, E>,
         dst: HostId,
+        path: Path,
         wire_bytes: u32,
         body: PacketBody<M>,
         after: SimTime,
@@ -905,7 +915,6 @@ impl<M: Send + 'static> NetStack<M> {
         };
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += wire_bytes as u64;
-        let path = self.net.path(self.host, dst);
         let rng = ctx.rng();
         if path.loss > 0.0 && rng.random::<f64>() < path.loss {
             self.stats.path_losses += 1;
@@ -950,7 +959,7 @@ mod tests {
         // The stack's fields of a TCP socket come before its (448-byte) TCP state.
         assert!(offset_of!(super::TcpSocket<u32>, waiting_for_link) < 48);
         assert!(
-            std::mem::size_of::<super::Slot<u32>>() <= 496,
+            std::mem::size_of::<super::Slot<u32>>() <= 520,
             "the layout added padding"
         );
     }

@@ -626,7 +626,9 @@ impl<M: Send + 'static> NetStack<M> {
                 pipes: q.peer_conn.is_none().then(|| q.pipes.clone()),
             }));
             let (peer, after) = (q.peer, q.last_arrival);
-            let sent = self.transmit(ctx, peer, packet.bytes + UDP_HEADER_BYTES, body, after);
+            let path = self.net.path(self.host, peer);
+            let bytes = packet.bytes + UDP_HEADER_BYTES;
+            let sent = self.transmit(ctx, peer, path, bytes, body, after);
             if let Sent::Arrives(at) = sent {
                 if let Some(Socket::Quic(q)) = self.slots[id.slot as usize].socket.as_mut() {
                     q.last_arrival = at;
