@@ -43,6 +43,10 @@ pub struct Context<'a, E> {
     lookahead: SimDuration,
     seq: &'a mut u64,
     queue: &'a mut EventQueue<E>,
+    /// The earliest time this host has pushed into `queue` in its current run (`NOT_DUE` if
+    /// none): the round loop reads the queue's heap only when that, or the host's agenda
+    /// entry, says something in it may be due.
+    queued_min: &'a mut SimTime,
     /// Events the host scheduled for itself inside the round (see `schedule_at`).
     held: &'a mut Vec<Due<E>>,
     rng: &'a mut HostRng,
@@ -97,6 +101,7 @@ impl<E> Context<'_, E> {
         if time < self.round_end && self.held.len() < HELD_EVENTS {
             self.held.push(Due { time, key, event });
         } else {
+            *self.queued_min = (*self.queued_min).min(time);
             self.queue.push(time, key, event);
         }
     }
@@ -730,6 +735,16 @@ impl<H: Host> RoundRunner<'_, H> {
         let (order, messages) = unsafe { (&*list.order.get(), &*list.messages.get()) };
         let listed_under = *due;
         let held = &mut *self.held;
+        // Whether the queue may hold an event due in the round. A host listed only for its
+        // messages stands in the agenda under its queue's front, at or after the round end,
+        // so its queue is not read (a cache miss on a large network) unless it queues
+        // something due in the round itself.
+        let mut check_queue = listed_under == NOT_DUE;
+        // What the host queued since the last look, and the queue's front as far as pushes
+        // (not pops) tell.
+        let mut queued_min = NOT_DUE;
+        let mut front = listed_under;
+        let mut popped = false;
         loop {
             let message = (j < last).then(|| unsafe { &mut *messages[order[j] as usize].get() });
             let message_key = message
@@ -749,25 +764,34 @@ impl<H: Host> RoundRunner<'_, H> {
                 (None, Some((h, i))) => (Some(h), Some(i)),
                 (None, None) => (None, None),
             };
-            let from_queue = match (first, queue.peek()) {
-                (Some(first), Some(own)) => own < first,
-                (Some(_), None) => false,
-                (None, _) => true,
-            };
+            if queued_min != NOT_DUE {
+                check_queue |= queued_min < self.end;
+                front = front.min(queued_min);
+                queued_min = NOT_DUE;
+            }
+            let from_queue = check_queue
+                && match queue.peek() {
+                    Some(own) if own.0 < self.end => first.is_none_or(|first| own < first),
+                    _ => {
+                        check_queue = false;
+                        false
+                    }
+                };
             let (time, key, event) = if from_queue {
-                match queue.pop_before(self.end) {
-                    Some(entry) => (entry.time, entry.key, entry.event),
-                    None => break,
-                }
+                popped = true;
+                let entry = queue
+                    .pop_before(self.end)
+                    .expect("the front is due in the round");
+                (entry.time, entry.key, entry.event)
             } else if let Some(i) = from_held {
                 let d = held.swap_remove(i);
                 (d.time, d.key, d.event)
-            } else {
-                let m = message
-                    .and_then(Option::take)
-                    .expect("a message is taken once");
+            } else if let Some(m) = message {
+                let m = m.take().expect("a message is taken once");
                 j += 1;
                 (m.time, m.key, m.event)
+            } else {
+                break;
             };
             if self.run.trace {
                 *trace = mix(*trace ^ time ^ mix(key));
@@ -780,6 +804,7 @@ impl<H: Host> RoundRunner<'_, H> {
                 lookahead: self.run.lookahead,
                 seq,
                 queue,
+                queued_min: &mut queued_min,
                 held,
                 rng,
                 out: self.out,
@@ -797,8 +822,14 @@ impl<H: Host> RoundRunner<'_, H> {
         }
         debug_assert!(held.is_empty(), "an event due in the round was left");
         // A host listed for its messages alone still stands in the agenda under its own next
-        // event; it needs a new entry only if that changed.
-        *due = queue.next_time().unwrap_or(NOT_DUE);
+        // event; it needs a new entry only if that changed. Unless the host took events from
+        // its queue, its front is the earlier of its agenda time and what it queued.
+        *due = if popped || listed_under == NOT_DUE {
+            queue.next_time().unwrap_or(NOT_DUE)
+        } else {
+            front
+        };
+        debug_assert_eq!(*due, queue.next_time().unwrap_or(NOT_DUE));
         let entry = if *due == listed_under { NOT_DUE } else { *due };
         list.next[i].store(entry, Ordering::Relaxed);
         true
