@@ -189,6 +189,16 @@ impl<E> EventQueue<E> {
         self.heap.len() + self.inline.len()
     }
 
+    /// Asks the cache for the heap's top entry, which `prefetch_front` reads.
+    #[inline]
+    pub(crate) fn prefetch_top(&self) {
+        if out_of_line::<E>() {
+            crate::sim::prefetch(self.heap.as_slice().as_ptr(), std::mem::size_of::<Entry>());
+        } else {
+            crate::sim::prefetch(self.inline.as_slice().as_ptr(), 64);
+        }
+    }
+
     /// Asks the cache for the earliest event's slab slot. Called when a round is listed, long
     /// before the host runs: listing reads the heap's top anyway, and loads for many hosts
     /// overlap there, where at the host's turn the slot would be one more miss waited for.
