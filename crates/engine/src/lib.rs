@@ -21,7 +21,9 @@ pub type HostId = u32;
 pub use partition::Partition;
 pub use queue::MAX_HOSTS;
 pub use rng::{host_rng, HostRng};
-pub use sim::{Context, EngineConfig, Host, RunControl, RunStats, Simulation, WorkerStats};
+pub use sim::{
+    prefetch, Context, EngineConfig, Host, RunControl, RunStats, Simulation, WorkerStats,
+};
 pub use time::{SimDuration, SimTime};
 
 /// The number of worker threads to use by default: the machine's cores.

@@ -33,6 +33,14 @@ use crate::HostId;
 pub trait Host: Send {
     type Event: Send;
     fn handle(&mut self, ctx: &mut Context<'_, Self::Event>, event: Self::Event);
+
+    /// Asks the cache for the state this host's next event will most likely read first (with
+    /// [`prefetch`]), while the worker still runs an earlier host. On a large network a host's
+    /// state has left the cache between its runs, and reaching it is a chain of misses the
+    /// processor cannot overlap with anything else; started early, they overlap with that
+    /// host's work. It must only form addresses, never read through them: the state it names
+    /// is not in the cache yet, and reading it would wait for it.
+    fn prefetch(&self) {}
 }
 
 /// What a host may do while handling an event.
@@ -138,6 +146,11 @@ impl<E> Context<'_, E> {
         });
     }
 }
+
+/// Hosts a worker claims from a round list at once: a host's model is read ahead of its run
+/// (`Host::prefetch`) only once the worker has claimed it, and one atomic operation serves
+/// several hosts. Small, so that stealing still divides a round finely.
+const CLAIM_BATCH: usize = 4;
 
 /// Events a host may hold beside its queue within a round (`Context::schedule_at`). The
 /// round loop scans them for the earliest, so the list stays short.
@@ -608,15 +621,15 @@ impl<E> RoundList<E> {
         ((run >> 32) as usize, (run & u32::MAX as u64) as usize)
     }
 
-    /// Claims the next unclaimed host of the list: its index in the list and its id.
+    /// Claims the next (up to) `CLAIM_BATCH` unclaimed hosts of the list: their indices.
     #[inline]
-    fn claim(&self) -> Option<(usize, HostId)> {
+    fn claim(&self) -> Option<std::ops::Range<usize>> {
         let len = self.len.load(Ordering::Relaxed);
         if self.cursor.load(Ordering::Relaxed) >= len {
             return None;
         }
-        let i = self.cursor.fetch_add(1, Ordering::Relaxed);
-        (i < len).then(|| (i, self.hosts[i].load(Ordering::Relaxed)))
+        let i = self.cursor.fetch_add(CLAIM_BATCH, Ordering::Relaxed);
+        (i < len).then(|| i..(i + CLAIM_BATCH).min(len))
     }
 }
 
@@ -669,20 +682,35 @@ impl<H: Host> RoundRunner<'_, H> {
         shared: &Shared<H::Event>,
         stolen: bool,
     ) -> bool {
+        // Hosts claimed and not yet run; after a panic the rest of the batch goes on.
+        let mut batch = 0..0;
         loop {
             let mut current = None;
-            let ran = catch_unwind(AssertUnwindSafe(|| {
-                while let Some((i, id)) = list.claim() {
-                    current = Some(id);
-                    self.prefetch(list, i + 1);
-                    if stolen {
-                        self.stats.stolen += 1;
-                    }
-                    if !self.run_host(id, list, i) {
-                        return false;
+            let ran = catch_unwind(AssertUnwindSafe(|| loop {
+                if batch.is_empty() {
+                    match list.claim() {
+                        Some(claimed) => batch = claimed,
+                        None => return true,
                     }
                 }
-                true
+                let i = batch.start;
+                batch.start += 1;
+                let id = list.hosts[i].load(Ordering::Relaxed);
+                current = Some(id);
+                self.prefetch(list, i + 1);
+                if !batch.is_empty() {
+                    // The next host of the batch is this worker's for the round, so its model
+                    // may be read while this one runs.
+                    let next = list.hosts[batch.start].load(Ordering::Relaxed);
+                    // SAFETY: claimed by this worker, and not running.
+                    unsafe { self.hosts.slot(next) }.model.prefetch();
+                }
+                if stolen {
+                    self.stats.stolen += 1;
+                }
+                if !self.run_host(id, list, i) {
+                    return false;
+                }
             }));
             match ran {
                 Ok(finished) => return finished,
@@ -1095,7 +1123,7 @@ fn list_round<E>(
 /// Hints the processor to load `bytes` from `p` into the cache (nothing on other
 /// architectures). A hint never faults, whatever the address.
 #[inline(always)]
-pub(crate) fn prefetch<T>(p: *const T, bytes: usize) {
+pub fn prefetch<T>(p: *const T, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

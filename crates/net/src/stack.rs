@@ -386,6 +386,13 @@ impl<M: Send + 'static> NetStack<M> {
         }
     }
 
+    /// Asks the cache for the stack's own fields (its links, its socket table's address),
+    /// which any packet or timer reads first; see `Host::prefetch`.
+    #[inline]
+    pub fn prefetch(&self) {
+        onionlab_engine::prefetch(self as *const Self, std::mem::size_of::<Self>());
+    }
+
     /// Whether `id` names an open socket (a TCP socket, QUIC connection or QUIC stream).
     pub fn is_open(&self, id: SocketId) -> bool {
         self.any(id).is_some()

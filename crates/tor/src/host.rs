@@ -86,6 +86,19 @@ impl TorHost {
 impl Host for TorHost {
     type Event = Ev;
 
+    /// The host's network stack: every packet and socket timer starts there, one pointer away
+    /// from the engine's slot.
+    #[inline]
+    fn prefetch(&self) {
+        match self {
+            TorHost::Relay(r) => r.stack.prefetch(),
+            TorHost::Client(c) => c.stack.prefetch(),
+            TorHost::Server(s) => s.stack.prefetch(),
+            TorHost::Attacker(a) => a.stack.prefetch(),
+            TorHost::Idle => {}
+        }
+    }
+
     fn handle(&mut self, ctx: &mut Context<'_, Ev>, event: Ev) {
         match (self, event) {
             (_, Ev::Fault) => panic!("{INJECTED_FAULT}"),
