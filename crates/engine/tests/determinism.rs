@@ -505,3 +505,51 @@ fn a_hosts_own_events_and_messages_run_in_time_and_order_key_order() {
         assert_eq!(sim.host(0).log, expected, "threads={threads}");
     }
 }
+
+/// Host 0 stands in the agenda under an event far ahead and is woken by a message alone; in
+/// that run it gives itself more events within the round than the engine holds beside its
+/// queue, and one for a later round that comes before the far event.
+struct Woken {
+    log: Vec<(u64, Mixed)>,
+}
+
+impl Host for Woken {
+    type Event = Mixed;
+    fn handle(&mut self, ctx: &mut Context<'_, Mixed>, event: Mixed) {
+        self.log.push((ctx.now(), event));
+        match (ctx.host(), event) {
+            (0, Mixed::Start) => ctx.schedule_in(millis(50), Mixed::Own('z')),
+            (1, Mixed::Start) => ctx.send(0, millis(20) + 1, Mixed::Message('p')),
+            (0, Mixed::Message('p')) => {
+                for (i, label) in ('0'..='9').enumerate() {
+                    ctx.schedule_in(100 - i as u64, Mixed::Own(label));
+                }
+                ctx.schedule_in(millis(2), Mixed::Own('y'));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_host_woken_by_a_message_runs_what_it_queues_in_the_round_and_keeps_its_later_events() {
+    let woke = millis(20) + 1;
+    let mut expected = vec![(0, Mixed::Start), (woke, Mixed::Message('p'))];
+    expected.extend(
+        ('0'..='9')
+            .rev()
+            .zip(91..)
+            .map(|(l, t)| (woke + t, Mixed::Own(l))),
+    );
+    expected.push((woke + millis(2), Mixed::Own('y')));
+    expected.push((millis(50), Mixed::Own('z')));
+    for threads in [1, 2] {
+        let models = (0..2).map(|_| Woken { log: vec![] }).collect();
+        let mut sim = Simulation::new(engine(threads, millis(1)), models);
+        sim.schedule(0, 0, Mixed::Start);
+        sim.schedule(1, 0, Mixed::Start);
+        sim.run_until(secs(1));
+        assert_eq!(sim.host(0).log, expected, "threads={threads}");
+        assert_eq!(sim.pending_events(), 0);
+    }
+}
