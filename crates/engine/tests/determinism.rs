@@ -443,6 +443,22 @@ enum Mixed {
     Message(char),
 }
 
+/// Schedules own events '0' to '9', more than the engine holds beside a host's queue, at 100
+/// down to 91 ns from now: due in the reverse of their creation order.
+fn schedule_ten_in_reverse(ctx: &mut Context<'_, Mixed>) {
+    for (i, label) in ('0'..='9').enumerate() {
+        ctx.schedule_in(100 - i as u64, Mixed::Own(label));
+    }
+}
+
+/// The order in which the events of `schedule_ten_in_reverse`, called at `at`, run.
+fn ten_in_reverse(at: u64) -> impl Iterator<Item = (u64, Mixed)> {
+    ('0'..='9')
+        .rev()
+        .zip(91..)
+        .map(move |(l, t)| (at + t, Mixed::Own(l)))
+}
+
 struct Mixer {
     log: Vec<(u64, Mixed)>,
 }
@@ -465,9 +481,7 @@ impl Host for Mixer {
                 ctx.schedule_in(3, Mixed::Own('c'));
                 ctx.schedule_in(millis(10), Mixed::Own('d'));
                 // More than the engine holds beside the queue, due in reverse creation order.
-                for (i, label) in ('0'..='9').enumerate() {
-                    ctx.schedule_in(100 - i as u64, Mixed::Own(label));
-                }
+                schedule_ten_in_reverse(ctx);
             }
             (0, Mixed::Own('b')) => ctx.schedule_in(1, Mixed::Own('e')),
             _ => {}
@@ -489,12 +503,7 @@ fn a_hosts_own_events_and_messages_run_in_time_and_order_key_order() {
         (base + 3, Mixed::Own('c')),
         (base + 3, Mixed::Message('n')),
     ];
-    expected.extend(
-        ('0'..='9')
-            .rev()
-            .zip(91..)
-            .map(|(l, t)| (base + t, Mixed::Own(l))),
-    );
+    expected.extend(ten_in_reverse(base));
     expected.push((base + millis(10), Mixed::Own('d')));
     for threads in [1, 2] {
         let models = (0..2).map(|_| Mixer { log: vec![] }).collect();
@@ -521,9 +530,7 @@ impl Host for Woken {
             (0, Mixed::Start) => ctx.schedule_in(millis(50), Mixed::Own('z')),
             (1, Mixed::Start) => ctx.send(0, millis(20) + 1, Mixed::Message('p')),
             (0, Mixed::Message('p')) => {
-                for (i, label) in ('0'..='9').enumerate() {
-                    ctx.schedule_in(100 - i as u64, Mixed::Own(label));
-                }
+                schedule_ten_in_reverse(ctx);
                 ctx.schedule_in(millis(2), Mixed::Own('y'));
             }
             _ => {}
@@ -535,12 +542,7 @@ impl Host for Woken {
 fn a_host_woken_by_a_message_runs_what_it_queues_in_the_round_and_keeps_its_later_events() {
     let woke = millis(20) + 1;
     let mut expected = vec![(0, Mixed::Start), (woke, Mixed::Message('p'))];
-    expected.extend(
-        ('0'..='9')
-            .rev()
-            .zip(91..)
-            .map(|(l, t)| (woke + t, Mixed::Own(l))),
-    );
+    expected.extend(ten_in_reverse(woke));
     expected.push((woke + millis(2), Mixed::Own('y')));
     expected.push((millis(50), Mixed::Own('z')));
     for threads in [1, 2] {

@@ -89,9 +89,9 @@ pub struct TcpInfo {
 }
 
 /// The four facts of a sender's window that Tor's KIST scheduler reads from the kernel (its
-/// `tcp_space` and `notsent`), apart from the rest of [`TcpInfo`]: KIST reads them on every
-/// run for every socket it writes to, and these few fields lie in the connection's first
-/// cache lines, while the rest of `TcpInfo` would pull in the RTT estimator and the receiver.
+/// `tcp_space` and `notsent`), apart from the rest of [`TcpInfo`]: KIST reads them in every
+/// run for every socket it writes to, and the rest of `TcpInfo` would also read the RTT
+/// estimator, the receiver and the counters, state the write itself does not touch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendWindow {
     /// Congestion window, whole segments.

@@ -2,7 +2,7 @@
 
 use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, Host, HostId, Simulation};
-use onionlab_net::NetEvent;
+use onionlab_net::{NetEvent, NetStack};
 
 use crate::attack::{AttackTimer, Attacker};
 use crate::client::{Client, ClientTimer};
@@ -64,22 +64,29 @@ pub enum TorHost {
 impl TorHost {
     /// Adds what this host holds to `census`; `is_relay` says which hosts are relays.
     pub fn census(&self, is_relay: impl Fn(onionlab_engine::HostId) -> bool, census: &mut Census) {
-        let stack = match self {
-            TorHost::Relay(r) => {
-                r.core.census(is_relay, census);
-                &r.stack
-            }
-            TorHost::Client(c) => {
-                c.core.census(census);
-                &c.stack
-            }
-            TorHost::Server(s) => &s.stack,
-            TorHost::Attacker(a) => &a.stack,
-            TorHost::Idle => return,
+        match self {
+            TorHost::Relay(r) => r.core.census(is_relay, census),
+            TorHost::Client(c) => c.core.census(census),
+            _ => {}
+        }
+        let Some(stack) = self.stack() else {
+            return;
         };
         let (open, slots) = stack.socket_counts();
         census.sockets += open as u64;
         census.socket_slots += slots as u64;
+    }
+
+    /// The host's network stack; none for an idle host.
+    #[inline]
+    fn stack(&self) -> Option<&NetStack<Wire>> {
+        match self {
+            TorHost::Relay(r) => Some(&r.stack),
+            TorHost::Client(c) => Some(&c.stack),
+            TorHost::Server(s) => Some(&s.stack),
+            TorHost::Attacker(a) => Some(&a.stack),
+            TorHost::Idle => None,
+        }
     }
 }
 
@@ -90,12 +97,8 @@ impl Host for TorHost {
     /// from the engine's slot.
     #[inline]
     fn prefetch(&self) {
-        match self {
-            TorHost::Relay(r) => r.stack.prefetch(),
-            TorHost::Client(c) => c.stack.prefetch(),
-            TorHost::Server(s) => s.stack.prefetch(),
-            TorHost::Attacker(a) => a.stack.prefetch(),
-            TorHost::Idle => {}
+        if let Some(stack) = self.stack() {
+            stack.prefetch();
         }
     }
 
