@@ -41,6 +41,12 @@ pub trait Host: Send {
     /// host's work. It must only form addresses, never read through them: the state it names
     /// is not in the cache yet, and reading it would wait for it.
     fn prefetch(&self) {}
+
+    /// Asks the cache for what handling `event`, one of the host's coming messages, will
+    /// most likely read first, while the worker still handles the host's earlier events.
+    /// Unlike [`Host::prefetch`] it is called on the running host, whose own fields are in
+    /// the cache and may be read; what they point to must only be named, as there.
+    fn prefetch_event(&self, _event: &Self::Event) {}
 }
 
 /// What a host may do while handling an event.
@@ -151,6 +157,11 @@ impl<E> Context<'_, E> {
 /// (`Host::prefetch`) only once the worker has claimed it, and one atomic operation serves
 /// several hosts. Small, so that stealing still divides a round finely.
 const CLAIM_BATCH: usize = 4;
+
+/// How many of a host's coming messages its run announces to the model ahead of taking them
+/// (`Host::prefetch_event`): enough for several misses to be under way at once, few enough
+/// that what they bring is still in the cache when the message is handled.
+const MESSAGES_AHEAD: usize = 4;
 
 /// Events a host may hold beside its queue within a round (`Context::schedule_at`). The
 /// round loop scans them for the earliest, so the list stays short.
@@ -785,6 +796,20 @@ impl<H: Host> RoundRunner<'_, H> {
         let mut queued_min = NOT_DUE;
         let mut front = listed_under;
         let mut popped = false;
+        // The host's messages are announced to the model (`Host::prefetch_event`)
+        // `MESSAGES_AHEAD` before they are taken, so that the misses of several overlap with
+        // the work on the ones before them.
+        let message_at = |k: usize| {
+            // SAFETY: as for the messages taken below; this only reads one not yet taken.
+            (k < last)
+                .then(|| unsafe { &*messages[order[k] as usize].get() }.as_ref())
+                .flatten()
+        };
+        for k in j..j + MESSAGES_AHEAD {
+            if let Some(m) = message_at(k) {
+                model.prefetch_event(&m.event);
+            }
+        }
         loop {
             let message = (j < last).then(|| unsafe { &mut *messages[order[j] as usize].get() });
             let message_key = message
@@ -828,6 +853,9 @@ impl<H: Host> RoundRunner<'_, H> {
                 (d.time, d.key, d.event)
             } else if let Some(m) = message {
                 let m = m.take().expect("a message is taken once");
+                if let Some(ahead) = message_at(j + MESSAGES_AHEAD) {
+                    model.prefetch_event(&ahead.event);
+                }
                 j += 1;
                 (m.time, m.key, m.event)
             } else {

@@ -555,3 +555,85 @@ fn a_host_woken_by_a_message_runs_what_it_queues_in_the_round_and_keeps_its_late
         assert_eq!(sim.pending_events(), 0);
     }
 }
+
+/// A sink that writes down which of its messages the engine announced ahead of handling them
+/// (`Host::prefetch_event`), and for each message it handled how many had been announced.
+struct Announced {
+    sink: HostId,
+    announced: std::sync::Mutex<Vec<u32>>,
+    handled: Vec<(u32, usize)>,
+}
+
+#[derive(Clone, Copy)]
+enum Note {
+    Fire,
+    Hello(u32),
+}
+
+impl Host for Announced {
+    type Event = Note;
+    fn handle(&mut self, ctx: &mut Context<'_, Note>, note: Note) {
+        match note {
+            Note::Fire => {
+                let me = ctx.host();
+                for n in 0..10 {
+                    // All due in one round of the sink, from every source.
+                    let at = millis(40) + u64::from(n) * 1_000;
+                    ctx.send(self.sink, at, Note::Hello(me * 100 + n));
+                }
+            }
+            Note::Hello(id) => {
+                let announced = self.announced.lock().unwrap().len();
+                self.handled.push((id, announced));
+            }
+        }
+    }
+
+    fn prefetch_event(&self, note: &Note) {
+        if let Note::Hello(id) = note {
+            self.announced.lock().unwrap().push(*id);
+        }
+    }
+}
+
+fn announcements(threads: usize) -> (Vec<u32>, Vec<(u32, usize)>) {
+    let hosts = 9;
+    let sink = 4;
+    let models = (0..hosts)
+        .map(|_| Announced {
+            sink,
+            announced: std::sync::Mutex::new(Vec::new()),
+            handled: Vec::new(),
+        })
+        .collect();
+    let mut sim = Simulation::new(engine(threads, millis(20)), models);
+    for h in 0..hosts {
+        sim.schedule(h as HostId, millis(1), Note::Fire);
+    }
+    sim.run_until(secs(1));
+    let host = sim.host(sink);
+    let announced = host.announced.lock().unwrap().clone();
+    (announced, host.handled.clone())
+}
+
+#[test]
+fn a_hosts_messages_are_announced_once_each_in_order_shortly_before_they_are_handled() {
+    let (announced, handled) = announcements(1);
+    assert_eq!(handled.len(), 90);
+    let ids: Vec<u32> = handled.iter().map(|&(id, _)| id).collect();
+    assert_eq!(
+        announced, ids,
+        "each message announced once, in the order handled"
+    );
+    for (i, &(id, by_then)) in handled.iter().enumerate() {
+        assert!(by_then > i, "message {id} handled before it was announced");
+        assert!(
+            by_then <= i + 5,
+            "message {id}: announced {} ahead",
+            by_then - i - 1
+        );
+    }
+    for threads in [2, 3] {
+        assert_eq!(announcements(threads), (announced.clone(), handled.clone()));
+    }
+}

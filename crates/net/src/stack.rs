@@ -393,6 +393,25 @@ impl<M: Send + 'static> NetStack<M> {
         onionlab_engine::prefetch(self as *const Self, std::mem::size_of::<Self>());
     }
 
+    /// Asks the cache for the slot of the socket `packet` is addressed to (see
+    /// `Host::prefetch_event`): all of it, since receiving a segment reads the connection's
+    /// sending, receiving, congestion and timing state alike.
+    #[inline]
+    pub fn prefetch_packet(&self, packet: &Packet<M>) {
+        if let PacketBody::Tcp(TcpPacket {
+            dst_socket: Some(addr),
+            ..
+        }) = &packet.body
+        {
+            if let Some(slot) = self.slots.get(addr.slot as usize) {
+                onionlab_engine::prefetch(
+                    slot as *const Slot<M>,
+                    std::mem::size_of::<Slot<M>>() + 63,
+                );
+            }
+        }
+    }
+
     /// Whether `id` names an open socket (a TCP socket, QUIC connection or QUIC stream).
     pub fn is_open(&self, id: SocketId) -> bool {
         self.any(id).is_some()

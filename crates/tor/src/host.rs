@@ -102,6 +102,14 @@ impl Host for TorHost {
         }
     }
 
+    /// A packet's socket: the slot that receiving it reads first and throughout.
+    #[inline]
+    fn prefetch_event(&self, event: &Ev) {
+        if let (Ev::Net(NetEvent::Arrive(packet)), Some(stack)) = (event, self.stack()) {
+            stack.prefetch_packet(packet);
+        }
+    }
+
     fn handle(&mut self, ctx: &mut Context<'_, Ev>, event: Ev) {
         match (self, event) {
             (_, Ev::Fault) => panic!("{INJECTED_FAULT}"),
