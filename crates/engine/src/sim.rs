@@ -1148,17 +1148,18 @@ fn list_round<E>(
     len
 }
 
-/// Hints the processor to load `bytes` from `p` into the cache (nothing on other
-/// architectures). A hint never faults, whatever the address.
+/// Hints the processor to load `bytes` from `p` into the cache: every 64-byte line the range
+/// touches, also when it starts inside a line, as heap objects and slots of a table do
+/// (nothing on other architectures). A hint never faults, whatever the address.
 #[inline(always)]
 pub fn prefetch<T>(p: *const T, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let base = p.cast::<i8>();
-        for offset in (0..bytes).step_by(64) {
+        let line = p.cast::<i8>().wrapping_sub(p as usize % 64);
+        for offset in (0..p as usize % 64 + bytes).step_by(64) {
             // SAFETY: prefetching reads nothing the program can observe and cannot fault.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(offset)) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(offset)) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

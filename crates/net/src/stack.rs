@@ -404,11 +404,7 @@ impl<M: Send + 'static> NetStack<M> {
         }) = &packet.body
         {
             if let Some(slot) = self.slots.get(addr.slot as usize) {
-                // Slots are not line-aligned: one more line covers a slot's tail.
-                onionlab_engine::prefetch(
-                    slot as *const Slot<M>,
-                    std::mem::size_of::<Slot<M>>() + 63,
-                );
+                onionlab_engine::prefetch(slot as *const Slot<M>, std::mem::size_of::<Slot<M>>());
             }
         }
     }
