@@ -124,6 +124,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         events_per_sec: 0.0,
         peak_rss_bytes: peak_rss_bytes(),
         workers: Vec::new(),
+        spans: Vec::new(),
         complete,
         mode: "emulation".into(),
         interrupted_reason: measured.stopped_early.clone(),

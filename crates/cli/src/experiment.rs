@@ -1192,6 +1192,7 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         force: true,
         inject_fault: None,
         work_stealing: true,
+        spans: true,
         summary: false,
     };
     let records = prepared

@@ -110,6 +110,11 @@ pub struct RunArgs {
     /// wall time differs. For measuring what stealing gains.
     #[arg(long)]
     pub no_work_stealing: bool,
+    /// Run every host round by round, also those that nothing reaches within a lookahead
+    /// (which otherwise run up to eight rounds at a time); results are the same, only the
+    /// wall time differs. For measuring what spans gain.
+    #[arg(long)]
+    pub no_spans: bool,
     /// Do not draw the progress bar.
     #[arg(long)]
     pub quiet: bool,

@@ -138,6 +138,8 @@ pub(crate) struct RunOptions {
     pub(crate) inject_fault: Option<(HostId, SimTime)>,
     /// Let idle workers run other workers' hosts within a round.
     pub(crate) work_stealing: bool,
+    /// Let hosts that nothing reaches within a lookahead run several rounds at a time.
+    pub(crate) spans: bool,
     /// Print the summary table and the closing line; an experiment prints one line per trial
     /// instead and the comparison at the end.
     pub(crate) summary: bool,
@@ -175,6 +177,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         force: args.force,
         inject_fault,
         work_stealing: !args.no_work_stealing,
+        spans: !args.no_spans,
         summary: true,
     };
     if args.trials == 1 {
@@ -374,6 +377,9 @@ pub(crate) fn run_one(
         onionlab_tor::inject_fault(&mut sim, host, at);
     }
     sim.set_work_stealing(options.work_stealing);
+    if !options.spans {
+        sim.set_min_delays(&vec![0; sim.host_count()]);
+    }
 
     let stop = scenario.run.stop_time.0;
     let bootstrap = scenario.run.bootstrap.0;
@@ -398,6 +404,7 @@ pub(crate) fn run_one(
         events_per_sec: 0.0,
         peak_rss_bytes: 0,
         workers: Vec::new(),
+        spans: Vec::new(),
         complete: false,
         mode: "simulation".into(),
         progress: Vec::new(),
@@ -506,8 +513,10 @@ pub(crate) fn run_one(
             busy_s: w.busy.as_secs_f64(),
             blocked_s: w.blocked.as_secs_f64(),
             stolen: w.stolen,
+            runs: w.runs,
         })
         .collect();
+    info.spans = sim.span_counts().to_vec();
     info.complete = complete;
     info.progress = progress;
     info.interrupted_reason = if interrupted {
@@ -616,6 +625,7 @@ fn add_stats(totals: &mut RunStats, leg: &RunStats) {
         t.busy += w.busy;
         t.blocked += w.blocked;
         t.stolen += w.stolen;
+        t.runs += w.runs;
     }
 }
 

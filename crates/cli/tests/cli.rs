@@ -292,6 +292,23 @@ const ANY_THREADS: [(&str, bool); 5] = [
     ("3", false),
 ];
 
+/// The counts of a run's state series: part of the determinism contract too, unlike its wall
+/// times and resident sizes, which are the run's own.
+fn state_counts(out_dir: &Path) -> Vec<serde_json::Value> {
+    let run: serde_json::Value =
+        serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap();
+    let mut state = run["state"]
+        .as_array()
+        .expect("run.json has a state series")
+        .clone();
+    for sample in &mut state {
+        let sample = sample.as_object_mut().unwrap();
+        sample.remove("wall_s");
+        sample.remove("rss_bytes");
+    }
+    state
+}
+
 /// Runs `scenario` (with `extra` flags) once per `(threads, stealing)` of `runs`, each into
 /// its own folder of `dir`, and asserts that every output file is byte-identical to the first
 /// run's and that no host was stolen with stealing off or on one thread. Returns the folders.
@@ -337,27 +354,11 @@ fn identical_runs(
         }
         outputs.push(out_dir);
     }
-    // The state series' counts are part of the contract too; its wall times and resident
-    // sizes are this run's own.
-    let counts = |out_dir: &Path| -> Vec<serde_json::Value> {
-        let run: serde_json::Value =
-            serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap();
-        let mut state = run["state"]
-            .as_array()
-            .expect("run.json has a state series")
-            .clone();
-        for sample in &mut state {
-            let sample = sample.as_object_mut().unwrap();
-            sample.remove("wall_s");
-            sample.remove("rss_bytes");
-        }
-        state
-    };
-    let first = counts(&outputs[0]);
+    let first = state_counts(&outputs[0]);
     assert!(!first.is_empty(), "{scenario}: no state samples");
     for (out_dir, (threads, stealing)) in outputs.iter().zip(runs).skip(1) {
         assert!(
-            counts(out_dir) == first,
+            state_counts(out_dir) == first,
             "{scenario}: the state series differs between {} thread(s) and {threads} (stealing \
              {stealing})",
             runs[0].0
@@ -937,10 +938,40 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
 }
 
 #[test]
-fn the_one_percent_network_gives_identical_results_on_any_thread_count_with_or_without_stealing() {
+fn the_one_percent_network_gives_identical_results_on_any_thread_count_with_or_without_stealing_and_spans(
+) {
     let dir = tmp("determinism-1pct");
     let scenario = repo().join("examples/net-1pct.yaml");
     let extra = ["--stop-time", "2m30s", "--seed", "1"];
-    identical_runs(scenario.to_str().unwrap(), &extra, &ANY_THREADS, &dir);
+    let with_spans = identical_runs(scenario.to_str().unwrap(), &extra, &ANY_THREADS, &dir);
+    // Its hosts far from all others run several rounds at a time; round by round, every
+    // output is the same.
+    let spans = |out_dir: &Path| -> Vec<u64> {
+        let run: serde_json::Value =
+            serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap();
+        let spans = run["spans"].as_array().expect("run.json has spans");
+        spans.iter().map(|n| n.as_u64().unwrap()).collect()
+    };
+    let used = spans(&with_spans[0]);
+    assert!(
+        used[0] > 0 && used[1..].iter().sum::<u64>() > used[0],
+        "hosts by span: {used:?}"
+    );
+    let no_spans = [&extra[..], &["--no-spans"]].concat();
+    let by_round = identical_runs(
+        scenario.to_str().unwrap(),
+        &no_spans,
+        &[("2", true)],
+        &dir.join("no-spans"),
+    );
+    assert_eq!(spans(&by_round[0])[1..], [0, 0, 0]);
+    assert!(state_counts(&with_spans[0]) == state_counts(&by_round[0]));
+    for file in ["downloads.csv", "relays.csv", "circuits.csv", "summary.txt"] {
+        assert!(
+            fs::read(with_spans[0].join(file)).unwrap()
+                == fs::read(by_round[0].join(file)).unwrap(),
+            "{file} differs between spans and round by round"
+        );
+    }
     let _ = fs::remove_dir_all(&dir);
 }

@@ -76,8 +76,15 @@ pub const TRIM_FLOOR: usize = 8;
 /// must take in as many items as it holds, or give out half of them, before storage moves
 /// again, so reallocations cost O(1) per item on average, and a queue in steady use, whose
 /// length stays near its capacity, never reallocates.
+///
+/// An emptied queue also starts again at the front of its storage, so that its next items
+/// go to the lines its last ones used (see `NetStack::poll_event`).
 #[inline]
 pub fn trim<T>(queue: &mut std::collections::VecDeque<T>) {
+    if queue.is_empty() {
+        // On an empty queue this only moves the head back to the start.
+        queue.clear();
+    }
     let cap = queue.capacity();
     if cap > TRIM_FLOOR && queue.len() < cap / 4 {
         queue.shrink_to((queue.len() * 2).max(TRIM_FLOOR));

@@ -53,6 +53,10 @@ pub trait Host: Send {
 pub struct Context<'a, E> {
     now: SimTime,
     host: HostId,
+    /// The end of the host's run: the round's end, or later for a host whose messages all
+    /// come from further away than a lookahead (see `Simulation::set_min_delays`).
+    run_end: SimTime,
+    /// The end of the round: a message due before it cannot be delivered in time.
     round_end: SimTime,
     lookahead: SimDuration,
     seq: &'a mut u64,
@@ -112,7 +116,7 @@ impl<E> Context<'_, E> {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let key = self.next_key();
         let time = time.max(self.now);
-        if time < self.round_end && self.held.len() < HELD_EVENTS {
+        if time < self.run_end && self.held.len() < HELD_EVENTS {
             self.held.push(Due { time, key, event });
         } else {
             *self.queued_min = (*self.queued_min).min(time);
@@ -133,8 +137,24 @@ impl<E> Context<'_, E> {
     /// delivered at the round end instead and counted in `RunStats::late_messages`. This only
     /// happens when the lookahead was set above the smallest real latency (a speed/accuracy
     /// trade the caller chose).
+    ///
+    /// # Panics
+    ///
+    /// If `dst` was declared to hear from nobody sooner than `k` lookaheads
+    /// (`Simulation::set_min_delays`) and `time` is less than its span of rounds ahead: it
+    /// might already have run past `time`.
     #[inline]
     pub fn send(&mut self, dst: HostId, time: SimTime, event: E) {
+        let class = self.out.class_of[dst as usize] as usize;
+        assert!(
+            class == 0 || time >= self.now.saturating_add(self.lookahead * span(class)),
+            "host {} sent host {dst} a message due in {} ns, sooner than the least delay \
+             declared for it ({} rounds of {} ns)",
+            self.host,
+            time.saturating_sub(self.now),
+            span(class),
+            self.lookahead
+        );
         let key = self.next_key();
         let time = if time < self.round_end {
             self.out.late += 1;
@@ -167,9 +187,24 @@ const MESSAGES_AHEAD: usize = 4;
 /// round loop scans them for the earliest, so the list stays short.
 const HELD_EVENTS: usize = 8;
 
+/// Classes of hosts by span, the rounds one run of theirs covers: 1, 2, 4 and 8 (see
+/// `Simulation::set_min_delays`). Longer spans would save little more: most of what a run of
+/// two or four rounds saves is the cold start of the host's state, paid once instead of two
+/// or four times.
+const SPAN_CLASSES: usize = 4;
+
+/// The rounds a run of a host of span class `class` covers.
+#[inline]
+fn span(class: usize) -> u64 {
+    1 << class
+}
+
 /// A worker's messages created this round, bucketed by the worker that owns the destination.
 struct Outbox<E> {
     worker_of: Arc<[u32]>,
+    /// Each host's span class, to check that no message is due inside a run of its
+    /// destination that may already be under way.
+    class_of: Arc<[u8]>,
     by_worker: Vec<Vec<Message<E>>>,
     sent: u64,
     late: u64,
@@ -245,6 +280,9 @@ pub struct WorkerStats {
     pub blocked: Duration,
     /// Host rounds this worker ran for other workers (a host run in ten rounds counts ten).
     pub stolen: u64,
+    /// Runs of hosts: a host that runs in a round counts one, however many rounds its span
+    /// covers (see `Simulation::set_min_delays`).
+    pub runs: u64,
 }
 
 /// What a run did and how long it took.
@@ -295,8 +333,10 @@ pub struct Simulation<H: Host> {
     config: EngineConfig,
     hosts: HostTable<H>,
     partition: Partition,
-    /// Each worker's messages not yet due.
-    calendars: Vec<Calendar<H::Event>>,
+    /// Each worker's messages not yet due, by the span class of their destination.
+    calendars: Vec<Vec<Calendar<H::Event>>>,
+    /// Each host's span class (see `set_min_delays`); all 0 unless that was called.
+    class_of: Arc<[u8]>,
     control: RunControl,
     /// Time up to which every host has run.
     clock: SimTime,
@@ -324,6 +364,7 @@ impl<H: Host> Simulation<H> {
         let partition = partition.without_idle_workers();
         config.threads = partition.workers();
         let seed = config.seed;
+        let host_count = models.len();
         let slots = models
             .into_iter()
             .enumerate()
@@ -338,14 +379,21 @@ impl<H: Host> Simulation<H> {
                 })
             })
             .collect();
+        let lookahead = config.lookahead;
         let calendars = (0..config.threads)
-            .map(|_| Calendar::new(config.lookahead))
+            .map(|_| {
+                (0..SPAN_CLASSES)
+                    .map(|c| Calendar::new(lookahead.saturating_mul(span(c))))
+                    .collect()
+            })
             .collect();
+        let class_of = vec![0; host_count].into();
         Self {
             config,
             hosts: HostTable { slots },
             partition,
             calendars,
+            class_of,
             control: RunControl::default(),
             clock: 0,
         }
@@ -353,6 +401,61 @@ impl<H: Host> Simulation<H> {
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Tells the engine the least delay any message to each host has (`min_delays[host]`),
+    /// which lets a host whose messages all come from further away than a lookahead run
+    /// several rounds in one go.
+    ///
+    /// Rounds are one lookahead long because that is the shortest delay between any two
+    /// hosts. A host that nothing reaches in less than `k` lookaheads cannot be sent anything
+    /// due within `k` lookaheads of the start of a round by any event of that round or later,
+    /// so it may run that far ahead: its span is the largest power of two up to `k` (at most
+    /// 8), and it runs once every span rounds, over the whole span. On a large network, where
+    /// a host's state has left the cache by its next run, each run begins with a chain of
+    /// misses on it; a host of span 4 pays them once where it paid them four times. Every
+    /// host still takes its events in (time, order key) order with every message due before
+    /// the end of its run already in hand, so results are the same as with spans of 1, on
+    /// any number of threads; runs are cut at the stop time, so all hosts have reached it
+    /// when `run_until` returns.
+    ///
+    /// A delay shorter than the lookahead anywhere (a lookahead set above the smallest real
+    /// delay) gives every host span 1: such a message is delivered at the end of the round it
+    /// was sent in, and which round that is would then depend on spans. It must be called
+    /// while no message is in flight (before the first run); a message sent with less delay
+    /// than its destination's span allows is a bug in the caller, and panics in `send`.
+    pub fn set_min_delays(&mut self, min_delays: &[SimDuration]) {
+        assert_eq!(
+            min_delays.len(),
+            self.host_count(),
+            "one least delay per host"
+        );
+        assert!(
+            self.calendars.iter().flatten().all(|c| c.len() == 0),
+            "spans are set while no message is in flight"
+        );
+        let lookahead = self.config.lookahead;
+        let exact = min_delays.iter().all(|&d| d >= lookahead);
+        self.class_of = min_delays
+            .iter()
+            .map(|&d| {
+                let rounds = (d / lookahead).clamp(1, span(SPAN_CLASSES - 1));
+                if exact {
+                    rounds.ilog2() as u8
+                } else {
+                    0
+                }
+            })
+            .collect();
+    }
+
+    /// How many hosts have each span (1, 2, 4, 8 rounds).
+    pub fn span_counts(&self) -> [usize; SPAN_CLASSES] {
+        let mut counts = [0; SPAN_CLASSES];
+        for &c in self.class_of.iter() {
+            counts[c as usize] += 1;
+        }
+        counts
     }
 
     /// Turns work stealing on or off for later runs (it changes wall time, never results).
@@ -404,7 +507,7 @@ impl<H: Host> Simulation<H> {
 
     /// Events still pending on all hosts.
     pub fn pending_events(&self) -> usize {
-        let messages: usize = self.calendars.iter().map(Calendar::len).sum();
+        let messages: usize = self.calendars.iter().flatten().map(Calendar::len).sum();
         (0..self.host_count())
             // SAFETY: as in `host`.
             .map(|h| unsafe { (*self.hosts.slots[h].get()).queue.len() })
@@ -446,7 +549,7 @@ impl<H: Host> Simulation<H> {
             slot.due = slot.queue.next_time().unwrap_or(NOT_DUE);
             first = first.min(slot.due);
         }
-        for calendar in &self.calendars {
+        for calendar in self.calendars.iter().flatten() {
             first = first.min(calendar.next_time());
         }
         if first >= stop {
@@ -504,9 +607,12 @@ impl<H: Host> Simulation<H> {
         // escapes the per-round catch (none should: model panics are caught there) poisons the
         // barrier, so the others return instead of waiting for it forever, and `scope` can
         // join them.
-        let guarded = move |w: usize, calendar: &mut Calendar<H::Event>| {
+        let class_of = &self.class_of;
+        let guarded = move |w: usize, calendars: &mut Vec<Calendar<H::Event>>| {
             catch_unwind(AssertUnwindSafe(|| {
-                worker_loop(w, hosts, partition, calendar, shared, control, run)
+                worker_loop(
+                    w, hosts, partition, calendars, class_of, shared, control, run,
+                )
             }))
             .inspect_err(|_| shared.barrier.poison())
         };
@@ -518,7 +624,7 @@ impl<H: Host> Simulation<H> {
             let handles: Vec<_> = other_calendars
                 .iter_mut()
                 .enumerate()
-                .map(|(k, calendar)| scope.spawn(move || guarded(k + 1, calendar)))
+                .map(|(k, calendars)| scope.spawn(move || guarded(k + 1, calendars)))
                 .collect();
             let mut results = vec![guarded(0, lead_calendar)];
             results.extend(handles.into_iter().map(|h| h.join().and_then(|r| r)));
@@ -591,6 +697,8 @@ struct RoundList<E> {
     /// `runs[i]`: where the messages to `hosts[i]` lie in `order` (start in the high half,
     /// end in the low half).
     runs: Box<[AtomicU64]>,
+    /// `ends[i]`: where the run of `hosts[i]` ends (the round's end, or its span's).
+    ends: Box<[AtomicU64]>,
     /// `next[i]`: the time under which `hosts[i]` must be put (back) in its owner's agenda
     /// after it ran, or `NOT_DUE` if no new entry is needed; written by whichever worker ran it.
     next: Box<[AtomicU64]>,
@@ -616,6 +724,7 @@ impl<E> RoundList<E> {
         Self {
             hosts: (0..capacity).map(|_| AtomicU32::new(0)).collect(),
             runs: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            ends: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             next: (0..capacity).map(|_| AtomicU64::new(NOT_DUE)).collect(),
             len: AtomicUsize::new(0),
             cursor: AtomicUsize::new(0),
@@ -719,6 +828,7 @@ impl<H: Host> RoundRunner<'_, H> {
                 if stolen {
                     self.stats.stolen += 1;
                 }
+                self.stats.runs += 1;
                 if !self.run_host(id, list, i) {
                     return false;
                 }
@@ -781,6 +891,7 @@ impl<H: Host> RoundRunner<'_, H> {
             due,
         } = slot;
         let (mut j, last) = list.run(i);
+        let run_end = list.ends[i].load(Ordering::Relaxed);
         // SAFETY: the owner filled both before publishing the list and changes them only after
         // the round; the messages in `j..last` belong to this host, which this worker claimed.
         let (order, messages) = unsafe { (&*list.order.get(), &*list.messages.get()) };
@@ -830,13 +941,13 @@ impl<H: Host> RoundRunner<'_, H> {
                 (None, None) => (None, None),
             };
             if queued_min != NOT_DUE {
-                check_queue |= queued_min < self.end;
+                check_queue |= queued_min < run_end;
                 front = front.min(queued_min);
                 queued_min = NOT_DUE;
             }
             let from_queue = check_queue
                 && match queue.peek() {
-                    Some(own) if own.0 < self.end => first.is_none_or(|first| own < first),
+                    Some(own) if own.0 < run_end => first.is_none_or(|first| own < first),
                     _ => {
                         check_queue = false;
                         false
@@ -845,7 +956,7 @@ impl<H: Host> RoundRunner<'_, H> {
             let (time, key, event) = if from_queue {
                 popped = true;
                 let entry = queue
-                    .pop_before(self.end)
+                    .pop_before(run_end)
                     .expect("the front is due in the round");
                 (entry.time, entry.key, entry.event)
             } else if let Some(i) = from_held {
@@ -868,6 +979,7 @@ impl<H: Host> RoundRunner<'_, H> {
             let mut ctx = Context {
                 now: time,
                 host: id,
+                run_end,
                 round_end: self.end,
                 lookahead: self.run.lookahead,
                 seq,
@@ -904,11 +1016,13 @@ impl<H: Host> RoundRunner<'_, H> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn worker_loop<H: Host>(
     w: usize,
     hosts: &HostTable<H>,
     partition: &Partition,
-    calendar: &mut Calendar<H::Event>,
+    calendars: &mut [Calendar<H::Event>],
+    class_of: &Arc<[u8]>,
     shared: &Shared<H::Event>,
     control: &RunControl,
     run: RoundParams,
@@ -918,6 +1032,7 @@ fn worker_loop<H: Host>(
     let list = &shared.lists[w];
     let mut out = Outbox {
         worker_of: shared.worker_of.clone(),
+        class_of: class_of.clone(),
         by_worker: (0..workers).map(|_| Vec::new()).collect(),
         sent: 0,
         late: 0,
@@ -928,18 +1043,23 @@ fn worker_loop<H: Host>(
         hosts: mine.len(),
         ..Default::default()
     };
-    // The agenda: this worker's hosts by their next own event (messages wait in the
-    // calendar), so a round visits only the hosts that have something to do in it, however
-    // many hosts there are. Entries are never removed early; one whose time is not its host's
-    // `due` is stale and skipped.
-    let mut agenda: BinaryHeap<Reverse<(SimTime, HostId)>> = mine
-        .iter()
-        .filter_map(|&id| {
-            // SAFETY: this worker owns `id`, and no round is under way.
-            let due = unsafe { hosts.slot(id) }.due;
-            (due != NOT_DUE).then_some(Reverse((due, id)))
-        })
-        .collect();
+    // The agendas: this worker's hosts by their next own event (messages wait in the
+    // calendars), one per span class, so a round visits only the hosts that have something to
+    // do in it, however many hosts there are. Entries are never removed early; one whose time
+    // is not its host's `due` is stale and skipped.
+    let mut agendas: Vec<BinaryHeap<Reverse<(SimTime, HostId)>>> =
+        (0..SPAN_CLASSES).map(|_| BinaryHeap::new()).collect();
+    for &id in mine {
+        // SAFETY: this worker owns `id`, and no round is under way.
+        let due = unsafe { hosts.slot(id) }.due;
+        if due != NOT_DUE {
+            agendas[class_of[id as usize] as usize].push(Reverse((due, id)));
+        }
+    }
+    // Where each class's current run ends (`ends[c]`); a class whose run has not ended by a
+    // round's start begins a new one in it. The same on every worker: it follows from the
+    // round starts alone.
+    let mut ends = [run.first; SPAN_CLASSES];
     let mut own_due: Vec<HostId> = Vec::new();
     let mut candidates: Vec<(SimTime, HostId)> = Vec::new();
     let mut sort_keys: Vec<(HostId, SimTime, u64, u32)> = Vec::new();
@@ -952,6 +1072,18 @@ fn worker_loop<H: Host>(
         if w == 0 {
             control.progress.store(start, Ordering::Relaxed);
         }
+        // The classes that begin a run in this round, and its end: the end of the span that
+        // holds the round's start (spans of a class are aligned to multiples of its length),
+        // never before the round's end nor after the stop time. Span 1 runs every round.
+        let mut begins = [false; SPAN_CLASSES];
+        for c in 0..SPAN_CLASSES {
+            if ends[c] <= start {
+                let length = run.lookahead.saturating_mul(span(c));
+                let span_end = (start / length).saturating_add(1).saturating_mul(length);
+                ends[c] = span_end.min(run.stop).max(end);
+                begins[c] = true;
+            }
+        }
         // Phase 1: list this worker's hosts due before the round end, publish the list, and
         // run it; then help the others with theirs. A panic in a model is caught; the failed
         // host stops, the others complete the round, and the run stops at its end (the same
@@ -961,13 +1093,18 @@ fn worker_loop<H: Host>(
         // in turn.
         own_due.clear();
         candidates.clear();
-        while let Some(&Reverse((time, id))) = agenda.peek() {
-            if time >= end {
-                break;
+        for (c, agenda) in agendas.iter_mut().enumerate() {
+            if !begins[c] {
+                continue;
             }
-            agenda.pop();
-            hosts.prefetch_agenda_fields(id);
-            candidates.push((time, id));
+            while let Some(&Reverse((time, id))) = agenda.peek() {
+                if time >= ends[c] {
+                    break;
+                }
+                agenda.pop();
+                hosts.prefetch_agenda_fields(id);
+                candidates.push((time, id));
+            }
         }
         for &(time, id) in &candidates {
             // SAFETY: this worker owns `id`; no round list holds it yet.
@@ -983,7 +1120,14 @@ fn worker_loop<H: Host>(
             unsafe { hosts.slot(id) }.queue.prefetch_front();
         }
         own_due.sort_unstable();
-        let len = list_round(list, calendar, start, end, &own_due, &mut sort_keys);
+        let len = list_round(
+            list,
+            calendars,
+            class_of,
+            (start, &begins, &ends),
+            &own_due,
+            &mut sort_keys,
+        );
         list.len.store(len, Ordering::Relaxed);
         list.cursor.store(0, Ordering::Relaxed);
         list.round.store(rounds + 1, Ordering::Release);
@@ -1023,7 +1167,8 @@ fn worker_loop<H: Host>(
         for i in 0..len {
             let next = list.next[i].load(Ordering::Relaxed);
             if next != NOT_DUE {
-                agenda.push(Reverse((next, list.hosts[i].load(Ordering::Relaxed))));
+                let id = list.hosts[i].load(Ordering::Relaxed);
+                agendas[class_of[id as usize] as usize].push(Reverse((next, id)));
             }
         }
         if shared.cut_short.load(Ordering::Relaxed) || shared.failed.load(Ordering::Relaxed) {
@@ -1031,25 +1176,27 @@ fn worker_loop<H: Host>(
             // SAFETY: the round's claims all happened before the barrier.
             for cell in unsafe { &mut *list.messages.get() } {
                 if let Some(m) = cell.get_mut().take() {
-                    calendar.push(m);
+                    calendars[class_of[m.dst as usize] as usize].push(m);
                 }
             }
         }
         for src in 0..workers {
             std::mem::swap(&mut inbox, &mut *lock(&shared.mail[src * workers + w]));
             for m in inbox.drain(..) {
-                calendar.push(m);
+                calendars[class_of[m.dst as usize] as usize].push(m);
             }
         }
         // Stale entries at the top would make the next round start too early.
-        let mut local_next = calendar.next_time();
-        while let Some(&Reverse((time, id))) = agenda.peek() {
-            // SAFETY: this worker owns `id`.
-            if unsafe { hosts.slot(id) }.due == time {
-                local_next = local_next.min(time);
-                break;
+        let mut local_next = calendars.iter().map(Calendar::next_time).min().unwrap();
+        for agenda in &mut agendas {
+            while let Some(&Reverse((time, id))) = agenda.peek() {
+                // SAFETY: this worker owns `id`.
+                if unsafe { hosts.slot(id) }.due == time {
+                    local_next = local_next.min(time);
+                    break;
+                }
+                agenda.pop();
             }
-            agenda.pop();
         }
         shared.next_time[w].store(local_next, Ordering::Relaxed);
         if w == 0 {
@@ -1105,9 +1252,9 @@ fn worker_loop<H: Host>(
 /// ascending id) events of their own due in it, in ascending id. Returns the number of hosts.
 fn list_round<E>(
     list: &RoundList<E>,
-    calendar: &mut Calendar<E>,
-    start: SimTime,
-    end: SimTime,
+    calendars: &mut [Calendar<E>],
+    class_of: &[u8],
+    (start, begins, ends): (SimTime, &[bool; SPAN_CLASSES], &[SimTime; SPAN_CLASSES]),
     own_due: &[HostId],
     sort_keys: &mut Vec<(HostId, SimTime, u64, u32)>,
 ) -> usize {
@@ -1117,10 +1264,14 @@ fn list_round<E>(
     messages.clear();
     order.clear();
     sort_keys.clear();
-    calendar.take_due(start, end, |m| {
-        sort_keys.push((m.dst, m.time, m.key, messages.len() as u32));
-        messages.push(UnsafeCell::new(Some(m)));
-    });
+    for (c, calendar) in calendars.iter_mut().enumerate() {
+        if begins[c] {
+            calendar.take_due(start, ends[c], |m| {
+                sort_keys.push((m.dst, m.time, m.key, messages.len() as u32));
+                messages.push(UnsafeCell::new(Some(m)));
+            });
+        }
+    }
     sort_keys.sort_unstable();
     order.extend(sort_keys.iter().map(|k| k.3));
     let mut len = 0;
@@ -1143,6 +1294,7 @@ fn list_round<E>(
         }
         list.hosts[len].store(host, Ordering::Relaxed);
         list.runs[len].store(((first as u64) << 32) | j as u64, Ordering::Relaxed);
+        list.ends[len].store(ends[class_of[host as usize] as usize], Ordering::Relaxed);
         len += 1;
     }
     len

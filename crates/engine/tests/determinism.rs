@@ -5,6 +5,7 @@ use onionlab_engine::phold::{self, PholdConfig};
 use onionlab_engine::time::{millis, secs};
 use onionlab_engine::{host_rng, Context, EngineConfig, Host, HostId, Simulation};
 use rand::{Rng, RngExt};
+use std::sync::Arc;
 
 fn engine(threads: usize, lookahead: u64) -> EngineConfig {
     EngineConfig {
@@ -636,4 +637,185 @@ fn a_hosts_messages_are_announced_once_each_in_order_shortly_before_they_are_han
     for threads in [2, 3] {
         assert_eq!(announcements(threads), (announced.clone(), handled.clone()));
     }
+}
+
+/// A host of a network where some hosts are far from every other: each forwards a token to
+/// a random host no sooner than that host's declared least delay, and gives itself events
+/// shortly after (within a round, so that they wait beside its queue or in it) and now and
+/// then one many rounds ahead.
+struct Reach {
+    /// Every host's least delay, as declared to the engine.
+    delays: Arc<Vec<u64>>,
+    log: Vec<(u64, u64)>,
+}
+
+#[derive(Clone, Copy)]
+enum Token {
+    Start,
+    Hop { id: u64, hops: u32 },
+    Echo { id: u64 },
+}
+
+impl Host for Reach {
+    type Event = Token;
+    fn handle(&mut self, ctx: &mut Context<'_, Token>, ev: Token) {
+        let now = ctx.now();
+        let (id, hops) = match ev {
+            Token::Start => (ctx.host() as u64 * 1000, 0),
+            Token::Hop { id, hops } => {
+                self.log.push((now, id));
+                (id, hops)
+            }
+            Token::Echo { id } => {
+                self.log.push((now, id | 1 << 40));
+                return;
+            }
+        };
+        if hops == 60 {
+            return;
+        }
+        let lookahead = ctx.lookahead();
+        let dst = ctx.rng().random_range(0..self.delays.len() as u32);
+        let extra = match ctx.rng().random_range(0..3) {
+            0 => 0,
+            1 => ctx.rng().random_range(0..lookahead * 3),
+            _ => lookahead * ctx.rng().random_range(5..40),
+        };
+        let at = now + self.delays[dst as usize] + extra;
+        ctx.send(
+            dst,
+            at,
+            Token::Hop {
+                id: id + 1,
+                hops: hops + 1,
+            },
+        );
+        for k in 0..ctx.rng().random_range(0..4) {
+            let later = if k == 3 {
+                lookahead * 11
+            } else {
+                lookahead / 3 * k
+            };
+            ctx.schedule_at(now + later + 1, Token::Echo { id: id + k });
+        }
+    }
+}
+
+/// Runs the `Reach` network with spans (`declare`) or without, to each of `stops`: every
+/// host's log, the trace hash and the host runs.
+fn reach(
+    threads: usize,
+    declare: bool,
+    stealing: bool,
+    stops: &[u64],
+) -> (Vec<Vec<(u64, u64)>>, u64, u64) {
+    let lookahead = millis(1);
+    let hosts = 31u64;
+    // Spans 1, 2 (from 2 and 3 lookaheads), 4 and 8 (also from 20 lookaheads, capped).
+    let delays: Arc<Vec<u64>> = Arc::new(
+        (0..hosts)
+            .map(|h| match h % 7 {
+                0 => lookahead,
+                1 => lookahead * 2,
+                2 => lookahead * 3 + 17,
+                3 => lookahead * 4,
+                4 => lookahead * 8,
+                5 => lookahead * 20,
+                _ => lookahead,
+            })
+            .collect(),
+    );
+    let models = (0..hosts)
+        .map(|_| Reach {
+            delays: delays.clone(),
+            log: vec![],
+        })
+        .collect();
+    let mut sim = Simulation::new(
+        EngineConfig {
+            work_stealing: stealing,
+            ..engine(threads, lookahead)
+        },
+        models,
+    );
+    if declare {
+        sim.set_min_delays(&delays);
+        assert_eq!(sim.span_counts(), [9, 10, 4, 8]);
+    }
+    for h in 0..hosts {
+        sim.schedule(h as HostId, h * 37, Token::Start);
+    }
+    let mut runs = 0;
+    for &stop in stops {
+        runs += sim
+            .run_until(stop)
+            .workers
+            .iter()
+            .map(|w| w.runs)
+            .sum::<u64>();
+    }
+    assert_eq!(sim.pending_events(), 0, "every token arrived");
+    let trace = sim.trace_hash();
+    let logs = sim.into_hosts().into_iter().map(|h| h.log).collect();
+    (logs, trace, runs)
+}
+
+#[test]
+fn hosts_that_run_several_rounds_at_a_time_see_what_they_see_round_by_round() {
+    let end = secs(10);
+    let (logs, trace, runs_by_round) = reach(1, false, false, &[end]);
+    assert!(logs.iter().map(Vec::len).sum::<usize>() > 2_000);
+    let (span_logs, span_trace, span_runs) = reach(1, true, false, &[end]);
+    assert_eq!(span_logs, logs);
+    assert_eq!(span_trace, trace);
+    assert!(
+        span_runs * 10 < runs_by_round * 9,
+        "spans ran hosts {span_runs} times, round by round {runs_by_round}"
+    );
+    for threads in [2, 3] {
+        for stealing in [false, true] {
+            assert_eq!(reach(threads, true, stealing, &[end]).0, logs);
+            assert_eq!(reach(threads, true, stealing, &[end]).1, trace);
+        }
+    }
+    // Stops inside spans (and off the lookahead's multiples) cut them short.
+    let pieces = [
+        millis(5) + 300,
+        millis(6) + 1,
+        millis(1_003),
+        secs(3) + 999,
+        end,
+    ];
+    assert_eq!(reach(2, true, true, &pieces).0, logs);
+}
+
+struct TooSoon;
+
+impl Host for TooSoon {
+    type Event = ();
+    fn handle(&mut self, ctx: &mut Context<'_, ()>, _: ()) {
+        if ctx.host() == 0 {
+            let at = ctx.now() + ctx.lookahead() * 2;
+            ctx.send(1, at, ());
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "sooner than the least delay declared")]
+fn a_message_sooner_than_its_destinations_declared_delay_is_refused() {
+    let mut sim = Simulation::new(engine(1, millis(1)), vec![TooSoon, TooSoon]);
+    sim.set_min_delays(&[millis(1), millis(4)]);
+    assert_eq!(sim.span_counts(), [1, 0, 1, 0]);
+    sim.schedule(0, 0, ());
+    sim.run_until(secs(1));
+}
+
+#[test]
+fn a_delay_below_the_lookahead_anywhere_keeps_every_host_round_by_round() {
+    // A message sooner than the lookahead arrives at the end of the round it was sent in;
+    // which round that is would depend on spans, so there are none.
+    let mut sim = Simulation::new(engine(1, millis(1)), vec![TooSoon, TooSoon, TooSoon]);
+    sim.set_min_delays(&[millis(8), millis(4), millis(1) / 2]);
+    assert_eq!(sim.span_counts(), [3, 0, 0, 0]);
 }

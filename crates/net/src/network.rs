@@ -284,4 +284,23 @@ impl Network {
     pub fn lookahead(&self) -> SimDuration {
         self.lookahead
     }
+
+    /// Each host's least path latency from any host of the network, itself included: no
+    /// packet reaches it sooner after leaving (jitter only adds), which lets the engine run it
+    /// several rounds at a time (`Simulation::set_min_delays`).
+    pub fn min_latencies_to_hosts(&self) -> Vec<SimDuration> {
+        let used = self.paths.used();
+        let to_node: std::collections::HashMap<usize, SimDuration> = used
+            .iter()
+            .map(|&to| {
+                let least = used
+                    .iter()
+                    .map(|&from| self.paths.path(from, to).latency)
+                    .min()
+                    .unwrap_or(0);
+                (to, least)
+            })
+            .collect();
+        self.hosts.iter().map(|h| to_node[&h.node]).collect()
+    }
 }

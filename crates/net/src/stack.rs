@@ -263,8 +263,20 @@ impl<M: Send + 'static> NetStack<M> {
     }
 
     /// The next thing that happened on this host's sockets.
+    ///
+    /// The queue starts again at the front of its storage whenever it empties. A ring buffer
+    /// otherwise moves on through all of its capacity, which a relay's bursts of cells make
+    /// hundreds of entries: every event would then be written to a line not touched since
+    /// the ring last came round, long since gone from the cache on a large network, where
+    /// from the front the same few lines serve every burst.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<SocketEvent<M>> {
-        self.events.pop_front()
+        let event = self.events.pop_front();
+        if self.events.is_empty() {
+            // `clear` on an empty queue only moves its head back to the start.
+            self.events.clear();
+        }
+        event
     }
 
     /// Whether socket events wait to be polled.

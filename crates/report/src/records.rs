@@ -181,6 +181,10 @@ pub struct WorkerRecord {
     /// Host rounds this worker ran for other workers (work stealing).
     #[serde(default)]
     pub stolen: u64,
+    /// Runs of hosts on this worker: a host run counts one however many rounds it covers
+    /// (hosts that hear from nothing nearby run several rounds at a time).
+    #[serde(default)]
+    pub runs: u64,
 }
 
 /// Everything about a run except its measurements, written as `run.json`.
@@ -207,6 +211,10 @@ pub struct RunInfo {
     pub events_per_sec: f64,
     pub peak_rss_bytes: u64,
     pub workers: Vec<WorkerRecord>,
+    /// Hosts by span, the rounds one run of theirs covers (1, 2, 4, 8): a host that nothing
+    /// reaches within `k` lookaheads runs up to `k` rounds at a time. Empty for emulations.
+    #[serde(default)]
+    pub spans: Vec<usize>,
     /// False when the run stopped before its configured end; see `interrupted_reason`.
     pub complete: bool,
     /// `"simulation"`; a field rather than an assumption so other modes can share the format.

@@ -72,6 +72,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
                 busy_s: 3.0,
                 blocked_s: 0.5,
                 stolen: 0,
+                runs: 0,
             },
             WorkerRecord {
                 hosts: 9,
@@ -79,8 +80,10 @@ fn info(name: &str, seed: u64) -> RunInfo {
                 busy_s: 2.0,
                 blocked_s: 1.5,
                 stolen: 0,
+                runs: 0,
             },
         ],
+        spans: Vec::new(),
         complete: true,
         mode: "simulation".into(),
         interrupted_reason: None,
