@@ -4,10 +4,11 @@
 # Part 1, per size: RUNS runs on 2 threads; prints wall time per simulated minute (over the
 # whole run and over the part after bootstrap, from run.json's progress samples), events per
 # second, peak memory and relay goodput, and their medians.
-# Part 2, the full network's thread scaling: 1 thread, 2 threads with work stealing and 2
-# threads without it (plus any THREADS given, e.g. 4 8 16 on a bigger machine, with and without
-# stealing), interleaved RUNS times so that drifting machine load hits every configuration
-# alike; prints median wall times and their ratios to 1 thread.
+# Part 2, the full network's thread scaling: 1 thread, 2 threads with work stealing, 2
+# threads without it and 2 threads without spans (every host round by round; plus any THREADS
+# given, e.g. 4 8 16 on a bigger machine, with and without stealing), interleaved RUNS times
+# so that drifting machine load hits every configuration alike; prints median wall times and
+# their ratios to 1 thread.
 #
 # Usage: scripts/bench-scale.sh [STOP] [RUNS] [THREADS...]
 #   STOP: simulated stop time for every run (default: each scenario's own stop_time)
@@ -53,14 +54,14 @@ if [ -n "$sizes" ]; then
 fi
 
 if [ -n "$scaling" ]; then
-    configs=("1" "2" "2 --no-work-stealing")
+    configs=("1" "2" "2 --no-work-stealing" "2 --no-spans")
     for t in "${extra[@]}"; do
         configs+=("$t" "$t --no-work-stealing")
     done
     for i in $(seq "$runs"); do
         for c in "${configs[@]}"; do
             read -r t flag <<< "$c"
-            name="scaling-$t${flag:+-nosteal}-$i"
+            name="scaling-$t${flag:+-${flag#--no-}}-$i"
             run "$name" "examples/net-$scaling.yaml" "$t" ${flag:+$flag}
         done
     done

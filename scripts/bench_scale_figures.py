@@ -93,15 +93,17 @@ def main():
     elif cmd == "scaling":
         out, runs, configs = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
         base = None
-        print("threads stealing median_wall_s ratio_to_1_thread median_events_per_sec "
+        print("threads stealing spans median_wall_s ratio_to_1_thread median_events_per_sec "
               "stolen blocked_share (medians of", runs, "interleaved runs)")
         for c in configs:
             t, *flag = c.split()
-            name = f"scaling-{t}{'-nosteal' if flag else ''}"
+            off = flag[0].removeprefix("--no-") if flag else ""
+            name = f"scaling-{t}{'-' + off if off else ''}"
             fs = [figures(f"{out}/{name}-{i}") for i in range(1, runs + 1)]
             wall = median(f["wall_s"] for f in fs)
             base = base or wall
-            print(t, "off" if flag else "on", fmt(wall), f"{base / wall:.2f}",
+            print(t, "off" if off == "work-stealing" else "on", "off" if off == "spans" else "on",
+                  fmt(wall), f"{base / wall:.2f}",
                   fmt(median(f["events_per_sec"] for f in fs)),
                   fmt(median(f["stolen"] for f in fs)), fs[0]["blocked_share"])
     else:
