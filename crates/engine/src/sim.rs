@@ -7,7 +7,8 @@
 //! its calendar (`calendar.rs`), and at the start of the round they fall due in it hands each
 //! host its messages, which the host takes merged with its own queue. Both are ordered by
 //! (time, source host, source sequence), so the result is the same whatever the thread count
-//! or the timing of threads.
+//! or the timing of threads. A host that nothing reaches within several lookaheads runs that
+//! many rounds at a time (its span; see `Simulation::set_min_delays`).
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -1247,9 +1248,11 @@ fn worker_loop<H: Host>(
     }
 }
 
-/// Fills `list` for the round `[start, end)`: the messages due in it, taken from the calendar
-/// and ordered by (host, time, order key), and the hosts that have messages or (`own_due`, in
-/// ascending id) events of their own due in it, in ascending id. Returns the number of hosts.
+/// Fills `list` for the round that starts at `start`: for each span class that begins a run
+/// in it (`begins`), the messages due before that run's end (`ends`), ordered by (host, time,
+/// order key), and the hosts that have messages or (`own_due`, in ascending id) events of
+/// their own due before their run's end, in ascending id, each with that end. Returns the
+/// number of hosts.
 fn list_round<E>(
     list: &RoundList<E>,
     calendars: &mut [Calendar<E>],
