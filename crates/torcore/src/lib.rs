@@ -18,7 +18,7 @@ pub mod vegas;
 
 pub use cbt::BuildTimeEstimator;
 pub use cell::{Cell, CellCommand, RelayCommand, CELL_BYTES, RELAY_DATA_BYTES};
-pub use ewma::{CircuitEwma, CircuitMux, EwmaClock};
+pub use ewma::{CellWeight, CircuitEwma, CircuitMux, EwmaClock};
 pub use kist::{kist_socket_can_write, kist_write_limit, kistlite_write_limit};
 pub use params::{
     format_real, ChannelDesign, FlowControl, ImuxScheduler, ParamRange, ParamValue, SchedulerKind,

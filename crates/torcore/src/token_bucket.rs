@@ -57,6 +57,16 @@ impl TokenBucket {
 
     /// Applies every refill tick due at or before `now`.
     pub fn refill(&mut self, now: SimTime) {
+        // Most calls fall within the tick already credited (a relay asks its four buckets at
+        // every read and scheduler run); a product settles those without the division below.
+        // Saturating, it errs only towards returning, when the division would find no tick due
+        // either.
+        let next_tick = self.origin.saturating_add(
+            (self.ticks_applied.saturating_add(1)).saturating_mul(self.refill_interval),
+        );
+        if now < next_tick {
+            return;
+        }
         let due = now.saturating_sub(self.origin) / self.refill_interval;
         if due <= self.ticks_applied {
             return;
@@ -231,6 +241,31 @@ mod tests {
         assert_eq!(b.next_refill(), millis(400));
         b.refill(secs(10));
         assert_eq!(b.available(), 500_000, "capped at burst");
+    }
+
+    #[test]
+    fn a_refill_credits_the_ticks_the_division_finds_due_also_at_the_ends_of_time() {
+        for interval in [1, 7, millis(100), u64::MAX / 3, u64::MAX - 1, u64::MAX] {
+            for origin in [0, 5, u64::MAX - 10] {
+                let mut b = TokenBucket::new(1_000, 1_000_000, interval, origin);
+                let mut expected = 0;
+                let steps = [0, 1, 4, 6, 99, millis(100), millis(250), secs(7)];
+                let times = steps.iter().map(|&t| origin.saturating_add(t)).chain([
+                    u64::MAX / 2,
+                    u64::MAX - 11,
+                    u64::MAX - 1,
+                    u64::MAX,
+                ]);
+                for now in times {
+                    expected = expected.max(now.saturating_sub(origin) / interval);
+                    b.refill(now);
+                    assert_eq!(
+                        b.ticks_applied, expected,
+                        "interval {interval}, origin {origin}, now {now}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -255,6 +255,8 @@ impl Relay {
         let sock_buf_size_factor = params.kist_sock_buf_size_factor;
         let design = self.design;
         let mut allowance = self.buckets.write_allowance(now, true);
+        // Every cell of the run is sent at `now`: one EWMA weight serves them all.
+        let weight = self.clock.cell_weight(now);
         // The run's working lists live in the relay between runs, so that a run (one per few
         // cells on a quiet relay) allocates nothing.
         let mut scratch = std::mem::take(&mut self.sched_scratch);
@@ -406,7 +408,7 @@ impl Relay {
             self.now_counters.cells_out += 1;
             self.channel_stats.cells_written += 1;
             self.now_counters.bytes_written += cell_bytes;
-            chan.mux.note_sent(circ, 1, now);
+            chan.mux.note_sent_weighted(circ, 1, weight);
             if emptied {
                 chan.mux.remove(circ);
             }
