@@ -101,14 +101,16 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
         server_groups,
     ));
     let mut models = Vec::with_capacity(network.hosts.len());
-    let mut cpu_mates: Vec<HostId> = Vec::new();
+    // How far ahead of the others each host may run (`Simulation::set_min_delays`): as far as
+    // its nearest sender allows, except that relays sharing a machine tell each other their
+    // CPU demand one lookahead ahead.
+    let mut min_delays = net.min_latencies_to_hosts();
     for (id, h) in network.hosts.into_iter().enumerate() {
         let stack = NetStack::new(id as HostId, net.clone());
         models.push(match h.role {
             HostRole::Relay { relay, limits, cpu } => {
-                if let Some(cfg) = cpu.as_ref().filter(|c| !c.mates.is_empty()) {
-                    cpu_mates.push(id as HostId);
-                    cpu_mates.extend_from_slice(&cfg.mates);
+                for &mate in cpu.iter().flat_map(|cfg| &cfg.mates) {
+                    min_delays[mate as usize] = net.lookahead();
                 }
                 let driven = Driven::new(stack, Relay::new(relay, world.clone(), &limits));
                 TorHost::Relay(Box::new(match cpu {
@@ -157,12 +159,6 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
         work_stealing: true,
     };
     let mut sim = Simulation::new(engine, models);
-    // Relays that share a machine tell each other their CPU demand one lookahead ahead, so
-    // they run round by round; every other host as far ahead as its nearest sender allows.
-    let mut min_delays = net.min_latencies_to_hosts();
-    for &h in &cpu_mates {
-        min_delays[h as usize] = net.lookahead();
-    }
     sim.set_min_delays(&min_delays);
     for h in 0..sim.host_count() {
         sim.schedule(h as HostId, 0, Ev::Start);

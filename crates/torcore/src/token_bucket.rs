@@ -59,12 +59,8 @@ impl TokenBucket {
     pub fn refill(&mut self, now: SimTime) {
         // Most calls fall within the tick already credited (a relay asks its four buckets at
         // every read and scheduler run); a product settles those without the division below.
-        // Saturating, it errs only towards returning, when the division would find no tick due
-        // either.
-        let next_tick = self.origin.saturating_add(
-            (self.ticks_applied.saturating_add(1)).saturating_mul(self.refill_interval),
-        );
-        if now < next_tick {
+        // Where it saturates, the division would find no tick due either.
+        if now < self.next_refill() {
             return;
         }
         let due = now.saturating_sub(self.origin) / self.refill_interval;
@@ -93,9 +89,13 @@ impl TokenBucket {
         self.tokens = self.tokens.saturating_sub(clamp_i64(n));
     }
 
-    /// When the next refill tick falls.
+    /// When the next refill tick falls (`SimTime::MAX` if beyond the end of time).
     pub fn next_refill(&self) -> SimTime {
-        self.origin + (self.ticks_applied + 1) * self.refill_interval
+        self.origin.saturating_add(
+            self.ticks_applied
+                .saturating_add(1)
+                .saturating_mul(self.refill_interval),
+        )
     }
 
     pub fn rate_bytes_per_s(&self) -> u64 {

@@ -954,12 +954,10 @@ impl Relay {
             self.refill_armed = true;
             let now = io.now();
             self.buckets.refill(now);
-            // With the buckets refilled up to now the next tick is later; if it is not, the
-            // tick arithmetic overflowed (an absurd refill interval) and the next tick is
-            // beyond the end of time. Refilling at `now` again would change nothing and spin.
-            let next = self.buckets.next_refill();
-            let at = if next > now { next } else { SimTime::MAX };
-            io.arm_at(at, RelayTimer::Refill);
+            // With the buckets refilled up to now the next tick is later, or beyond the end of
+            // time (`SimTime::MAX`, for an absurd refill interval): never `now` again, which
+            // would change nothing and spin.
+            io.arm_at(self.buckets.next_refill(), RelayTimer::Refill);
         }
     }
 
