@@ -25,8 +25,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::run::{
-    check_scenario, interrupt_requested, run_one, set_stop_time, thread_count, trial_seed,
-    RunOptions, INTERRUPTED, MAX_TRIALS,
+    check_scenario, interrupt_requested, memory_limit, run_one, set_stop_time, thread_count,
+    trial_seed, RunOptions, INTERRUPTED, MAX_TRIALS,
 };
 use crate::Failure;
 
@@ -1194,6 +1194,7 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         work_stealing: true,
         spans: true,
         summary: false,
+        max_memory: memory_limit(None)?,
     };
     let records = prepared
         .iter()

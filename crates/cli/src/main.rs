@@ -115,6 +115,12 @@ pub struct RunArgs {
     /// wall time differs. For measuring what spans gain.
     #[arg(long)]
     pub no_spans: bool,
+    /// Stop the run, keeping its results (marked partial), once the process's resident
+    /// memory passes SIZE (e.g. "20 GiB"), instead of letting the machine swap or its
+    /// out-of-memory killer end it; "none" for no limit. Default: 90% of this machine's
+    /// physical memory.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
     /// Do not draw the progress bar.
     #[arg(long)]
     pub quiet: bool,

@@ -20,6 +20,19 @@ use crate::{assemble, results, Failure, RunArgs};
 /// Exit code of a run stopped by Ctrl-C (its results are written, marked partial).
 pub(crate) const INTERRUPTED: u8 = 130;
 
+/// Exit code of a run stopped at its memory limit (its results are written, marked partial).
+pub(crate) const MEMORY_LIMIT: u8 = 3;
+
+/// The share of physical memory a run may take by default: enough for the largest network
+/// the machine can hold, with room left for the system, so that a run that outgrows the
+/// machine stops with its results rather than swapping or being killed.
+const DEFAULT_MEMORY_SHARE: f64 = 0.9;
+
+/// How often the run's resident memory is compared with its limit (the progress thread's
+/// once-a-second sample: a large network grows by tens of MiB a second, so the limit is
+/// overshot by that much at most).
+const MEMORY_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 /// Loads a scenario file or a built-in one, printing the warnings validation found (values
 /// that are legal but probably not what the author meant).
 pub(crate) fn load_scenario(arg: &str) -> Result<Scenario, Failure> {
@@ -143,6 +156,29 @@ pub(crate) struct RunOptions {
     /// Print the summary table and the closing line; an experiment prints one line per trial
     /// instead and the comparison at the end.
     pub(crate) summary: bool,
+    /// Stop the run once its resident memory passes this many bytes.
+    pub(crate) max_memory: Option<u64>,
+}
+
+/// The memory limit `--max-memory` asks for: a size, `none`, or by default a share of the
+/// machine's physical memory (no limit where that is unknown).
+pub(crate) fn memory_limit(arg: Option<&str>) -> Result<Option<u64>, Failure> {
+    let Some(text) = arg else {
+        let total = onionlab_report::physical_memory_bytes();
+        return Ok((total > 0).then_some((total as f64 * DEFAULT_MEMORY_SHARE) as u64));
+    };
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let bytes = onionlab_scenario::parse_size(text)
+        .map_err(|e| Failure::input(format!("--max-memory: {e}")))?
+        .bytes();
+    if bytes == 0 {
+        return Err(Failure::input(
+            "--max-memory: expected a size above zero (or \"none\" for no limit), got 0",
+        ));
+    }
+    Ok(Some(bytes))
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -167,6 +203,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         (None, None) => onionlab_engine::default_threads(),
     };
     let inject_fault = args.inject_fault.as_deref().map(parse_fault).transpose()?;
+    let max_memory = memory_limit(args.max_memory.as_deref())?;
     let out_dir = args
         .output
         .clone()
@@ -179,6 +216,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         work_stealing: !args.no_work_stealing,
         spans: !args.no_spans,
         summary: true,
+        max_memory,
     };
     if args.trials == 1 {
         run_one(&scenario, threads, &out_dir, &options)?;
@@ -431,7 +469,13 @@ pub(crate) fn run_one(
     let control = sim.control();
     watch_interrupts(&control);
     let done = Arc::new(AtomicBool::new(false));
-    let progress = spawn_progress(control.clone(), stop, done.clone(), !options.quiet);
+    let progress = spawn_progress(
+        control.clone(),
+        stop,
+        done.clone(),
+        !options.quiet,
+        options.max_memory,
+    );
     let started = Instant::now();
     let mut is_relay = vec![false; sim.host_count()];
     for &h in &world.relay_hosts {
@@ -490,7 +534,7 @@ pub(crate) fn run_one(
     }
     drop(sink);
     done.store(true, Ordering::Relaxed);
-    let progress = progress.join().unwrap_or_default();
+    let (progress, memory_stop) = progress.join().unwrap_or_default();
     let wall = started.elapsed().as_secs_f64();
     let sim_time = reached.min(stop);
     let interrupted = totals.interrupted;
@@ -520,13 +564,19 @@ pub(crate) fn run_one(
     info.spans = sim.span_counts().to_vec();
     info.complete = complete;
     info.progress = progress;
-    info.interrupted_reason = if interrupted {
-        Some(format!(
+    let memory_stop = memory_stop.filter(|_| interrupted && !interrupt_requested());
+    info.interrupted_reason = match memory_stop {
+        Some(stop) => Some(format!(
+            "stopped at {} simulated: resident memory reached {}, above --max-memory {}",
+            format_secs(as_secs_f64(sim_time)),
+            format_bytes(stop.rss),
+            format_bytes(stop.limit)
+        )),
+        None if interrupted => Some(format!(
             "interrupted (Ctrl-C, SIGTERM or SIGHUP) at {} simulated",
             format_secs(as_secs_f64(sim_time))
-        ))
-    } else {
-        failure.clone()
+        )),
+        None => failure.clone(),
     };
     out.write_run(&info).map_err(write)?;
     let summary = collected.render(complete);
@@ -555,6 +605,19 @@ pub(crate) fn run_one(
             format_secs(info.sim_seconds),
             out_dir.display()
         )));
+    }
+    if let Some(stop) = memory_stop {
+        return Err(Failure {
+            code: MEMORY_LIMIT,
+            message: format!(
+                "resident memory reached {}, above --max-memory {}: results up to {} are in \
+                 {}, marked partial (a smaller network, a shorter run or a higher limit fits)",
+                format_bytes(stop.rss),
+                format_bytes(stop.limit),
+                format_secs(info.sim_seconds),
+                out_dir.display()
+            ),
+        });
     }
     if interrupted {
         eprintln!(
@@ -630,14 +693,27 @@ fn add_stats(totals: &mut RunStats, leg: &RunStats) {
     }
 }
 
-/// Samples (wall seconds, simulated seconds) once a second for the run's diagnostics, and draws
-/// the progress bar when `draw` is set.
+/// What the progress thread saw: (wall seconds, simulated seconds) once a second, and whether
+/// it stopped the run for its memory.
+type Progress = (Vec<(f64, f64)>, Option<MemoryStop>);
+
+/// A run stopped because its resident memory passed its limit.
+#[derive(Clone, Copy, Debug, Default)]
+struct MemoryStop {
+    rss: u64,
+    limit: u64,
+}
+
+/// Samples (wall seconds, simulated seconds) once a second for the run's diagnostics, draws
+/// the progress bar when `draw` is set, and stops the run (as Ctrl-C does, at the next round
+/// boundary) once its resident memory passes `max_memory`.
 fn spawn_progress(
     control: RunControl,
     stop: u64,
     done: Arc<AtomicBool>,
     draw: bool,
-) -> std::thread::JoinHandle<Vec<(f64, f64)>> {
+    max_memory: Option<u64>,
+) -> std::thread::JoinHandle<Progress> {
     std::thread::spawn(move || {
         let bar = if draw {
             ProgressBar::new(stop / NANOS_PER_SEC)
@@ -653,12 +729,24 @@ fn spawn_progress(
         let started = Instant::now();
         let mut samples = vec![(0.0, 0.0)];
         let mut next_sample = 1.0;
+        let mut memory_stop = None;
+        let mut next_memory_check = started;
         while !done.load(Ordering::Relaxed) {
             let t = control.sim_time();
             let wall = started.elapsed().as_secs_f64();
             if wall >= next_sample {
                 samples.push((wall, as_secs_f64(t)));
                 next_sample += 1.0;
+            }
+            if let Some(limit) = max_memory.filter(|_| memory_stop.is_none()) {
+                if Instant::now() >= next_memory_check {
+                    next_memory_check += MEMORY_CHECK_EVERY;
+                    let rss = onionlab_report::rss_bytes();
+                    if rss > limit {
+                        memory_stop = Some(MemoryStop { rss, limit });
+                        control.interrupt();
+                    }
+                }
             }
             bar.set_position(t / NANOS_PER_SEC);
             bar.set_message(format!("{:.1}x real time", as_secs_f64(t) / wall.max(1e-9)));
@@ -669,8 +757,19 @@ fn spawn_progress(
             as_secs_f64(control.sim_time()),
         ));
         bar.finish_and_clear();
-        samples
+        (samples, memory_stop)
     })
+}
+
+/// A memory size for messages: GiB or MiB with one decimal.
+fn format_bytes(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    let mib = bytes as f64 / MIB;
+    if mib >= 1024.0 {
+        format!("{:.1} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.1} MiB")
+    }
 }
 
 pub(crate) fn format_secs(s: f64) -> String {

@@ -201,6 +201,9 @@ fn bad_flags_and_missing_files_exit_2() {
         vec!["run", "toy", "--threads", "1000000"],
         vec!["run", "toy", "--trials", "100000"],
         vec!["run", "toy", "--inject-fault", "3"],
+        vec!["run", "toy", "--max-memory", "0"],
+        vec!["run", "toy", "--max-memory", "lots"],
+        vec!["run", "toy", "--max-memory", "-5 GiB"],
         vec!["frobnicate"],
     ] {
         let out = onionlab(&args);
@@ -495,6 +498,57 @@ fn signals_stop_the_run_and_keep_partial_results() {
             .contains("PARTIAL"));
         let _ = fs::remove_dir_all(&dir);
     }
+}
+
+/// A run whose resident memory passes `--max-memory` stops as Ctrl-C stops it, with its results
+/// kept and marked partial, and says why, with an exit code of its own; under a limit it is
+/// not touched.
+#[test]
+fn a_run_past_its_memory_limit_stops_with_its_results() {
+    let dir = tmp("max-memory");
+    let out_dir = dir.join("out");
+    let run = |limit: &str| {
+        onionlab(&[
+            "run",
+            "toy",
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--force",
+            "--quiet",
+            "--no-report",
+            "--stop-time",
+            "20s",
+            "--max-memory",
+            limit,
+        ])
+    };
+    // No process of this size fits in 1 MiB: the first check stops it.
+    let out = run("1 MiB");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("--max-memory 1.0 MiB"), "{stderr}");
+    assert!(stderr.contains("marked partial"), "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(json["complete"], false);
+    let reason = json["interrupted_reason"].as_str().unwrap();
+    assert!(reason.contains("resident memory"), "{reason}");
+    assert!(json["sim_seconds"].as_f64().unwrap() < 20.0);
+    assert!(fs::read_to_string(out_dir.join("summary.txt"))
+        .unwrap()
+        .contains("PARTIAL"));
+    for limit in ["8 GiB", "none"] {
+        let out = run(limit);
+        assert!(
+            out.status.success(),
+            "{limit}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+        assert_eq!(json["complete"], true, "{limit}");
+    }
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A process that dies without warning (SIGKILL here; an abort or the out-of-memory killer

@@ -580,6 +580,14 @@ pub fn rss_bytes() -> u64 {
     status_bytes("VmRSS:")
 }
 
+/// This machine's physical memory, in bytes (Linux `MemTotal`); 0 where unavailable.
+pub fn physical_memory_bytes() -> u64 {
+    fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| parse_status_bytes(&info, "MemTotal:"))
+        .unwrap_or(0)
+}
+
 fn status_bytes(field: &str) -> u64 {
     fs::read_to_string("/proc/self/status")
         .ok()
