@@ -819,3 +819,72 @@ fn a_delay_below_the_lookahead_anywhere_keeps_every_host_round_by_round() {
     sim.set_min_delays(&[millis(8), millis(4), millis(1) / 2]);
     assert_eq!(sim.span_counts(), [3, 0, 0, 0]);
 }
+
+/// What `Rearm` hosts are sent or give themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    Start,
+    Poke,
+    Fire(char),
+}
+
+/// Host 0 arms timers and takes some back: one inside the round it is armed in, one at the
+/// front of its queue, one behind the front, and one whose deadline a message moves later
+/// (taken back and armed again). Host 1 sends that message.
+#[derive(Default)]
+struct Rearm {
+    log: Vec<(u64, Timer)>,
+    armed: Option<onionlab_engine::EventId>,
+}
+
+impl Host for Rearm {
+    type Event = Timer;
+    fn handle(&mut self, ctx: &mut Context<'_, Timer>, event: Timer) {
+        self.log.push((ctx.now(), event));
+        match (ctx.host(), event) {
+            (0, Timer::Start) => {
+                let inside = ctx.schedule_timer(ctx.now() + 1, Timer::Fire('i'));
+                ctx.cancel(inside);
+                let front = ctx.schedule_timer(millis(20), Timer::Fire('f'));
+                let behind = ctx.schedule_timer(millis(25), Timer::Fire('b'));
+                self.armed = Some(ctx.schedule_timer(millis(30), Timer::Fire('a')));
+                ctx.schedule_at(millis(35), Timer::Fire('k'));
+                ctx.cancel(behind);
+                ctx.cancel(front);
+            }
+            (1, Timer::Start) => ctx.send(0, millis(10), Timer::Poke),
+            (0, Timer::Poke) => {
+                ctx.cancel(self.armed.take().unwrap());
+                ctx.schedule_timer(millis(40), Timer::Fire('a'));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_cancelled_event_is_never_handled_and_wakes_nobody() {
+    for threads in [1, 2] {
+        let mut sim = Simulation::new(
+            engine(threads, millis(1)),
+            vec![Rearm::default(), Rearm::default()],
+        );
+        sim.schedule(0, 0, Timer::Start);
+        sim.schedule(1, 0, Timer::Start);
+        let stats = sim.run_until(secs(1));
+        let hosts = sim.into_hosts();
+        assert_eq!(
+            hosts[0].log,
+            [
+                (0, Timer::Start),
+                (millis(10), Timer::Poke),
+                (millis(35), Timer::Fire('k')),
+                (millis(40), Timer::Fire('a')),
+            ],
+            "{threads} threads"
+        );
+        // Host 0 ran at 0, 10, 35 and 40 ms, host 1 at 0: never at 20, 25 or 30 ms.
+        let runs: u64 = stats.workers.iter().map(|w| w.runs).sum();
+        assert_eq!(runs, 5, "{threads} threads");
+    }
+}
