@@ -22,7 +22,7 @@ pub use partition::Partition;
 pub use queue::MAX_HOSTS;
 pub use rng::{host_rng, HostRng};
 pub use sim::{
-    prefetch, Context, EngineConfig, EventId, Host, RunControl, RunStats, Simulation, WorkerStats,
+    prefetch, Context, EngineConfig, Host, RunControl, RunStats, Simulation, WorkerStats,
 };
 pub use time::{SimDuration, SimTime};
 

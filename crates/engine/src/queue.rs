@@ -4,7 +4,7 @@
 //! the event and that host's private sequence number, so the position of every event is fixed by
 //! who created it and when, never by the order in which workers happened to insert it.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use crate::time::SimTime;
@@ -95,10 +95,6 @@ pub(crate) struct EventQueue<E> {
     heap: BinaryHeap<Entry>,
     slots: Vec<Option<E>>,
     free: Vec<u32>,
-    /// Events taken back before they fell due, as (time, key), earliest first. They stay in
-    /// the heap until they reach its front, where they are dropped at once: the front is
-    /// never a cancelled event, so a host is never run for one.
-    cancelled: BinaryHeap<Reverse<(SimTime, u64)>>,
 }
 
 impl<E> EventQueue<E> {
@@ -108,52 +104,6 @@ impl<E> EventQueue<E> {
             heap: BinaryHeap::new(),
             slots: Vec::new(),
             free: Vec::new(),
-            cancelled: BinaryHeap::new(),
-        }
-    }
-
-    /// Takes back the queued event with this time and key; returns whether it was the front
-    /// (which then moves to the next event not taken back).
-    pub(crate) fn cancel(&mut self, time: SimTime, key: u64) -> bool {
-        if self.peek() == Some((time, key)) {
-            self.discard_front();
-            self.drop_cancelled_front();
-            true
-        } else {
-            debug_assert!(self.peek().is_some_and(|front| front < (time, key)));
-            self.cancelled.push(Reverse((time, key)));
-            false
-        }
-    }
-
-    fn discard_front(&mut self) {
-        if out_of_line::<E>() {
-            if let Some(Entry { slot, .. }) = self.heap.pop() {
-                self.slots[slot as usize] = None;
-                self.free.push(slot);
-            }
-        } else {
-            self.inline.pop();
-        }
-    }
-
-    /// Drops cancelled events from the front until it holds one that is not.
-    fn drop_cancelled_front(&mut self) {
-        while let Some(&Reverse(cancelled)) = self.cancelled.peek() {
-            match self.peek() {
-                Some(front) if front == cancelled => {
-                    self.discard_front();
-                    self.cancelled.pop();
-                }
-                // Cancelled and queued events leave in the same order, so a cancelled event
-                // ahead of the front was never queued (or already ran): the model cancelled
-                // something it did not hold. Forget it rather than let it block the rest.
-                Some(front) if cancelled < front => {
-                    debug_assert!(false, "cancelled an event that is not queued");
-                    self.cancelled.pop();
-                }
-                _ => break,
-            }
         }
     }
 
@@ -199,9 +149,6 @@ impl<E> EventQueue<E> {
         }
         if !out_of_line::<E>() {
             let InlineEntry { time, key, event } = self.inline.pop()?;
-            if !self.cancelled.is_empty() {
-                self.drop_cancelled_front();
-            }
             return Some(Due { time, key, event });
         }
         let Entry { time, key, slot } = self.heap.pop()?;
@@ -209,9 +156,6 @@ impl<E> EventQueue<E> {
             .take()
             .expect("a queued slot holds its event");
         self.free.push(slot);
-        if !self.cancelled.is_empty() {
-            self.drop_cancelled_front();
-        }
         if self.slots.len() > SLAB_FLOOR && self.heap.len() < self.slots.len() / 4 {
             self.compact();
         }
@@ -241,10 +185,8 @@ impl<E> EventQueue<E> {
         self.free = Vec::new();
     }
 
-    /// Events that will be handled: cancelled ones still waiting to reach the front (how many
-    /// depends on when the host ran, which spans change) are not counted.
     pub(crate) fn len(&self) -> usize {
-        self.heap.len() + self.inline.len() - self.cancelled.len()
+        self.heap.len() + self.inline.len()
     }
 
     /// Asks the cache for the heap's top entry, which `prefetch_front` reads.
@@ -316,55 +258,5 @@ mod tests {
         let mut expected: Vec<_> = reference.iter().copied().filter(|&e| e != (0, 0)).collect();
         expected.insert(990, (0, 0));
         assert_eq!(popped, expected);
-    }
-
-    /// Cancelled events never come out, and the front (what decides when a host runs next) is
-    /// never one of them, whether cancelled at the front, behind it, or in a run of them;
-    /// small (inline) and large events alike.
-    #[test]
-    fn cancelled_events_never_come_out_nor_stand_at_the_front() {
-        fn check<E>(event: impl Fn(u64) -> E) {
-            let mut q: EventQueue<E> = EventQueue::new();
-            for i in 0..200u64 {
-                // Ties on time, keys out of step with times.
-                q.push(i / 2, 1000 - i, event(i));
-            }
-            let mut gone = BTreeSet::new();
-            // The front, then events behind it (every third), then a run that reaches the
-            // front when the event before it leaves.
-            assert_eq!(q.peek(), Some((0, 999)));
-            assert!(q.cancel(0, 999));
-            gone.insert((0, 999));
-            assert_eq!(q.peek(), Some((0, 1000)));
-            for i in (3..150u64).step_by(3) {
-                assert!(!q.cancel(i / 2, 1000 - i));
-                gone.insert((i / 2, 1000 - i));
-            }
-            for i in 151..160u64 {
-                assert!(!q.cancel(i / 2, 1000 - i));
-                gone.insert((i / 2, 1000 - i));
-            }
-            assert_eq!(q.len(), 200 - gone.len());
-            let mut out = Vec::new();
-            while let Some(due) = q.pop_before(SimTime::MAX) {
-                out.push((due.time, due.key));
-                assert_eq!(q.len(), 200 - gone.len() - out.len());
-                if let Some(front) = q.peek() {
-                    assert!(
-                        !gone.contains(&front),
-                        "{front:?} cancelled, yet at the front"
-                    );
-                }
-            }
-            let mut expected: Vec<_> = (0..200u64)
-                .map(|i| (i / 2, 1000 - i))
-                .filter(|e| !gone.contains(e))
-                .collect();
-            expected.sort();
-            assert_eq!(out, expected);
-            assert!(q.cancelled.is_empty());
-        }
-        check(|i| i as u32);
-        check(|i| [i; 4]);
     }
 }

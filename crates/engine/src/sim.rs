@@ -68,8 +68,6 @@ pub struct Context<'a, E> {
     queued_min: &'a mut SimTime,
     /// Events the host scheduled for itself inside the round (see `schedule_at`).
     held: &'a mut Vec<Due<E>>,
-    /// A cancellation took the queue's front: the host's next event must be read again.
-    front_moved: &'a mut bool,
     rng: &'a mut HostRng,
     out: &'a mut Outbox<E>,
 }
@@ -116,13 +114,6 @@ impl<E> Context<'_, E> {
     /// waits never changes the order.
     #[inline]
     pub fn schedule_at(&mut self, time: SimTime, event: E) {
-        self.schedule_timer(time, event);
-    }
-
-    /// As [`Context::schedule_at`], and returns the event's id, with which
-    /// [`Context::cancel`] takes it back.
-    #[inline]
-    pub fn schedule_timer(&mut self, time: SimTime, event: E) -> EventId {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let key = self.next_key();
         let time = time.max(self.now);
@@ -132,7 +123,6 @@ impl<E> Context<'_, E> {
             *self.queued_min = (*self.queued_min).min(time);
             self.queue.push(time, key, event);
         }
-        EventId { time, key }
     }
 
     /// Schedules an event for this host `delay` from now. The sum saturates: a delay beyond
@@ -140,24 +130,6 @@ impl<E> Context<'_, E> {
     #[inline]
     pub fn schedule_in(&mut self, delay: SimDuration, event: E) {
         self.schedule_at(self.now.saturating_add(delay), event);
-    }
-
-    /// Takes back an event this host scheduled for itself and that has not been handled yet
-    /// (the caller must know it is still pending: an id of a handled event is a bug).
-    ///
-    /// A timer whose deadline moved would otherwise stay queued and wake its host for
-    /// nothing; on a large network such wake-ups are a tenth of all host runs, each a round
-    /// of cache misses on the host's state. The event is dropped when it reaches the front of
-    /// the queue (at once if it is the front), so the host's next event, and the round it
-    /// runs in, are those of the events it still has. Order keys are not reused, so the
-    /// other events' order does not change.
-    #[inline]
-    pub fn cancel(&mut self, id: EventId) {
-        if let Some(i) = self.held.iter().position(|d| d.key == id.key) {
-            self.held.swap_remove(i);
-        } else if self.queue.cancel(id.time, id.key) {
-            *self.front_moved = true;
-        }
     }
 
     /// Sends an event to another host (or to this one through the barrier), due at `time`.
@@ -248,27 +220,6 @@ struct HostSlot<H: Host> {
     /// The time under which the host stands in its owner's agenda (`NOT_DUE`: not there, or
     /// taken into the current round). An agenda entry with another time is stale.
     due: SimTime,
-}
-
-/// An event a host scheduled for itself, to take it back with [`Context::cancel`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventId {
-    time: SimTime,
-    key: u64,
-}
-
-impl EventId {
-    /// No event: what a model holds while it has none pending (due at the end of time).
-    pub const NONE: EventId = EventId {
-        time: SimTime::MAX,
-        key: u64::MAX,
-    };
-
-    /// When the event is due.
-    #[inline]
-    pub fn time(self) -> SimTime {
-        self.time
-    }
 }
 
 /// `HostSlot::due` of a host with no agenda entry.
@@ -1036,7 +987,6 @@ impl<H: Host> RoundRunner<'_, H> {
                 queue,
                 queued_min: &mut queued_min,
                 held,
-                front_moved: &mut popped,
                 rng,
                 out: self.out,
             };

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use onionlab_engine::heap::push_growing_by_eighths;
 use onionlab_engine::time::SimTime;
-use onionlab_engine::{Context, EventId, HostId};
+use onionlab_engine::{Context, HostId};
 use onionlab_tcp::{
     SendWindow, TcpConfig, TcpConnection, TcpEvent, TcpFlags, TcpSegment, TcpState,
 };
@@ -122,6 +122,8 @@ pub struct NetStats {
 /// cache line with its generation (see `Slot`).
 #[repr(C)]
 struct TcpSocket<M> {
+    /// Deadline of the timer event in flight, `u64::MAX` if none.
+    timer: SimTime,
     /// When this socket's last packet reaches the peer: a later one never arrives earlier.
     last_arrival: SimTime,
     pipes: Arc<ConnPipes<M>>,
@@ -132,10 +134,6 @@ struct TcpSocket<M> {
     initiator: bool,
     auto_read: bool,
     waiting_for_link: bool,
-    /// The timer event in flight (`EventId::NONE` if none): taken back when the connection's
-    /// deadline moves earlier or goes away, so that no host runs for a timer with nothing to
-    /// do (a later deadline waits for it, and it re-arms).
-    timer: EventId,
     /// The path to the peer, looked up once: the lookup reads the network's host table and
     /// path matrix, cold lines on a large network, and a socket sends many packets.
     path: Path,
@@ -333,7 +331,7 @@ impl<M: Send + 'static> NetStack<M> {
             initiator: true,
             auto_read: true,
             waiting_for_link: false,
-            timer: EventId::NONE,
+            timer: u64::MAX,
             last_arrival: 0,
             path: self.net.path(self.host, dst),
         }));
@@ -660,11 +658,11 @@ impl<M: Send + 'static> NetStack<M> {
                 let Some(s) = self.socket_mut(socket) else {
                     return;
                 };
-                // Replaced timers are taken back; this is a guard.
-                if s.timer.time() != deadline {
+                // A later timer replaced this one, or an earlier one already fired.
+                if s.timer != deadline {
                     return;
                 }
-                s.timer = EventId::NONE;
+                s.timer = u64::MAX;
                 if s.conn.poll_timeout().is_some_and(|t| t <= now) {
                     s.conn.on_timeout(now);
                 }
@@ -760,7 +758,7 @@ impl<M: Send + 'static> NetStack<M> {
             initiator: false,
             auto_read: true,
             waiting_for_link: false,
-            timer: EventId::NONE,
+            timer: u64::MAX,
             last_arrival: 0,
             path: self.net.path(self.host, from),
         }));
@@ -842,31 +840,20 @@ impl<M: Send + 'static> NetStack<M> {
             return;
         };
         if s.conn.state() == TcpState::Closed {
-            if s.timer != EventId::NONE {
-                ctx.cancel(s.timer);
-            }
             self.release(id);
             return;
         }
-        match s.conn.poll_timeout() {
-            Some(deadline) if deadline < s.timer.time() => {
-                if s.timer != EventId::NONE {
-                    ctx.cancel(s.timer);
-                }
-                let at = deadline.max(now);
-                s.timer = ctx.schedule_timer(
-                    at,
+        if let Some(deadline) = s.conn.poll_timeout() {
+            if deadline < s.timer {
+                s.timer = deadline;
+                ctx.schedule_at(
+                    deadline.max(now),
                     E::from(NetEvent::TcpTimer {
                         socket: id,
-                        deadline: at,
+                        deadline,
                     }),
                 );
             }
-            None if s.timer != EventId::NONE && std::env::var_os("NODISARM").is_none() => {
-                ctx.cancel(s.timer);
-                s.timer = EventId::NONE;
-            }
-            _ => {}
         }
     }
 
@@ -1004,11 +991,10 @@ mod tests {
         use std::mem::offset_of;
         assert_eq!(offset_of!(super::Slot<u32>, generation), 0);
         assert!(offset_of!(super::Slot<u32>, socket) <= 8);
-        // The stack's fields of a TCP socket come before its (448-byte) TCP state; its timer
-        // event's id (16 bytes, for taking it back) made the slot 528 bytes.
+        // The stack's fields of a TCP socket come before its (448-byte) TCP state.
         assert!(offset_of!(super::TcpSocket<u32>, waiting_for_link) < 48);
         assert!(
-            std::mem::size_of::<super::Slot<u32>>() <= 528,
+            std::mem::size_of::<super::Slot<u32>>() <= 520,
             "the layout added padding"
         );
     }
