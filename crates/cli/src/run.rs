@@ -698,7 +698,7 @@ fn add_stats(totals: &mut RunStats, leg: &RunStats) {
 type Progress = (Vec<(f64, f64)>, Option<MemoryStop>);
 
 /// A run stopped because its resident memory passed its limit.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct MemoryStop {
     rss: u64,
     limit: u64,
