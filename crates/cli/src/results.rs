@@ -107,8 +107,13 @@ pub fn drain(
 }
 
 /// Counts what the network's hosts hold now (see [`StateSample`]); `is_relay` is indexed by
-/// host id.
-pub fn state(sim: &Simulation<TorHost>, is_relay: &[bool], wall_s: f64) -> StateSample {
+/// host id, `events` is what the run has handled so far.
+pub fn state(
+    sim: &Simulation<TorHost>,
+    is_relay: &[bool],
+    wall_s: f64,
+    events: u64,
+) -> StateSample {
     let mut c = Census::default();
     let relay = |h: HostId| is_relay.get(h as usize).copied().unwrap_or(false);
     for host in sim.hosts() {
@@ -118,6 +123,7 @@ pub fn state(sim: &Simulation<TorHost>, is_relay: &[bool], wall_s: f64) -> State
         sim_s: as_secs_f64(sim.now()),
         wall_s,
         rss_bytes: rss_bytes(),
+        events,
         pending_events: sim.pending_events() as u64,
         client_channels: c.client_channels,
         relay_channels: c.relay_channels,

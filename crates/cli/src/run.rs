@@ -513,15 +513,15 @@ pub(crate) fn run_one(
         sink.append(&batch.downloads, &batch.relays, &batch.circuits)
             .map_err(write)?;
         collected.add(&batch.downloads, &batch.relays);
-        info.state.push(results::state(
-            &sim,
-            &is_relay,
-            started.elapsed().as_secs_f64(),
-        ));
+        let wall = started.elapsed().as_secs_f64();
+        info.state
+            .push(results::state(&sim, &is_relay, wall, totals.events));
         if last {
             break;
         }
-        // Still marked unfinished: a run killed later keeps the state series so far.
+        // Still marked unfinished: a run killed later keeps the state series, and how far it
+        // got at what cost, so far.
+        record_totals(&mut info, &totals, reached.min(stop), wall);
         out.write_run(&info).map_err(write)?;
     }
     if failure.is_some() {
@@ -539,28 +539,10 @@ pub(crate) fn run_one(
     let sim_time = reached.min(stop);
     let interrupted = totals.interrupted;
     let complete = failure.is_none() && !interrupted;
-    info.sim_seconds = as_secs_f64(sim_time);
-    info.wall_seconds = wall;
-    info.speed = as_secs_f64(sim_time) / wall.max(1e-9);
-    info.events = totals.events;
-    info.rounds = totals.rounds;
-    info.events_per_sec = totals.events as f64 / wall.max(1e-9);
-    info.peak_rss_bytes = peak_rss_bytes();
+    record_totals(&mut info, &totals, sim_time, wall);
     if failure.is_none() {
         info.transport = Some(results::transport(&sim, &world));
     }
-    info.workers = totals
-        .workers
-        .iter()
-        .map(|w| WorkerRecord {
-            hosts: w.hosts,
-            events: w.events,
-            busy_s: w.busy.as_secs_f64(),
-            blocked_s: w.blocked.as_secs_f64(),
-            stolen: w.stolen,
-            runs: w.runs,
-        })
-        .collect();
     info.spans = sim.span_counts().to_vec();
     info.complete = complete;
     info.progress = progress;
@@ -670,6 +652,32 @@ pub(crate) fn interrupt_requested() -> bool {
 }
 
 /// Adds one leg of a run to the totals so far.
+/// Puts the run's totals so far in `info`: its simulated and wall time, events, memory and
+/// workers. Written after every leg as well as at the end, so that the run.json of a run
+/// killed outright (SIGKILL, the machine going away) still says how far it got and at what
+/// cost.
+fn record_totals(info: &mut RunInfo, totals: &RunStats, sim_time: SimTime, wall: f64) {
+    info.sim_seconds = as_secs_f64(sim_time);
+    info.wall_seconds = wall;
+    info.speed = as_secs_f64(sim_time) / wall.max(1e-9);
+    info.events = totals.events;
+    info.rounds = totals.rounds;
+    info.events_per_sec = totals.events as f64 / wall.max(1e-9);
+    info.peak_rss_bytes = peak_rss_bytes();
+    info.workers = totals
+        .workers
+        .iter()
+        .map(|w| WorkerRecord {
+            hosts: w.hosts,
+            events: w.events,
+            busy_s: w.busy.as_secs_f64(),
+            blocked_s: w.blocked.as_secs_f64(),
+            stolen: w.stolen,
+            runs: w.runs,
+        })
+        .collect();
+}
+
 fn add_stats(totals: &mut RunStats, leg: &RunStats) {
     totals.events += leg.events;
     totals.rounds += leg.rounds;

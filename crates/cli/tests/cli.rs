@@ -441,6 +441,11 @@ fn run_json_counts_the_networks_state_every_ten_simulated_seconds() {
     assert!(n(last, "sockets") >= ends, "{last}");
     assert!(n(last, "sockets") <= n(last, "socket_slots"));
     assert!(n(last, "pending_events") > 0 && n(last, "rss_bytes") > 0);
+    // Events handled so far: growing sample by sample, the last one the run's total.
+    assert!(state
+        .windows(2)
+        .all(|w| n(&w[0], "events") < n(&w[1], "events")));
+    assert_eq!(n(last, "events"), n(&run, "events"));
     // Downloads run back to back: some stream is always in transfer.
     assert!(
         state.iter().skip(2).all(|s| n(s, "streams") > 0),
@@ -565,11 +570,19 @@ fn a_killed_run_leaves_what_it_measured() {
         .spawn()
         .unwrap();
     let downloads = out_dir.join("downloads.csv");
+    // run.json is replaced whole (written aside, then renamed), so it always parses.
+    let samples = || {
+        fs::read_to_string(out_dir.join("run.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|r| r["state"].as_array().map(Vec::len))
+            .unwrap_or(0)
+    };
     let started = std::time::Instant::now();
-    while fs::read_to_string(&downloads).map_or(0, |t| t.lines().count()) < 100 {
+    while fs::read_to_string(&downloads).map_or(0, |t| t.lines().count()) < 100 || samples() < 2 {
         assert!(
             started.elapsed().as_secs() < 120,
-            "no downloads written within 2 minutes"
+            "no downloads and state samples written within 2 minutes"
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
@@ -582,6 +595,14 @@ fn a_killed_run_leaves_what_it_measured() {
         .as_str()
         .unwrap()
         .contains("did not finish"));
+    // How far it got, and at what cost, as of its last state sample.
+    let last = run["state"].as_array().unwrap().last().unwrap().clone();
+    assert!(run["sim_seconds"].as_f64().unwrap() >= 20.0, "{run}");
+    assert_eq!(run["sim_seconds"], last["sim_s"]);
+    assert!(run["events"].as_u64().unwrap() > 0);
+    assert_eq!(run["events"], last["events"]);
+    assert!(run["wall_seconds"].as_f64().unwrap() > 0.0);
+    assert!(run["peak_rss_bytes"].as_u64().unwrap() > 0);
     for file in ["downloads.csv", "relays.csv", "circuits.csv"] {
         let text = fs::read_to_string(out_dir.join(file)).unwrap();
         let columns = text.lines().next().unwrap().split(',').count();

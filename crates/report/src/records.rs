@@ -253,6 +253,11 @@ pub struct StateSample {
     pub wall_s: f64,
     /// Resident memory of the process then (Linux `VmRSS`; 0 where unavailable).
     pub rss_bytes: u64,
+    /// Events the engine had handled since the run began (the same for any thread count):
+    /// with `wall_s`, the cost of each stretch of a long run in events per simulated second
+    /// and per wall second, even if the run is killed before its end.
+    #[serde(default)]
+    pub events: u64,
     /// Events waiting in the engine: timers, packets in flight, messages between hosts.
     pub pending_events: u64,
     /// Channels clients hold to their guards.

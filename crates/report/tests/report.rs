@@ -553,6 +553,7 @@ fn a_counted_run_plots_its_memory_and_names_what_it_held() {
             sim_s: 10.0 * i as f64,
             wall_s: i as f64,
             rss_bytes: (i * 100) << 20,
+            events: 5_000_000 * i,
             pending_events: 1_000 * i,
             client_channels: 6,
             relay_channels: 2 * 17,
@@ -574,9 +575,10 @@ fn a_counted_run_plots_its_memory_and_names_what_it_held() {
     assert!(
         html.contains(
             "at 30 s: 15 client circuits, 6 client channels, 17 relay-to-relay channels, 58 \
-             sockets, 3000 pending events, 15 cells queued at relays"
+             sockets, 3000 pending events, 15 cells queued at relays, 0.5 M events per \
+             simulated second and 5.0 M per wall second since 20 s"
         ),
-        "the caption names what the network held last"
+        "the caption names what the network held last, and what the last stretch cost"
     );
     // Without a count, no memory figure.
     let bare = TempDir::new("state-none");
