@@ -3,7 +3,9 @@
 #
 # Part 1, per size: RUNS runs on 2 threads; prints wall time per simulated minute (over the
 # whole run and over the part after bootstrap, from run.json's progress samples), events per
-# second, peak memory and relay goodput, and their medians.
+# second, events per simulated second over the last 10 simulated seconds (what a simulated
+# second of the loaded network costs, from run.json's state samples), peak memory and relay
+# goodput, and their medians.
 # Part 2, the full network's thread scaling: 1 thread, 2 threads with work stealing, 2
 # threads without it and 2 threads without spans (every host round by round; plus any THREADS
 # given, e.g. 4 8 16 on a bigger machine, with and without stealing), interleaved RUNS times

@@ -26,6 +26,13 @@ def figures(path):
     after = None
     if wall_at_boot is not None and sim > boot:
         after = (wall - wall_at_boot) / ((sim - boot) / 60)
+    # What a simulated second costs once the network is loaded: events per simulated second
+    # between the last two state samples (run.json files before f15290c count no events).
+    state = [x for x in r.get("state", []) if x.get("events")]
+    events_per_sim_s_last = None
+    if len(state) >= 2 and state[-1]["sim_s"] > state[-2]["sim_s"]:
+        a, b = state[-2], state[-1]
+        events_per_sim_s_last = (b["events"] - a["events"]) / (b["sim_s"] - a["sim_s"])
     goodput = None
     try:
         m = re.search(r"Total relay goodput: ([0-9.]+) MiB/s", open(f"{path}/summary.txt").read())
@@ -51,6 +58,7 @@ def figures(path):
         "wall_per_sim_min_after_bootstrap": after,
         "events": r["events"],
         "events_per_sec": r["events_per_sec"],
+        "events_per_sim_s_last": events_per_sim_s_last,
         "peak_rss_mib": r["peak_rss_bytes"] / 2**20,
         "relay_goodput_mib_s": goodput,
         "stolen": sum(w.get("stolen", 0) for w in r.get("workers", [])),
@@ -82,12 +90,14 @@ def main():
     elif cmd == "sizes":
         out, runs, sizes = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
         print("size relays client_hosts users threads sim_min wall_per_sim_min "
-              "wall_per_sim_min_after_bootstrap events_per_sec peak_rss_mib relay_goodput_mib_s "
+              "wall_per_sim_min_after_bootstrap events_per_sec events_per_sim_s_last "
+              "peak_rss_mib relay_goodput_mib_s "
               "(medians of", runs, "runs)")
         for size in sizes:
             fs = [figures(f"{out}/{size}-2-{i}") for i in range(1, runs + 1)]
             keys = ["sim_min", "wall_per_sim_min", "wall_per_sim_min_after_bootstrap",
-                    "events_per_sec", "peak_rss_mib", "relay_goodput_mib_s"]
+                    "events_per_sec", "events_per_sim_s_last", "peak_rss_mib",
+                    "relay_goodput_mib_s"]
             fixed = [fs[0][k] for k in ("relays", "client_hosts", "users", "threads")]
             print(size, *map(fmt, fixed), *(fmt(median(f[k] for f in fs)) for k in keys))
     elif cmd == "scaling":
