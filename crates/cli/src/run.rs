@@ -651,7 +651,6 @@ pub(crate) fn interrupt_requested() -> bool {
     INTERRUPT_REQUESTED.load(Ordering::Relaxed)
 }
 
-/// Adds one leg of a run to the totals so far.
 /// Puts the run's totals so far in `info`: its simulated and wall time, events, memory and
 /// workers. Written after every leg as well as at the end, so that the run.json of a run
 /// killed outright (SIGKILL, the machine going away) still says how far it got and at what
@@ -678,6 +677,7 @@ fn record_totals(info: &mut RunInfo, totals: &RunStats, sim_time: SimTime, wall:
         .collect();
 }
 
+/// Adds one leg of a run to the totals so far.
 fn add_stats(totals: &mut RunStats, leg: &RunStats) {
     totals.events += leg.events;
     totals.rounds += leg.rounds;
