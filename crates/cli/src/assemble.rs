@@ -128,6 +128,7 @@ pub fn tor_network(
         net: NetworkConfig {
             lookahead_floor: scenario.network.lookahead_floor.0,
             down_queue_time: scenario.network.down_queue.0,
+            segment_offload: scenario.network.segment_offload,
             quic: quic_config(&scenario.tor),
             impairments,
             ..NetworkConfig::default()

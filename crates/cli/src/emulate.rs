@@ -66,6 +66,15 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
                 args.bootstrap_timeout
             ))
         })?;
+    if scenario.network.segment_offload {
+        // The emulator forwards every packet itself and needs wire-sized frames, so it turns
+        // the kernel's offloads off on every interface.
+        eprintln!(
+            "warning: {}: network.segment_offload is for simulations; the emulation sends \
+             every segment as a packet of its own, as the simulation does without it",
+            scenario.source.display()
+        );
+    }
     let (graph, plan) = resolve(&scenario)?;
     let layout = onionlab_emulate::prepare(&plan, &graph).map_err(|e| match e {
         Error::Input(m) | Error::Setup(m) => Failure::input(format!(

@@ -1012,6 +1012,61 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// `network.segment_offload` keeps the determinism contract (1, 2 and 3 threads, stealing
+/// on and off), finishes about as many downloads, costs fewer events, and is recorded in
+/// run.json's scenario.
+#[test]
+fn segment_offload_gives_identical_results_on_any_thread_count_in_fewer_events() {
+    let dir = tmp("offload");
+    let plain = tiny_file(&dir);
+    let offload = dir.join("tiny-offload.yaml");
+    let text = TINY.replace(
+        "network: { graph: builtin,",
+        "network: { segment_offload: true, graph: builtin,",
+    );
+    assert_ne!(text, TINY);
+    fs::write(&offload, text).unwrap();
+    let on = identical_runs(
+        offload.to_str().unwrap(),
+        &[],
+        &ANY_THREADS,
+        &dir.join("on"),
+    );
+    let off = identical_runs(
+        plain.to_str().unwrap(),
+        &[],
+        &[("1", true)],
+        &dir.join("off"),
+    );
+    let run = |out_dir: &Path| -> serde_json::Value {
+        serde_json::from_slice(&fs::read(out_dir.join("run.json")).unwrap()).unwrap()
+    };
+    let (on_run, off_run) = (run(&on[0]), run(&off[0]));
+    assert_eq!(on_run["scenario"]["network"]["segment_offload"], true);
+    assert!(off_run["scenario"]["network"]
+        .get("segment_offload")
+        .is_none());
+    let events = |r: &serde_json::Value| r["events"].as_u64().unwrap();
+    assert!(
+        events(&on_run) < events(&off_run) * 9 / 10,
+        "{} events with offload, {} without",
+        events(&on_run),
+        events(&off_run)
+    );
+    let downloads = |out_dir: &Path| {
+        fs::read_to_string(out_dir.join("downloads.csv"))
+            .unwrap()
+            .lines()
+            .count() as f64
+    };
+    let (a, b) = (downloads(&on[0]), downloads(&off[0]));
+    assert!(
+        (a - b).abs() <= 0.1 * b,
+        "{a} downloads with offload, {b} without"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_one_percent_network_gives_identical_results_on_any_thread_count_with_or_without_stealing_and_spans(
 ) {

@@ -68,6 +68,29 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Queues `n` packets of `bytes` each that reach the link at the same instant (an
+    /// offloaded packet's segments), first in, first out: those that find the queue full are
+    /// dropped and counted, the tail of the batch, as each waits behind the ones before it.
+    /// Returns how many were kept and when the last kept one leaves.
+    pub fn enqueue_batch(&mut self, now: SimTime, bytes: u32, n: u16) -> (u16, Option<SimTime>) {
+        let mut last = None;
+        let mut kept = 0;
+        for _ in 0..n {
+            match self.enqueue(now, bytes) {
+                Some(done) => {
+                    last = Some(done);
+                    kept += 1;
+                }
+                None => break,
+            }
+        }
+        // Nothing drains at one instant: the rest of the batch finds the queue full too.
+        self.drops += u64::from(n - kept).saturating_sub(u64::from(kept < n));
+        (kept, last)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +111,23 @@ mod tests {
         assert_eq!(link.time_backlog_falls_to(1000), 3_000_000);
         // An idle link starts sending at once.
         assert_eq!(link.enqueue(millis(10), 500), Some(millis(10) + 500_000));
+    }
+
+    #[test]
+    fn a_batch_keeps_what_fits_and_drops_its_tail() {
+        let mut link = Link::new(8_000_000, 3000);
+        // Four of 1000 bytes fit (the fourth finds 3000 waiting, not more); the other two
+        // find the queue full.
+        assert_eq!(link.enqueue_batch(0, 1000, 6), (4, Some(4_000_000)));
+        assert_eq!((link.drops, link.packets, link.bytes), (2, 4, 4000));
+        // Nothing fits now.
+        assert_eq!(link.enqueue_batch(0, 1000, 3), (0, None));
+        assert_eq!(link.drops, 5);
+        // As many packets one by one: the same times and counts.
+        let mut one = Link::new(8_000_000, 3000);
+        let singles: Vec<_> = (0..6).map(|_| one.enqueue(0, 1000)).collect();
+        assert_eq!(singles[3], Some(4_000_000));
+        assert_eq!(singles[4], None);
+        assert_eq!((one.drops, one.packets), (2, 4));
     }
 }

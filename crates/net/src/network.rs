@@ -38,6 +38,13 @@ pub struct NetworkConfig {
     /// TCP sockets stop handing segments to the upstream link while more than this many bytes
     /// wait there, as Linux's qdisc back-pressure does; they resume at half of it.
     pub up_tcp_backlog: u64,
+    /// Segmentation offload, as Linux hosts do it by default (TSO or GSO when sending, GRO
+    /// when receiving): a TCP socket's data segments that leave back to back, with the same
+    /// headers and consecutive sequence numbers, travel as one packet of up to
+    /// [`MAX_OFFLOAD_SEGMENTS`] segments, serialised on each link as their sum and delivered
+    /// together when the last of them has arrived. Each segment is still lost on the path on
+    /// its own. Off, every segment is a packet of its own.
+    pub segment_offload: bool,
     pub tcp: TcpConfig,
     pub quic: QuicConfig,
     /// Extra loss between chosen hosts, on top of their paths' own (an experiment that
@@ -45,6 +52,10 @@ pub struct NetworkConfig {
     /// clean).
     pub impairments: Vec<Impairment>,
 }
+
+/// The most segments one offloaded packet carries: 64 KiB of payload, Linux's largest GSO
+/// packet, in segments of the usual 1,448 bytes.
+pub const MAX_OFFLOAD_SEGMENTS: u16 = 44;
 
 /// Loss between two sets of hosts: every packet from a host of one set to a host of the
 /// other, in either direction, is dropped with probability `loss`, independently of the
@@ -72,6 +83,7 @@ impl Default for NetworkConfig {
             down_queue_min_bytes: 64 * 1024,
             up_queue_bytes: 1 << 20,
             up_tcp_backlog: 64 * 1024,
+            segment_offload: false,
             tcp: TcpConfig::default(),
             quic: QuicConfig::default(),
             impairments: Vec::new(),

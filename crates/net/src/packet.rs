@@ -20,6 +20,33 @@ pub struct Packet<M> {
     pub body: PacketBody<M>,
 }
 
+impl<M> Packet<M> {
+    /// Wire packets this one stands for: 1, but a TCP packet under segmentation offload
+    /// (`NetworkConfig::segment_offload`) carries `wire_bytes / segment.wire_bytes()`
+    /// segments, its `segment` the first, the others of the same length and headers and
+    /// following it in sequence space. The count is not a field of its own because every
+    /// packet in flight is an event, and a field of two bytes would make every event eight
+    /// bytes larger.
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        match &self.body {
+            PacketBody::Tcp(t) => segments_in(self.wire_bytes, &t.segment),
+            _ => 1,
+        }
+    }
+}
+
+/// Segments of `segment`'s size in a TCP packet of `wire_bytes` (see `Packet::segments`).
+#[inline]
+pub(crate) fn segments_in(wire_bytes: u32, segment: &TcpSegment) -> u16 {
+    let one = segment.wire_bytes();
+    if wire_bytes == one {
+        1
+    } else {
+        (wire_bytes / one) as u16
+    }
+}
+
 /// Every packet in flight is an engine event, and events are as large as their largest kind,
 /// so the rare QUIC datagram (the `quic` relay design only), twice the size of a TCP segment's
 /// header fields, lives out of line: inline it made every event of every design 40% larger

@@ -20,8 +20,10 @@ use onionlab_tcp::{
 use rand::RngExt;
 
 use crate::link::Link;
-use crate::network::Network;
-use crate::packet::{Packet, PacketBody, SocketAddr, TcpPacket, UdpDatagram, UDP_HEADER_BYTES};
+use crate::network::{Network, MAX_OFFLOAD_SEGMENTS};
+use crate::packet::{
+    segments_in, Packet, PacketBody, SocketAddr, TcpPacket, UdpDatagram, UDP_HEADER_BYTES,
+};
 use crate::pipe::ConnPipes;
 use crate::topology::Path;
 use crate::NetError;
@@ -627,17 +629,30 @@ impl<M: Send + 'static> NetStack<M> {
     /// Handles one of the stack's own events.
     pub fn handle<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, event: NetEvent<M>) {
         match event {
-            NetEvent::Arrive(packet) => {
+            NetEvent::Arrive(mut packet) => {
+                let n = packet.segments();
+                if n > 1 {
+                    // An offloaded packet's segments queue one by one; those that find the
+                    // queue full are dropped, and the rest go on as one packet.
+                    let each = packet.wire_bytes / u32::from(n);
+                    let (kept, done) = self.down.enqueue_batch(ctx.now(), each, n);
+                    if let Some(done) = done {
+                        packet.wire_bytes = each * u32::from(kept);
+                        ctx.schedule_at(done, E::from(NetEvent::Deliver(packet)));
+                    }
+                    return;
+                }
                 if let Some(done) = self.down.enqueue(ctx.now(), packet.wire_bytes) {
                     ctx.schedule_at(done, E::from(NetEvent::Deliver(packet)));
                 }
             }
             NetEvent::Deliver(packet) => {
-                self.stats.packets_received += 1;
+                let n = packet.segments();
+                self.stats.packets_received += u64::from(n);
                 self.stats.bytes_received += packet.wire_bytes as u64;
                 let from = packet.src;
                 match packet.body {
-                    PacketBody::Tcp(tcp) => self.receive_tcp(ctx, from, tcp),
+                    PacketBody::Tcp(tcp) => self.receive_tcp(ctx, from, tcp, n),
                     PacketBody::Quic(d) => self.receive_quic(ctx, from, d),
                     PacketBody::Udp(d) => {
                         if self.udp_ports.contains(&d.dst_port) {
@@ -699,6 +714,7 @@ impl<M: Send + 'static> NetStack<M> {
         ctx: &mut Context<'_, E>,
         from: HostId,
         mut packet: TcpPacket<M>,
+        segments: u16,
     ) {
         let now = ctx.now();
         let seg = &packet.segment;
@@ -735,7 +751,13 @@ impl<M: Send + 'static> NetStack<M> {
         if s.peer_socket.is_none() {
             s.peer_socket = Some(packet.src_socket);
         }
-        s.conn.on_segment(now, &packet.segment);
+        // An offloaded packet's segments, in order, before the socket answers: like GRO,
+        // which hands the stack one packet for them, so one ACK covers them all.
+        let mut segment = packet.segment;
+        for _ in 0..segments {
+            s.conn.on_segment(now, &segment);
+            segment.seq += u64::from(segment.len);
+        }
         self.drive(ctx, id);
     }
 
@@ -860,41 +882,140 @@ impl<M: Send + 'static> NetStack<M> {
     fn send_segments<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
         let now = ctx.now();
         let limit = self.net.config.up_tcp_backlog;
+        // Under segmentation offload, the most segments one packet takes now.
+        let offload = match self.slots[id.slot as usize].socket.as_ref() {
+            Some(Socket::Tcp(s)) if self.net.config.segment_offload => {
+                s.conn.offload_segments(MAX_OFFLOAD_SEGMENTS)
+            }
+            _ => 0,
+        };
+        // Under segmentation offload: data segments gathered to leave as one packet, the
+        // first and how many.
+        let mut gathered: Option<(TcpSegment, u16)> = None;
         loop {
             let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() else {
                 unreachable!("slot {} holds no TCP socket", id.slot)
             };
             if s.waiting_for_link {
-                return;
+                break;
             }
+            let held =
+                gathered.map_or(0, |(first, n)| u64::from(first.wire_bytes()) * u64::from(n));
             // A closed socket flushes its last segments (RST, final ACK) regardless.
-            if self.up.backlog_bytes(now) > limit && s.conn.state() != TcpState::Closed {
+            if self.up.backlog_bytes(now) + held > limit && s.conn.state() != TcpState::Closed {
                 s.waiting_for_link = true;
                 self.link_waiters.push_back(id);
                 self.arm_up_ready(ctx);
-                return;
+                break;
             }
             let Some(segment) = s.conn.poll_transmit(now) else {
-                return;
+                break;
             };
-            let body = PacketBody::Tcp(TcpPacket {
-                src_port: s.local_port,
-                dst_port: s.peer_port,
-                src_socket: id,
-                dst_socket: s.peer_socket,
-                segment,
-                pipes: s
-                    .peer_socket
-                    .is_none()
-                    .then(|| s.pipes.clone())
-                    .filter(|_| segment.flags.contains(TcpFlags::SYN)),
-            });
-            let (peer, path, after) = (s.peer, s.path, s.last_arrival);
-            let sent = self.transmit(ctx, peer, path, segment.wire_bytes(), body, after);
-            if let Sent::Arrives(at) = sent {
-                if let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() {
-                    s.last_arrival = at;
+            let knows_peer = s.peer_socket.is_some();
+            if offload < 2 {
+                self.send_packet(ctx, id, segment, 1, false);
+                continue;
+            }
+            if let Some((first, n)) = gathered.as_mut() {
+                if *n < offload && follows(first, *n, &segment) {
+                    *n += 1;
+                    continue;
                 }
+            }
+            if let Some((first, n)) = gathered.take() {
+                self.send_offloaded(ctx, id, first, n);
+            }
+            // Handshake and closing segments, and pure ACKs, go as they are.
+            let joinable = segment.len > 0
+                && knows_peer
+                && !segment.flags.contains(TcpFlags::SYN)
+                && !segment.flags.contains(TcpFlags::FIN)
+                && !segment.flags.contains(TcpFlags::RST);
+            if joinable {
+                gathered = Some((segment, 1));
+            } else {
+                self.send_packet(ctx, id, segment, 1, false);
+            }
+        }
+        if let Some((first, n)) = gathered {
+            self.send_offloaded(ctx, id, first, n);
+        }
+    }
+
+    /// Sends `n` gathered segments from `first` on. Each is lost on the path on its own, in
+    /// sequence order, and a lost one splits the packet: the segments before it leave as one
+    /// packet, and it still takes its time on the upstream link.
+    fn send_offloaded<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        id: SocketId,
+        first: TcpSegment,
+        n: u16,
+    ) {
+        let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_ref() else {
+            unreachable!("slot {} holds no TCP socket", id.slot)
+        };
+        let loss = s.path.loss;
+        let mut start = first;
+        let mut next = first;
+        let mut run = 0;
+        for _ in 0..n {
+            if loss > 0.0 && ctx.rng().random::<f64>() < loss {
+                if run > 0 {
+                    self.send_packet(ctx, id, start, run, true);
+                }
+                if self.up.enqueue(ctx.now(), next.wire_bytes()).is_some() {
+                    self.stats.packets_sent += 1;
+                    self.stats.bytes_sent += u64::from(next.wire_bytes());
+                    self.stats.path_losses += 1;
+                }
+                run = 0;
+                next.seq += u64::from(next.len);
+                start = next;
+                continue;
+            }
+            run += 1;
+            next.seq += u64::from(next.len);
+        }
+        if run > 0 {
+            self.send_packet(ctx, id, start, run, true);
+        }
+    }
+
+    /// Puts `n` segments from `segment` on the wire as one packet (`n` is 1 but under
+    /// segmentation offload). `rolled`: the caller has already rolled the path's loss for
+    /// each segment, and these were kept.
+    fn send_packet<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        id: SocketId,
+        segment: TcpSegment,
+        n: u16,
+        rolled: bool,
+    ) {
+        let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() else {
+            unreachable!("slot {} holds no TCP socket", id.slot)
+        };
+        let body = PacketBody::Tcp(TcpPacket {
+            src_port: s.local_port,
+            dst_port: s.peer_port,
+            src_socket: id,
+            dst_socket: s.peer_socket,
+            segment,
+            pipes: s
+                .peer_socket
+                .is_none()
+                .then(|| s.pipes.clone())
+                .filter(|_| segment.flags.contains(TcpFlags::SYN)),
+        });
+        let (peer, mut path, after) = (s.peer, s.path, s.last_arrival);
+        if rolled {
+            path.loss = 0.0;
+        }
+        let wire_bytes = segment.wire_bytes() * u32::from(n);
+        if let Sent::Arrives(at) = self.transmit(ctx, peer, path, wire_bytes, body, after) {
+            if let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() {
+                s.last_arrival = at;
             }
         }
     }
@@ -948,7 +1069,10 @@ impl<M: Send + 'static> NetStack<M> {
         let Some(departed) = self.up.enqueue(ctx.now(), wire_bytes) else {
             return Sent::Dropped;
         };
-        self.stats.packets_sent += 1;
+        self.stats.packets_sent += match &body {
+            PacketBody::Tcp(t) => u64::from(segments_in(wire_bytes, &t.segment)),
+            _ => 1,
+        };
         self.stats.bytes_sent += wire_bytes as u64;
         let rng = ctx.rng();
         if path.loss > 0.0 && rng.random::<f64>() < path.loss {
@@ -970,6 +1094,15 @@ impl<M: Send + 'static> NetStack<M> {
         ctx.send(dst, at, E::from(NetEvent::Arrive(packet)));
         Sent::Arrives(at)
     }
+}
+
+/// Whether `segment` can join the `n` gathered segments from `first` in one offloaded packet:
+/// the next in sequence, of the same length, with the same headers (acknowledgment, window,
+/// flags, SACK blocks), as the receiver must rebuild each from the first.
+fn follows(first: &TcpSegment, n: u16, segment: &TcpSegment) -> bool {
+    let mut same = *segment;
+    same.seq = first.seq;
+    segment.seq == first.seq + u64::from(first.len) * u64::from(n) && same == *first
 }
 
 /// What became of a packet put on the wire.

@@ -126,6 +126,11 @@ pub struct NetworkSection {
     pub lookahead_floor: Duration,
     #[serde(default = "default_down_queue")]
     pub down_queue: Duration,
+    /// Segmentation offload (TSO/GSO and GRO, as Linux hosts do by default): a TCP socket's
+    /// back-to-back data segments travel as one packet. Off by default, so that results made
+    /// before it existed stay as they were.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub segment_offload: bool,
     /// Extra loss between chosen hosts (one link of a circuit), on top of the paths' own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub impairments: Vec<ImpairmentSpec>,
@@ -146,6 +151,12 @@ fn default_graph() -> String {
     "builtin".into()
 }
 
+/// Keeps a switch that is off out of a written scenario (and so out of run.json), as it was
+/// before the switch existed.
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn default_down_queue() -> Duration {
     Duration::from_millis(100)
 }
@@ -157,6 +168,7 @@ impl Default for NetworkSection {
             builtin: None,
             lookahead_floor: Duration(0),
             down_queue: default_down_queue(),
+            segment_offload: false,
             impairments: Vec::new(),
         }
     }

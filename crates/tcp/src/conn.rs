@@ -1121,6 +1121,25 @@ impl TcpConnection {
 
     // ---------------------------------------------------------------- introspection
 
+    /// How many segments Linux would hand its NIC as one under TSO/GSO on this connection now
+    /// (`tcp_tso_autosize`): what the connection's pacing rate sends in 1/1024 s, at least
+    /// two segments and at most `max`. The pacing rate is the window per smoothed round trip
+    /// times 2 in slow start and 1.2 after (`tcp_pacing_ss_ratio`, `tcp_pacing_ca_ratio`), so
+    /// a slow flow's bursts stay small and a fast one's reach 64 KiB.
+    pub fn offload_segments(&self, max: u16) -> u16 {
+        let srtt = self.rtt.srtt;
+        if srtt == 0 {
+            return max.min(2);
+        }
+        let percent: u128 = if self.cc.in_slow_start() { 200 } else { 120 };
+        let bytes =
+            u128::from(self.cc.cwnd) * percent * 1_000_000_000 / (100 * 1024 * u128::from(srtt));
+        let segments = bytes / u128::from(self.mss().max(1));
+        segments
+            .clamp(2, u128::from(max.max(2)))
+            .min(u128::from(max)) as u16
+    }
+
     pub fn info(&self) -> TcpInfo {
         let mss = self.mss();
         let data_start = self.snd.iss + 1;
