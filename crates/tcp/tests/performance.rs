@@ -201,3 +201,37 @@ fn buffers_autotune_on_high_bdp_path() {
     println!("without autotuning: {:.2} Mbit/s", fixed / 1e6);
     assert!(fixed < 0.3 * bps);
 }
+
+/// TSO sizing (`TcpConnection::offload_segments`, Linux's `tcp_tso_autosize`): about a
+/// millisecond of the flow's pacing rate per packet, so a flow at 10 Mbit/s sends a few
+/// segments at a time and one at 500 Mbit/s the most the caller allows.
+#[test]
+fn offload_packets_hold_about_a_millisecond_of_the_flows_rate() {
+    let cfg = TcpConfig::default();
+    let sized = |rate: u64| {
+        let one_way = 10 * MS;
+        let fwd = LinkConfig::new(rate, one_way, bdp(rate, 2 * one_way));
+        let rev = LinkConfig::new(rate, one_way, 1 << 20);
+        let (got, s) = bulk(&cfg, 1, fwd, rev, 3, 5 * SEC, 10 * SEC);
+        let bps = goodput_bps(got[0], 5 * SEC, 10 * SEC);
+        let conn = s.conn(0);
+        let info = conn.info();
+        // What the pacing rate sends in 1/1024 s, from the window and the smoothed RTT.
+        let pacing = info.cwnd as f64 * info.mss as f64 * 1.2 / (info.srtt as f64 / 1e9);
+        let expect = pacing / 1024.0 / info.mss as f64;
+        println!(
+            "{} Mbit/s: goodput {:.1} Mbit/s, {} segments per packet (about {expect:.1}); {info:?}",
+            rate / 1_000_000,
+            bps / 1e6,
+            conn.offload_segments(44)
+        );
+        (conn.offload_segments(44), conn.offload_segments(1), expect)
+    };
+    let (slow, _, expect) = sized(10_000_000);
+    assert!(expect < 5.0, "{expect}");
+    assert_eq!(slow, (expect.floor() as u16).max(2));
+    let (fast, capped, expect) = sized(500_000_000);
+    assert!(expect > 44.0, "{expect}");
+    assert_eq!(fast, 44);
+    assert_eq!(capped, 1, "never more than the caller allows");
+}
