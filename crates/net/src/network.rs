@@ -40,9 +40,10 @@ pub struct NetworkConfig {
     pub up_tcp_backlog: u64,
     /// Segmentation offload, as Linux hosts do it by default (TSO or GSO when sending, GRO
     /// when receiving): a TCP socket's data segments that leave back to back, with the same
-    /// headers and consecutive sequence numbers, travel as one packet of up to
-    /// [`MAX_OFFLOAD_SEGMENTS`] segments, serialised on each link as their sum and delivered
-    /// together when the last of them has arrived. Each segment is still lost on the path on
+    /// headers and consecutive sequence numbers, travel as one packet, sized as Linux sizes
+    /// its TSO packets (`TcpConnection::offload_segments`, at most [`MAX_OFFLOAD_SEGMENTS`]),
+    /// serialised on each link as their sum and delivered together when the last of them has
+    /// arrived. Each segment is still lost on the path on
     /// its own. Off, every segment is a packet of its own.
     pub segment_offload: bool,
     pub tcp: TcpConfig,
