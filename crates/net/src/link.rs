@@ -66,9 +66,7 @@ impl Link {
         self.bytes += bytes as u64;
         Some(self.busy_until)
     }
-}
 
-impl Link {
     /// Queues `n` packets of `bytes` each that reach the link at the same instant (an
     /// offloaded packet's segments), first in, first out: those that find the queue full are
     /// dropped and counted, the tail of the batch, as each waits behind the ones before it.

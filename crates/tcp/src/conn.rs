@@ -1135,9 +1135,7 @@ impl TcpConnection {
         let bytes =
             u128::from(self.cc.cwnd) * percent * 1_000_000_000 / (100 * 1024 * u128::from(srtt));
         let segments = bytes / u128::from(self.mss().max(1));
-        segments
-            .clamp(2, u128::from(max.max(2)))
-            .min(u128::from(max)) as u16
+        segments.max(2).min(u128::from(max)) as u16
     }
 
     pub fn info(&self) -> TcpInfo {
