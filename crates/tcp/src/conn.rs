@@ -1131,11 +1131,21 @@ impl TcpConnection {
         if srtt == 0 {
             return max.min(2);
         }
-        let percent: u128 = if self.cc.in_slow_start() { 200 } else { 120 };
-        let bytes =
-            u128::from(self.cc.cwnd) * percent * 1_000_000_000 / (100 * 1024 * u128::from(srtt));
-        let segments = bytes / u128::from(self.mss().max(1));
-        segments.max(2).min(u128::from(max)) as u16
+        let percent = if self.cc.in_slow_start() { 200 } else { 120 };
+        // cwnd × percent/100 bytes per srtt nanoseconds, for 1/1024 s, in segments: one
+        // division, in 64 bits for any real window and round trip (a 128-bit division, a
+        // library call, was a visible part of sending when offload is on).
+        let num = self.cc.cwnd.checked_mul(percent * 10_000_000);
+        let den = (1024 * self.mss().max(1)).checked_mul(srtt);
+        let segments = match (num, den) {
+            (Some(num), Some(den)) => num / den,
+            _ => {
+                let num = u128::from(self.cc.cwnd) * u128::from(percent) * 10_000_000;
+                let den = 1024 * u128::from(self.mss().max(1)) * u128::from(srtt);
+                (num / den).min(u128::from(u64::MAX)) as u64
+            }
+        };
+        segments.max(2).min(u64::from(max)) as u16
     }
 
     pub fn info(&self) -> TcpInfo {
