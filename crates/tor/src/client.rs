@@ -117,8 +117,11 @@ struct Circuit {
     started: SimTime,
     build: Option<SimDuration>,
     first_used: Option<SimTime>,
-    /// Downloads on this circuit (streams or waiting for it to open).
-    downloads: Vec<u32>,
+    /// Downloads on this circuit (streams or waiting for it to open), each with its stream
+    /// id once begun on this circuit (0 before: ids start at 1). The id sits here rather than
+    /// only in the download so that finding a cell's stream reads this list alone, not every
+    /// download of the circuit (a `markov` user's circuit carries many at once).
+    downloads: Vec<(u32, u16)>,
     /// The isolation key of the streams it carries, taken from the first one attached (a
     /// clean circuit takes any), as tor binds a circuit to its first stream's isolation.
     isolation: Option<u32>,
@@ -202,6 +205,9 @@ pub struct Client {
     /// launched by each user in turn.
     next_user: u32,
     channels: Vec<Channel>,
+    /// The channel last opened on each socket slot of the host's stack (`u32::MAX`: none), so
+    /// that each cell finds its channel at once: a `markov` host has a channel per user.
+    channel_by_slot: Vec<u32>,
     circuits: Vec<Option<Circuit>>,
     free_circuits: Vec<u32>,
     circuit_generation: u32,
@@ -253,6 +259,7 @@ impl Client {
             guards: Vec::new(),
             next_user: 0,
             channels: Vec::new(),
+            channel_by_slot: Vec::new(),
             circuits: Vec::new(),
             free_circuits: Vec::new(),
             circuit_generation: 0,
@@ -314,8 +321,16 @@ impl Client {
         }
     }
 
+    /// The channel on `socket`. Socket ids are never given out twice (a reused slot has a
+    /// new generation), so at most one channel has it; the table misses only for a socket
+    /// whose slot a newer channel took, which the search then finds.
     fn channel_of(&self, socket: SocketId) -> Option<usize> {
-        self.channels.iter().position(|c| c.socket == socket)
+        match self.channel_by_slot.get(socket.slot as usize) {
+            Some(&ch) if ch != u32::MAX && self.channels[ch as usize].socket == socket => {
+                Some(ch as usize)
+            }
+            _ => self.channels.iter().position(|c| c.socket == socket),
+        }
     }
 
     // --- the workload ---
@@ -441,7 +456,7 @@ impl Client {
             },
         };
         let c = self.circuits[circ as usize].as_mut().unwrap();
-        c.downloads.push(dl);
+        c.downloads.push((dl, 0));
         c.isolation.get_or_insert(key);
         let d = self.downloads[dl as usize].as_mut().unwrap();
         d.circ = Some(circ);
@@ -489,6 +504,9 @@ impl Client {
         c.next_stream = c.next_stream.wrapping_add(1).max(1);
         c.streams_opened += 1;
         let stream_id = c.next_stream;
+        if let Some(entry) = c.downloads.iter_mut().find(|(x, _)| *x == dl) {
+            entry.1 = stream_id;
+        }
         let d = self.downloads[dl as usize].as_mut().unwrap();
         d.stream_id = stream_id;
         d.state = DlState::Connecting;
@@ -525,7 +543,7 @@ impl Client {
         let mut circuit = None;
         if let Some(circ) = d.circ {
             if let Some(c) = self.circuits[circ as usize].as_mut() {
-                c.downloads.retain(|&x| x != dl);
+                c.downloads.retain(|&(x, _)| x != dl);
                 path = Some(c.path);
                 build = c.build;
                 circuit = Some(c.id);
@@ -599,7 +617,7 @@ impl Client {
                 // A failed channel's slot, once its last circuit is gone, so that a client
                 // whose channels fail again and again keeps a table as large as its guards.
                 let dead = |c: &Channel| c.relay == usize::MAX && c.circs.count() == 0;
-                match self.channels.iter().position(dead) {
+                let ch = match self.channels.iter().position(dead) {
                     Some(ch) => {
                         self.channels[ch] = chan;
                         ch
@@ -608,7 +626,13 @@ impl Client {
                         self.channels.push(chan);
                         self.channels.len() - 1
                     }
+                };
+                let slot = socket.slot as usize;
+                if self.channel_by_slot.len() <= slot {
+                    self.channel_by_slot.resize(slot + 1, u32::MAX);
                 }
+                self.channel_by_slot[slot] = ch as u32;
+                ch
             }
         };
         self.circuit_generation += 1;
@@ -758,7 +782,7 @@ impl Client {
         let took = now - c.started;
         c.build = Some(took);
         self.cbt.add(took);
-        for dl in c.downloads.clone() {
+        for (dl, _) in c.downloads.clone() {
             self.begin(io, circ, dl);
         }
         // Streams waiting without a circuit can use this one now.
@@ -767,11 +791,12 @@ impl Client {
 
     fn download_on(&self, circ: u32, stream_id: u16) -> Option<u32> {
         let c = self.circuits[circ as usize].as_ref()?;
-        c.downloads.iter().copied().find(|&dl| {
-            self.downloads[dl as usize]
-                .as_ref()
-                .is_some_and(|d| d.stream_id == stream_id && d.state != DlState::Waiting)
-        })
+        // A download begun on this circuit is no longer waiting: it waits again only when
+        // the circuit closes and it moves to another, where it starts over at 0.
+        c.downloads
+            .iter()
+            .find(|&&(_, id)| id == stream_id && id != 0)
+            .map(|&(dl, _)| dl)
     }
 
     fn connected(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, stream_id: u16) {
@@ -857,7 +882,7 @@ impl Client {
             let mut next = None;
             for k in 0..n {
                 let i = (c.turn + k) % n;
-                let d = self.downloads[c.downloads[i] as usize].as_ref().unwrap();
+                let d = self.downloads[c.downloads[i].0 as usize].as_ref().unwrap();
                 if d.state == DlState::Sending && d.sender.can_send() {
                     next = Some(i);
                     break;
@@ -867,7 +892,7 @@ impl Client {
                 return;
             };
             c.turn = (i + 1) % n;
-            let dl = c.downloads[i];
+            let dl = c.downloads[i].0;
             let d = self.downloads[dl as usize].as_mut().unwrap();
             let mut cell = Cell::relay(0, RelayCommand::Data, 3, d.stream_id);
             if d.request_sent {
@@ -991,7 +1016,7 @@ impl Client {
             streams: c.streams_opened,
             closed: Some(now),
         });
-        for dl in c.downloads {
+        for (dl, _) in c.downloads {
             let Some(d) = self.downloads[dl as usize].as_mut() else {
                 continue;
             };
