@@ -322,8 +322,8 @@ impl Client {
     }
 
     /// The channel on `socket`. Socket ids are never given out twice (a reused slot has a
-    /// new generation), so at most one channel has it; the table misses only for a socket
-    /// whose slot a newer channel took, which the search then finds.
+    /// new generation), so at most one channel has it. The table misses only for a socket
+    /// that is no channel's or whose slot a newer channel took; the search decides those.
     fn channel_of(&self, socket: SocketId) -> Option<usize> {
         match self.channel_by_slot.get(socket.slot as usize) {
             Some(&ch) if ch != u32::MAX && self.channels[ch as usize].socket == socket => {
