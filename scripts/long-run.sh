@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs a long `onionlab run` (the full network for ten simulated minutes takes hours on a
-# laptop) so that it can be paused to disk and resumed later, after a reboot too, with CRIU
-# (checkpoint/restore in user space, https://criu.org). onionlab needs nothing for this: a run
-# is one process whose state is its memory, and a restored run carries on exactly where it
-# stopped, so its results are byte-identical to an uninterrupted run's.
+# laptop) so that it can be paused to disk and resumed later with CRIU (checkpoint/restore in
+# user space, https://criu.org). onionlab needs nothing for this: a run is one process whose
+# state is its memory, and a restored run carries on exactly where it stopped, so its results
+# are byte-identical to an uninterrupted run's.
 #
 # Usage:
 #   scripts/long-run.sh start STATE -- ONIONLAB_ARGS...   e.g.
@@ -17,7 +17,8 @@
 # its standard output and error (STATE/output.log), the checkpoint and STATE/legs.log, which
 # records when each leg started and ended. The run's own run.json counts only the time it ran:
 # it runs in a time namespace of its own, whose clocks CRIU restores, so the monotonic clock
-# it measures wall time with does not count the pause.
+# it measures wall time with does not count the pause; and in a process-id namespace of its
+# own, so restoring it never clashes with the ids of processes started since.
 #
 # Needs root and CRIU 4.0 or newer (`CRIU=/path/to/criu` to use one not on the PATH; CRIU 3.17
 # fails `criu check` on recent kernels' vDSO), and util-linux's `unshare --time`. Between
@@ -63,11 +64,15 @@ start)
     state=$(cd "$state" && pwd)
     printf '%q ' "$@" > "$state/command"
     # The run leads a session of its own (CRIU dumps a whole session, and refuses a process
-    # that is not its leader without --shell-job) in a time namespace of its own; `exec`
-    # keeps one process, whose output goes to a file no other process writes.
+    # that is not its leader without --shell-job), in a time namespace of its own (see above)
+    # and a process-id namespace of its own, so that it keeps its ids (it is 1 there) when
+    # restored beside other processes that took its old ones. `exec` keeps one process, whose
+    # output goes to a file no other process writes. The pid file gets its id outside.
     rm -f "$state/pid"
-    setsid unshare --time --fork setsid sh -c \
-        'echo $$ > "$1/pid"; log=$1/output.log; shift; exec "$@" < /dev/null > "$log" 2>&1' \
+    setsid unshare --time --pid --fork setsid sh -c '
+        while read -r key id _; do [ "$key" = NSpid: ] && echo "$id" > "$1/pid"; done \
+            < /proc/self/status
+        log=$1/output.log; shift; exec "$@" < /dev/null > "$log" 2>&1' \
         sh "$state" "$@" > /dev/null 2>&1 &
     for _ in $(seq 50); do
         [ -s "$state/pid" ] && break
@@ -84,7 +89,10 @@ pause)
     fi
     rm -rf "$state/checkpoint"
     mkdir -p "$state/checkpoint"
-    "$criu" dump -t "$(pid_of)" -D "$state/checkpoint" -o dump.log
+    if ! "$criu" dump -t "$(pid_of)" -D "$state/checkpoint" -o dump.log; then
+        echo "long-run: dump failed (the run goes on); see $state/checkpoint/dump.log" >&2
+        exit 1
+    fi
     echo "paused $(now)" >> "$state/legs.log"
     echo "long-run: paused; $(du -sh "$state/checkpoint" | cut -f1) in $state/checkpoint"
     ;;
@@ -98,10 +106,15 @@ resume)
         echo "long-run: no checkpoint in $state/checkpoint" >&2
         exit 2
     fi
-    "$criu" restore -D "$state/checkpoint" -d -o restore.log
+    # CRIU writes the restored run's id, and will not overwrite a file.
+    rm -f "$state/pid"
+    if ! "$criu" restore -D "$state/checkpoint" -d -o restore.log --pidfile "$state/pid"; then
+        echo "long-run: restore failed; see $state/checkpoint/restore.log" >&2
+        exit 1
+    fi
     # A checkpoint is restored once: the run writes on, so its files soon no longer match.
     rm -rf "$state/checkpoint"
-    echo "resumed $(now)" >> "$state/legs.log"
+    echo "resumed $(now) pid $(pid_of)" >> "$state/legs.log"
     echo "long-run: resumed, pid $(pid_of)"
     ;;
 status)
