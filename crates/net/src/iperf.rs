@@ -144,18 +144,24 @@ impl App {
                 SocketEvent::Message {
                     socket,
                     message: id,
+                    count,
                 },
             ) => {
                 let size = *message;
                 if let Some((_, r)) = conns.iter_mut().find(|(s, _)| *s == socket) {
-                    if id != r.messages && r.error.is_none() {
-                        r.error = Some(format!("message {id} arrived when {} was due", r.messages));
-                    }
-                    r.messages += 1;
-                    // Messages are whole `size` bytes except perhaps the last.
-                    if r.bytes < (r.messages - 1) * size + 1 && r.error.is_none() {
-                        r.error =
-                            Some(format!("message {id} arrived after only {} bytes", r.bytes));
+                    // Each message carries its own number, so a run of equal ones is itself
+                    // out of order.
+                    for _ in 0..count {
+                        if id != r.messages && r.error.is_none() {
+                            r.error =
+                                Some(format!("message {id} arrived when {} was due", r.messages));
+                        }
+                        r.messages += 1;
+                        // Messages are whole `size` bytes except perhaps the last.
+                        if r.bytes < (r.messages - 1) * size + 1 && r.error.is_none() {
+                            r.error =
+                                Some(format!("message {id} arrived after only {} bytes", r.bytes));
+                        }
                     }
                 }
             }

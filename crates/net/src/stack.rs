@@ -63,8 +63,13 @@ pub enum SocketEvent<M> {
     Readable(SocketId),
     /// `bytes` new in-order bytes were read (automatically, or by `read`).
     Data { socket: SocketId, bytes: u64 },
-    /// A whole message arrived (its last byte was read).
-    Message { socket: SocketId, message: M },
+    /// Whole messages arrived (their last bytes were read): `count` equal ones back to back,
+    /// which the receiver handles as that many messages, and may handle at once.
+    Message {
+        socket: SocketId,
+        message: M,
+        count: u32,
+    },
     /// Send buffer space freed up after a write found it full.
     Writable(SocketId),
     /// The peer closed its direction; everything it sent has been delivered.
@@ -209,7 +214,7 @@ pub struct NetStack<M> {
     stats: NetStats,
 }
 
-impl<M: Send + 'static> NetStack<M> {
+impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     pub fn new(host: HostId, net: Arc<Network>) -> Self {
         let links = net.host(host).clone();
         let cfg = &net.config;
@@ -571,10 +576,11 @@ impl<M: Send + 'static> NetStack<M> {
             bytes: n,
         });
         let read_offset = s.conn.delivered() - s.conn.recv_available();
-        s.in_pipe().take_through(read_offset, |message| {
+        s.in_pipe().take_through(read_offset, |message, count| {
             events.push_back(SocketEvent::Message {
                 socket: id,
                 message,
+                count,
             })
         });
         n

@@ -303,9 +303,12 @@ impl Client {
                 SocketEvent::Message {
                     socket,
                     message: Wire::Cell(cell),
+                    count,
                 } => {
                     if let Some(ch) = self.channel_of(socket) {
-                        self.handle_cell(io, ch, cell);
+                        for _ in 0..count {
+                            self.handle_cell(io, ch, cell);
+                        }
                     }
                 }
                 SocketEvent::PeerClosed(socket)

@@ -486,17 +486,32 @@ pub(crate) mod script {
                 .map(|m| m.0)
                 .sum()
         }
+        /// Like the stack: the bytes read, then the messages they complete, equal ones back to
+        /// back as one run.
         fn read(&mut self, socket: SocketId, max: u64) -> u64 {
             let mut n = 0;
+            let mut runs: Vec<(Wire, u32)> = Vec::new();
             while let Some(&(bytes, message)) = self.sockets[socket.slot as usize].inbox.front() {
                 if n + bytes > max {
                     break;
                 }
                 self.sockets[socket.slot as usize].inbox.pop_front();
                 n += bytes;
-                self.events.push_back(SocketEvent::Data { socket, bytes });
+                match runs.last_mut() {
+                    Some((last, count)) if *last == message => *count += 1,
+                    _ => runs.push((message, 1)),
+                }
+            }
+            if n > 0 {
                 self.events
-                    .push_back(SocketEvent::Message { socket, message });
+                    .push_back(SocketEvent::Data { socket, bytes: n });
+            }
+            for (message, count) in runs {
+                self.events.push_back(SocketEvent::Message {
+                    socket,
+                    message,
+                    count,
+                });
             }
             n
         }

@@ -60,26 +60,34 @@ impl Server {
         self.stack.handle(ctx, event);
         while let Some(event) = self.stack.poll_event() {
             match event {
+                // Runs of equal messages are rare here (pipelined requests of one size), and
+                // each is its own request.
                 SocketEvent::Message {
                     socket,
                     message: Wire::Request { bytes },
+                    count,
                 } => {
-                    self.take_unclaimed(socket);
-                    self.requests += 1;
-                    self.sending.push((socket, bytes as u64));
-                    self.send(ctx, socket);
+                    for _ in 0..count {
+                        self.take_unclaimed(socket);
+                        self.requests += 1;
+                        self.sending.push((socket, bytes as u64));
+                        self.send(ctx, socket);
+                    }
                 }
                 SocketEvent::Message {
                     socket,
                     message: Wire::Upload { bytes },
+                    count,
                 } => {
-                    let read = self.take_unclaimed(socket);
-                    self.uploads.push(Upload {
-                        socket,
-                        read,
-                        expected: REQUEST_BYTES + u64::from(bytes),
-                    });
-                    self.upload_read(ctx, socket, 0);
+                    for _ in 0..count {
+                        let read = self.take_unclaimed(socket);
+                        self.uploads.push(Upload {
+                            socket,
+                            read,
+                            expected: REQUEST_BYTES + u64::from(bytes),
+                        });
+                        self.upload_read(ctx, socket, 0);
+                    }
                 }
                 SocketEvent::Data { socket, bytes } => self.upload_read(ctx, socket, bytes),
                 SocketEvent::Writable(socket) => self.send(ctx, socket),

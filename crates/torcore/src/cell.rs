@@ -39,25 +39,48 @@ pub enum RelayCommand {
     Xon,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The fields are laid out with no gaps (C order, widest first), so that two cells compare as
+/// one 16-byte word: a connection's pipe compares every cell written with the one before it to
+/// find runs of equal cells, where the derived comparison tested the eight fields one by one.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct Cell {
     /// Circuit id on the channel the cell travels on.
     pub circ_id: u32,
+    /// What the payload says that the model needs: the host to extend to (EXTEND2), the
+    /// destination (BEGIN), a request's size, a DESTROY reason.
+    pub arg: u32,
+    pub stream_id: u16,
+    /// Relay payload bytes in use (RELAY_DATA: up to 498).
+    pub length: u16,
     pub command: CellCommand,
     pub relay: RelayCommand,
     /// For relay cells travelling away from the client: the hop (1 = guard) that recognises
     /// it, which in Tor follows from the layers of encryption.
     pub hop: u8,
-    pub stream_id: u16,
-    /// Relay payload bytes in use (RELAY_DATA: up to 498).
-    pub length: u16,
-    /// What the payload says that the model needs: the host to extend to (EXTEND2), the
-    /// destination (BEGIN), a request's size, a DESTROY reason.
-    pub arg: u32,
     /// On a stream's first DATA cell (the application's request): it announces an upload
     /// of `arg` bytes (a PUT) rather than asking for a download of them (a GET).
     pub upload: bool,
 }
+
+// No padding: the fields' sizes add up to the struct's, so all its 16 bytes are initialised.
+const _: () = assert!(std::mem::size_of::<Cell>() == 4 + 4 + 2 + 2 + 1 + 1 + 1 + 1);
+
+impl Cell {
+    fn word(&self) -> u128 {
+        // SAFETY: `Cell` is `repr(C)` with no padding (asserted above) and 16 bytes, so every
+        // byte is initialised and any 16 bytes are a valid `u128`.
+        unsafe { std::mem::transmute::<Cell, u128>(*self) }
+    }
+}
+
+impl PartialEq for Cell {
+    fn eq(&self, other: &Self) -> bool {
+        self.word() == other.word()
+    }
+}
+
+impl Eq for Cell {}
 
 impl Cell {
     pub fn new(circ_id: u32, command: CellCommand) -> Self {

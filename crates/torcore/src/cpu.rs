@@ -263,10 +263,15 @@ impl Work {
 
     /// One layer of relay crypto on one cell; `edge` adds the running digest.
     pub fn relay_crypt(&mut self, edge: bool) {
-        self.cipher_calls += 1;
-        self.cipher_bytes += RELAY_PAYLOAD_BYTES;
+        self.relay_crypt_cells(edge, 1);
+    }
+
+    /// One layer of relay crypto on each of `n` cells (a run of one circuit's cells).
+    pub fn relay_crypt_cells(&mut self, edge: bool, n: u64) {
+        self.cipher_calls += n;
+        self.cipher_bytes += n * RELAY_PAYLOAD_BYTES;
         if edge {
-            self.digest_bytes += RELAY_PAYLOAD_BYTES;
+            self.digest_bytes += n * RELAY_PAYLOAD_BYTES;
         }
     }
 }

@@ -172,7 +172,7 @@ pub(super) fn add_stats(s: &mut NetStats, info: &QuicInfo) {
     s.quic_stream_bytes_retransmitted += info.stream_bytes_retransmitted;
 }
 
-impl<M: Send + 'static> NetStack<M> {
+impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     pub(super) fn quic_ref(&self, id: SocketId) -> Option<&QuicSocket<M>> {
         match self.any(id)? {
             Socket::Quic(q) => Some(q),
@@ -342,10 +342,11 @@ impl<M: Send + 'static> NetStack<M> {
             unreachable!()
         };
         let events = &mut self.events;
-        st.in_pipe().take_through(offset, |message| {
+        st.in_pipe().take_through(offset, |message, count| {
             events.push_back(SocketEvent::Message {
                 socket: id,
                 message,
+                count,
             })
         });
         n

@@ -812,9 +812,22 @@ impl Relay {
                     self.now_counters.bytes_read += bytes;
                 }
             }
-            SocketEvent::Message { socket, message } => {
-                if let Some(k) = self.conn_of(socket) {
-                    self.on_message(io, k, message);
+            SocketEvent::Message {
+                socket,
+                message,
+                count,
+            } => {
+                if count == 1 {
+                    if let Some(k) = self.conn_of(socket) {
+                        self.on_message(io, k, message);
+                    }
+                } else if !self.pass_run(io, socket, message, count) {
+                    // A message may close its connection, so each looks the connection up.
+                    for _ in 0..count {
+                        if let Some(k) = self.conn_of(socket) {
+                            self.on_message(io, k, message);
+                        }
+                    }
                 }
             }
             SocketEvent::Writable(socket) => {
@@ -863,6 +876,52 @@ impl Relay {
             SocketEvent::StreamAccepted { conn, stream } => self.stream_accepted(io, conn, stream),
             SocketEvent::Datagram { .. } => {}
         }
+    }
+
+    /// Handles `count` equal cells that arrived back to back (a circuit's DATA cells, mostly)
+    /// at once if they only pass through here: each then takes a layer of crypto and joins the
+    /// same queue, with nothing in between that a later one could see. Returns false, having
+    /// done nothing, for any other run (cells for this hop, a full queue, control messages),
+    /// which goes message by message.
+    fn pass_run(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        socket: SocketId,
+        message: Wire,
+        count: u32,
+    ) -> bool {
+        let Wire::Cell(cell) = message else {
+            return false;
+        };
+        if !matches!(cell.command, CellCommand::Relay | CellCommand::RelayEarly) {
+            return false;
+        }
+        let Some(k) = self.conn_of(socket) else {
+            return false;
+        };
+        let ch = self.conns[k as usize].chan;
+        let Some(circ) = self.channels[ch as usize].circs.lookup(cell.circ_id) else {
+            return false;
+        };
+        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let forward = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
+        let side = if forward {
+            match &c.next {
+                Some(next) if cell.hop != c.hop => next,
+                _ => return false,
+            }
+        } else {
+            &c.prev
+        };
+        let cap = self.world.params.max_circuit_queue_cells as usize;
+        if side.queue.len() + count as usize > cap {
+            return false;
+        }
+        self.now_counters.cells_in += u64::from(count);
+        self.work.cells += u64::from(count);
+        self.work.relay_crypt_cells(false, u64::from(count));
+        self.queue_run_towards(io, circ, forward, cell, count);
+        true
     }
 
     fn on_message(&mut self, io: &mut impl Io<RelayTimer>, k: u32, message: Wire) {
@@ -1139,7 +1198,20 @@ impl Relay {
         io: &mut impl Io<RelayTimer>,
         circ: u32,
         forward: bool,
+        cell: Cell,
+    ) {
+        self.queue_run_towards(io, circ, forward, cell, 1);
+    }
+
+    /// Queues `count` copies of `cell`. A cell that finds the queue full kills the circuit, as
+    /// tor's limit on a circuit's queue does; callers with runs of several make sure they fit.
+    fn queue_run_towards(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        circ: u32,
+        forward: bool,
         mut cell: Cell,
+        count: u32,
     ) {
         let cap = self.world.params.max_circuit_queue_cells as usize;
         let c = self.circuits[circ as usize].as_mut().unwrap();
@@ -1149,18 +1221,21 @@ impl Relay {
             &mut c.prev
         };
         cell.circ_id = side.circ_id;
-        if side.queue.len() >= cap {
+        if side.queue.len() + count as usize > cap {
+            debug_assert_eq!(count, 1);
             self.now_counters.circuits_killed += 1;
             self.destroy_circuit(io, circ, None);
             return;
         }
-        side.queue.push_back(cell);
+        for _ in 0..count {
+            side.queue.push_back(cell);
+        }
         let len = side.queue.len() as u32;
         c.stats.max_queue = c.stats.max_queue.max(len);
         let ch = side.chan;
-        self.queued_cells += 1;
+        self.queued_cells += u64::from(count);
         let chan = &mut self.channels[ch as usize];
-        chan.queued += 1;
+        chan.queued += u64::from(count);
         chan.mux.add_active(circ);
         self.mark_pending(io, ch);
     }

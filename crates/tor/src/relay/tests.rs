@@ -36,16 +36,20 @@ fn descriptor(name: &str, n: u8, flags: RelayFlags) -> Descriptor {
 
 /// The guard (consensus relay 0) under `channel`, with ConnLimit `conn_limit`, started.
 fn guard(channel: ChannelDesign, conn_limit: u32) -> (Relay, ScriptIo<RelayTimer>) {
+    guard_with(TorParams {
+        channel,
+        conn_limit,
+        ..TorParams::default()
+    })
+}
+
+/// The guard (consensus relay 0) under `params`, started.
+fn guard_with(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
     let relays = vec![
         descriptor("guard", 1, RelayFlags::GUARD),
         descriptor("middle", 2, RelayFlags::default()),
         descriptor("exit", 3, RelayFlags::EXIT),
     ];
-    let params = TorParams {
-        channel,
-        conn_limit,
-        ..TorParams::default()
-    };
     let names = ["guard", "middle", "exit", "client"]
         .map(String::from)
         .to_vec();
@@ -206,6 +210,117 @@ fn an_extend2_opens_a_channel_to_the_next_relay_and_reports_extended2() {
             (CellCommand::Relay, RelayCommand::Extended2)
         ]
     );
+}
+
+/// The guard with circuit 5 from the client through it to the middle built: the client's
+/// socket, the middle's, and the circuit's id on the middle's channel.
+fn guard_with_circuit(params: TorParams) -> (Relay, ScriptIo<RelayTimer>, [SocketId; 2], u32) {
+    let (mut relay, mut io) = guard_with(params);
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, bytes(), create(5));
+    io.arrive(client, bytes(), extend(5, MIDDLE));
+    settle(&mut relay, &mut io, 20);
+    let next = connects(&io)[0].0;
+    io.establish(next);
+    settle(&mut relay, &mut io, 20);
+    let Wire::Cell(onward) = io.written(next)[0] else {
+        unreachable!()
+    };
+    io.arrive(
+        next,
+        bytes(),
+        Wire::Cell(Cell::new(onward.circ_id, CellCommand::Created2)),
+    );
+    settle(&mut relay, &mut io, 20);
+    (relay, io, [client, next], onward.circ_id)
+}
+
+/// What a relay did with 30 DATA cells each way on circuit 5, arrived all in one read (one run
+/// of equal cells each way) or in a read each: the cells it wrote towards the middle and the
+/// client, its work, cells in and circuits killed.
+fn forward_data(params: TorParams, one_read: bool) -> (Vec<Wire>, Vec<Wire>, Work, [u64; 2]) {
+    let (mut relay, mut io, [client, next], onward) = guard_with_circuit(params);
+    let mut out = Cell::relay(5 | INITIATOR_BIT, RelayCommand::Data, 3, 1);
+    out.length = 498;
+    let mut back = Cell::relay(onward, RelayCommand::Data, 0, 1);
+    back.length = 498;
+    for (socket, cell) in [(client, out), (next, back)] {
+        for _ in 0..30 {
+            io.arrive(socket, bytes(), Wire::Cell(cell));
+            if !one_read {
+                settle(&mut relay, &mut io, 1);
+            }
+        }
+        settle(&mut relay, &mut io, 20);
+    }
+    let data = |written: Vec<Wire>| -> Vec<Wire> {
+        let is_data = |w: &Wire| matches!(w, Wire::Cell(c) if c.relay == RelayCommand::Data);
+        written.into_iter().filter(is_data).collect()
+    };
+    let counters = [
+        relay.now_counters.cells_in,
+        relay.now_counters.circuits_killed,
+    ];
+    (
+        data(io.written(next)),
+        data(io.written(client)),
+        cell_work(relay.work),
+        counters,
+    )
+}
+
+/// A relay's work less its system calls and TLS records, which count reads and flushes: one
+/// read of many cells against a read per cell.
+fn cell_work(work: Work) -> Work {
+    Work {
+        syscalls: 0,
+        tls_records: 0,
+        ..work
+    }
+}
+
+#[test]
+fn a_run_of_cells_passing_through_is_forwarded_as_the_same_cells_one_by_one() {
+    let (to_middle, to_client, work, counters) = forward_data(TorParams::default(), true);
+    assert_eq!(to_middle.len(), 30);
+    assert_eq!(to_client.len(), 30);
+    let Wire::Cell(first) = to_middle[0] else {
+        unreachable!()
+    };
+    assert_ne!(
+        first.circ_id,
+        5 | INITIATOR_BIT,
+        "the cell takes the next hop's id"
+    );
+    assert_eq!(counters, [60 + 3, 0]);
+    let one_by_one = forward_data(TorParams::default(), false);
+    assert_eq!((to_middle, to_client, work, counters), one_by_one);
+}
+
+#[test]
+fn a_run_too_long_for_its_circuits_queue_kills_the_circuit_at_the_same_cell() {
+    // Sockets take nothing (no congestion window), so cells pile up in the circuit's queue.
+    let params = TorParams {
+        max_circuit_queue_cells: 10,
+        ..TorParams::default()
+    };
+    let run = |one_read: bool| {
+        let (mut relay, mut io, [client, _], _) = guard_with_circuit(params.clone());
+        io.cwnd = 0;
+        let mut out = Cell::relay(5 | INITIATOR_BIT, RelayCommand::Data, 3, 1);
+        out.length = 498;
+        for _ in 0..30 {
+            io.arrive(client, bytes(), Wire::Cell(out));
+            if !one_read {
+                settle(&mut relay, &mut io, 1);
+            }
+        }
+        settle(&mut relay, &mut io, 20);
+        let killed = relay.now_counters.circuits_killed;
+        (killed, cell_work(relay.work), relay.circuit_views().len())
+    };
+    assert_eq!(run(true), run(false));
+    assert_eq!(run(true).0, 1);
 }
 
 #[test]
