@@ -24,6 +24,16 @@ pub(super) struct SchedScratch {
     pending: Vec<u32>,
 }
 
+/// Where [`Relay::requeue_unless_first`] left a channel.
+pub(super) enum Requeued {
+    /// No connection of the channel has room left in this run.
+    NoRoom,
+    /// Back in the heap.
+    Queued,
+    /// Not in the heap: it is the next to write.
+    First,
+}
+
 impl Relay {
     pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
         let chan = &mut self.channels[ch as usize];
@@ -66,6 +76,30 @@ impl Relay {
         let best = chan.mux.best_value(now).unwrap_or(0.0);
         heap.push(Reverse((ewma_key(best), ch)));
         true
+    }
+
+    /// As [`Relay::requeue`] after the channel wrote a cell, except that a channel that would
+    /// come straight back out of the heap (its key below every other channel's, as happens
+    /// while one busy channel has the relay to itself) is not put in: the heap's order is
+    /// unchanged and the next cell is the channel's, as it would have been.
+    pub(super) fn requeue_unless_first(
+        &self,
+        ch: u32,
+        now: SimTime,
+        heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
+    ) -> Requeued {
+        let chan = &self.channels[ch as usize];
+        if chan.room == 0 {
+            return Requeued::NoRoom;
+        }
+        let best = chan.mux.best_value(now).unwrap_or(0.0);
+        let entry = Reverse((ewma_key(best), ch));
+        // No two entries are equal: a channel is in the heap at most once.
+        if heap.peek().is_none_or(|top| entry > *top) {
+            return Requeued::First;
+        }
+        heap.push(entry);
+        Requeued::Queued
     }
 
     /// Counts the channel's connections with room for a cell at the start of a scheduler run.
@@ -298,7 +332,16 @@ impl Relay {
                 deferred.push(ch);
             }
         }
-        while let Some(Reverse((_, ch))) = heap.pop() {
+        // The channel that stays first after writing a cell, taken next without the heap.
+        let mut first = None;
+        loop {
+            let ch = match first.take() {
+                Some(ch) => ch,
+                None => match heap.pop() {
+                    Some(Reverse((_, ch))) => ch,
+                    None => break,
+                },
+            };
             let cell_bytes = self.chan_cell_bytes(ch);
             if allowance < cell_bytes {
                 deferred.push(ch);
@@ -419,9 +462,15 @@ impl Relay {
             if design == ChannelDesign::Torchestra {
                 self.classify_torchestra(io, ch, circ, now);
             }
-            if !self.channels[ch as usize].mux.is_empty() && !self.requeue(ch, now, heap) {
-                self.write_limit_hits += 1;
-                deferred.push(ch);
+            if !self.channels[ch as usize].mux.is_empty() {
+                match self.requeue_unless_first(ch, now, heap) {
+                    Requeued::NoRoom => {
+                        self.write_limit_hits += 1;
+                        deferred.push(ch);
+                    }
+                    Requeued::First => first = Some(ch),
+                    Requeued::Queued => {}
+                }
             }
         }
         if let (true, Some(audit)) = (kist, self.kist_audit.as_mut()) {
