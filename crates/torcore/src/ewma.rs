@@ -208,6 +208,10 @@ impl CircuitMux {
     /// The active circuit to send from next: lowest count, ties to the lowest circuit id.
     /// `now` does not change the order, since all active counts share one reference tick.
     pub fn best(&self, _now: SimTime) -> Option<u32> {
+        self.best_entry().map(|e| e.circ)
+    }
+
+    fn best_entry(&self) -> Option<&Entry> {
         let mut best: Option<&Entry> = None;
         for e in &self.active {
             best = match best {
@@ -223,14 +227,15 @@ impl CircuitMux {
                 }
             };
         }
-        best.map(|e| e.circ)
+        best
     }
 
     /// The best circuit's count at `now`, for comparing channels with each other (KIST picks
     /// the channel whose best circuit is quietest).
     pub fn best_value(&self, now: SimTime) -> Option<f64> {
-        let circ = self.best(now)?;
-        self.value(circ, now)
+        // The entry itself, not a second search by its id: this runs for every cell a
+        // scheduler writes.
+        Some(self.best_entry()?.ewma.value(&self.clock, now))
     }
 
     /// Records `n` cells sent from `circ` at `now`.
