@@ -83,6 +83,34 @@ impl<M: Clone + PartialEq> Pipe<M> {
         });
     }
 
+    /// Records `count` equal messages of `step` bytes each, the last ending at `last_end`: the
+    /// messages [`Pipe::push`] would record one by one, at once.
+    pub(crate) fn push_run(&self, last_end: u64, step: u32, count: u32, message: M) {
+        debug_assert!(count > 0 && step > 0);
+        let first_end = last_end - u64::from(step) * u64::from(count - 1);
+        let mut q = self.entries.lock();
+        if let Some(run) = q.back_mut() {
+            debug_assert!(run.last_end() <= first_end);
+            // Joined only when the result is one evenly spaced run; otherwise the messages
+            // start a run of their own, which delivers them just the same.
+            let joins = run.message == message
+                && first_end - run.last_end() == u64::from(step)
+                && (run.count == 1 || run.step == step)
+                && run.count.checked_add(count).is_some();
+            if joins {
+                run.step = step;
+                run.count += count;
+                return;
+            }
+        }
+        q.push_back(Run {
+            first_end,
+            step: if count > 1 { step } else { 0 },
+            count,
+            message,
+        });
+    }
+
     /// Takes every message that ends at or before `offset`, oldest first, as runs of equal
     /// messages: `f(message, n)` stands for `n` copies of `message` back to back.
     pub(crate) fn take_through(&self, offset: u64, mut f: impl FnMut(M, u32)) {
@@ -211,6 +239,37 @@ mod tests {
         assert_eq!(take(&pipe, 24), vec![(1, 2)]);
         assert_eq!(take(&pipe, 25), vec![(1, 1), (1, 1)]);
         assert_eq!(take(&pipe, 35), vec![(1, 1)]);
+    }
+
+    #[test]
+    fn a_run_pushed_at_once_reads_as_the_same_messages_pushed_one_by_one() {
+        let one_by_one = Pipe::default();
+        let at_once = Pipe::default();
+        for pipe in [&one_by_one, &at_once] {
+            pipe.push(10, 1u8);
+        }
+        // Five of 10 bytes right after (they join the first), then three of 7 bytes a gap
+        // away, then one more single message.
+        for i in 1..=5 {
+            one_by_one.push(10 + i * 10, 1);
+        }
+        at_once.push_run(60, 10, 5, 1);
+        for i in 1..=3 {
+            one_by_one.push(100 + i * 7, 1);
+        }
+        at_once.push_run(121, 7, 3, 1);
+        one_by_one.push(130, 2);
+        at_once.push_run(130, 9, 1, 2);
+        assert_eq!(at_once.entries.lock().len(), 3);
+        let mut read = [Vec::new(), Vec::new()];
+        for offset in [5, 25, 59, 60, 100, 110, 114, 1000] {
+            for (got, pipe) in read.iter_mut().zip([&one_by_one, &at_once]) {
+                // Each read as messages one by one, whatever the grouping into runs.
+                pipe.take_through(offset, |m, n| got.extend((0..n).map(|_| (offset, m))));
+            }
+        }
+        assert_eq!(read[0], read[1]);
+        assert_eq!(read[0].len(), 10);
     }
 
     #[test]

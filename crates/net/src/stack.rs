@@ -483,20 +483,57 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         }
     }
 
+    /// Writes `count` equal messages of `bytes` each, as `count` calls of
+    /// [`NetStack::write_message`] would, for a caller that knows they fit (the room
+    /// [`NetStack::write_message_room`] reported): a relay's scheduler writes runs of one
+    /// circuit's cells.
+    pub fn write_messages(&mut self, id: SocketId, bytes: u64, message: M, count: u32) {
+        debug_assert!(self.send_space(id) >= bytes * u64::from(count));
+        match self.socket_mut(id) {
+            Some(s) if count > 1 && bytes > 0 && bytes <= u64::from(u32::MAX) => {
+                let taken = s.conn.send(bytes * u64::from(count));
+                debug_assert_eq!(taken, bytes * u64::from(count));
+                let end = s.conn.written();
+                s.out_pipe().push_run(end, bytes as u32, count, message);
+            }
+            _ => {
+                for _ in 0..count {
+                    self.write_message(id, bytes, message.clone());
+                }
+            }
+        }
+    }
+
     /// Writes a whole message if the send buffer has room for it; returns whether it did.
     pub fn write_message(&mut self, id: SocketId, bytes: u64, message: M) -> bool {
-        if self.send_space(id) < bytes {
-            match self.any(id) {
-                Some(Socket::Tcp(_)) => self.socket_mut(id).unwrap().conn.wait_writable(),
-                Some(Socket::Stream(_)) => self.stream_wait_writable(id),
-                _ => {}
+        self.write_message_room(id, bytes, message).is_some()
+    }
+
+    /// [`NetStack::write_message`], returning the room left in the send buffer after it
+    /// (`None`: refused), for a writer that goes on with more messages (see
+    /// [`NetStack::write_messages`]).
+    pub fn write_message_room(&mut self, id: SocketId, bytes: u64, message: M) -> Option<u64> {
+        if let Some(s) = self.socket_mut(id) {
+            let space = s.conn.send_space();
+            if space < bytes {
+                s.conn.wait_writable();
+                return None;
             }
-            return false;
+            let taken = s.conn.send(bytes);
+            debug_assert_eq!(taken, bytes);
+            s.out_pipe().push(s.conn.written(), message);
+            return Some(space - bytes);
+        }
+        if self.send_space(id) < bytes {
+            if let Some(Socket::Stream(_)) = self.any(id) {
+                self.stream_wait_writable(id);
+            }
+            return None;
         }
         let taken = self.write(id, bytes);
         debug_assert_eq!(taken, bytes);
         self.mark(id, message);
-        true
+        Some(self.send_space(id))
     }
 
     /// Hands what was written to TCP for sending.

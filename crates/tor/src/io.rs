@@ -43,6 +43,16 @@ pub trait Io<T> {
     fn poll_event(&mut self) -> Option<SocketEvent<Wire>>;
     /// Queues `bytes` carrying `message`; false if the socket cannot take them.
     fn write_message(&mut self, socket: SocketId, bytes: u64, message: Wire) -> bool;
+    /// [`Io::write_message`], returning the room the socket has left after it (`None`:
+    /// refused), for a writer with more to write.
+    fn write_message_room(&mut self, socket: SocketId, bytes: u64, message: Wire) -> Option<u64>;
+    /// Queues `count` copies of `message` of `bytes` each, which the caller knows fit (see
+    /// [`Io::write_message_room`]): the same as that many calls of [`Io::write_message`].
+    fn write_messages(&mut self, socket: SocketId, bytes: u64, message: Wire, count: u32) {
+        for _ in 0..count {
+            self.write_message(socket, bytes, message);
+        }
+    }
     fn flush(&mut self, socket: SocketId);
     /// Whether the stack hands arriving bytes over by itself, or waits for [`Io::read`].
     fn set_auto_read(&mut self, socket: SocketId, on: bool);
@@ -274,6 +284,12 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     fn write_message(&mut self, socket: SocketId, bytes: u64, message: Wire) -> bool {
         self.stack.write_message(socket, bytes, message)
     }
+    fn write_message_room(&mut self, socket: SocketId, bytes: u64, message: Wire) -> Option<u64> {
+        self.stack.write_message_room(socket, bytes, message)
+    }
+    fn write_messages(&mut self, socket: SocketId, bytes: u64, message: Wire, count: u32) {
+        self.stack.write_messages(socket, bytes, message, count);
+    }
     fn flush(&mut self, socket: SocketId) {
         self.stack.flush(self.ctx, socket);
     }
@@ -476,6 +492,10 @@ pub(crate) mod script {
         fn write_message(&mut self, socket: SocketId, _bytes: u64, message: Wire) -> bool {
             self.asked.push(Asked::Write { socket, message });
             true
+        }
+        fn write_message_room(&mut self, socket: SocketId, _: u64, message: Wire) -> Option<u64> {
+            self.asked.push(Asked::Write { socket, message });
+            Some(u64::MAX)
         }
         fn flush(&mut self, _socket: SocketId) {}
         fn set_auto_read(&mut self, _socket: SocketId, _on: bool) {}

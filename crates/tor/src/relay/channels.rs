@@ -178,6 +178,69 @@ impl Relay {
         )
     }
 
+    /// As [`write_to`](Self::write_to) for the scheduler, which writes one circuit's cells
+    /// back to back: a cell equal to the one before it on the same connection joins `held`
+    /// rather than going to the socket, and the socket's room is counted down here, so each
+    /// cell is taken or refused as a write of its own would be. What is held goes to the
+    /// socket in one write ([`release`](Self::release)) before anything else writes or reads
+    /// the socket. Only plain cells on TCP connections are held (sequenced cells all differ;
+    /// a QUIC stream's room is its connection's business).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn write_held(
+        conns: &mut [Conn],
+        unsent_watch: &mut Vec<u32>,
+        work: &mut Work,
+        io: &mut impl Io<RelayTimer>,
+        held: &mut Option<HeldCells>,
+        k: u32,
+        bytes: u64,
+        message: Wire,
+    ) -> bool {
+        let Wire::Cell(cell) = message else {
+            Self::release(conns, work, io, held);
+            return Self::write_to(conns, unsent_watch, work, io, k, bytes, message);
+        };
+        if let Some(run) = held {
+            if run.k == k && run.cell == cell && run.bytes == bytes && run.room >= bytes {
+                run.count += 1;
+                run.room -= bytes;
+                return true;
+            }
+        }
+        Self::release(conns, work, io, held);
+        let stream = conns[k as usize].stream;
+        match Self::write_to_room(conns, unsent_watch, work, io, k, bytes, message) {
+            Some(room) if !stream => {
+                *held = Some(HeldCells {
+                    k,
+                    cell,
+                    bytes,
+                    count: 0,
+                    room,
+                });
+                true
+            }
+            written => written.is_some(),
+        }
+    }
+
+    /// Writes the cells [`write_held`](Self::write_held) holds back.
+    pub(super) fn release(
+        conns: &[Conn],
+        work: &mut Work,
+        io: &mut impl Io<RelayTimer>,
+        held: &mut Option<HeldCells>,
+    ) {
+        let Some(run) = held.take() else {
+            return;
+        };
+        if run.count > 0 {
+            let socket = conns[run.k as usize].socket;
+            io.write_messages(socket, run.bytes, Wire::Cell(run.cell), run.count);
+            work.tls_write(run.bytes * u64::from(run.count));
+        }
+    }
+
     /// [`write_conn`](Self::write_conn) for a caller holding other parts of the relay.
     pub(super) fn write_to(
         conns: &mut [Conn],
@@ -188,16 +251,29 @@ impl Relay {
         bytes: u64,
         message: Wire,
     ) -> bool {
+        Self::write_to_room(conns, unsent_watch, work, io, k, bytes, message).is_some()
+    }
+
+    /// [`write_to`](Self::write_to), returning the room the socket has left after it.
+    fn write_to_room(
+        conns: &mut [Conn],
+        unsent_watch: &mut Vec<u32>,
+        work: &mut Work,
+        io: &mut impl Io<RelayTimer>,
+        k: u32,
+        bytes: u64,
+        message: Wire,
+    ) -> Option<u64> {
         let conn = &mut conns[k as usize];
         if !conn.watched {
             conn.watched = true;
             unsent_watch.push(k);
         }
-        let written = io.write_message(conn.socket, bytes, message);
-        if written {
+        let room = io.write_message_room(conn.socket, bytes, message);
+        if room.is_some() {
             work.tls_write(bytes);
         }
-        written
+        room
     }
 
     /// Hands what was written to connection `k` to the kernel (sealing its TLS records).
@@ -881,4 +957,16 @@ impl Relay {
         let stream = io.open_stream(quic)?;
         Some(self.add_stream(io, ch, stream))
     }
+}
+
+/// Equal cells the scheduler wrote to one connection and holds back, to go to the socket in
+/// one write (see [`Relay::write_held`]).
+pub(super) struct HeldCells {
+    k: u32,
+    /// The cell written last, which `count` more equal ones follow.
+    cell: Cell,
+    bytes: u64,
+    count: u32,
+    /// The socket's room left after them.
+    room: u64,
 }

@@ -334,6 +334,8 @@ impl Relay {
         }
         // The channel that stays first after writing a cell, taken next without the heap.
         let mut first = None;
+        // Cells written and not yet handed to their socket (see `write_held`).
+        let mut held = None;
         loop {
             let ch = match first.take() {
                 Some(ch) => ch,
@@ -397,11 +399,12 @@ impl Relay {
             } else {
                 Wire::Cell(cell)
             };
-            if !Self::write_to(
+            if !Self::write_held(
                 &mut self.conns,
                 &mut self.unsent_watch,
                 &mut self.work,
                 io,
+                &mut held,
                 k,
                 cell_bytes,
                 message,
@@ -460,6 +463,7 @@ impl Relay {
                 touched.push(k);
             }
             if design == ChannelDesign::Torchestra {
+                Self::release(&self.conns, &mut self.work, io, &mut held);
                 self.classify_torchestra(io, ch, circ, now);
             }
             if !self.channels[ch as usize].mux.is_empty() {
@@ -473,6 +477,7 @@ impl Relay {
                 }
             }
         }
+        Self::release(&self.conns, &mut self.work, io, &mut held);
         if let (true, Some(audit)) = (kist, self.kist_audit.as_mut()) {
             // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
             for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
