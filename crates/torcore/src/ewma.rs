@@ -230,12 +230,16 @@ impl CircuitMux {
         best
     }
 
-    /// The best circuit's count at `now`, for comparing channels with each other (KIST picks
-    /// the channel whose best circuit is quietest).
-    pub fn best_value(&self, now: SimTime) -> Option<f64> {
-        // The entry itself, not a second search by its id: this runs for every cell a
-        // scheduler writes.
-        Some(self.best_entry()?.ewma.value(&self.clock, now))
+    /// The best circuit and its count at the instant `weight` was worked out for, for
+    /// comparing channels with each other (KIST picks the channel whose best circuit is
+    /// quietest). A scheduler run has the weight at hand, so a cell written costs neither a
+    /// division for the tick nor a second search for the circuit.
+    pub fn best_at(&self, weight: &CellWeight) -> Option<(u32, f64)> {
+        let e = self.best_entry()?;
+        Some((
+            e.circ,
+            e.ewma.count * self.clock.scale(e.ewma.tick, weight.tick),
+        ))
     }
 
     /// Records `n` cells sent from `circ` at `now`.

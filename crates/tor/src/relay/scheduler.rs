@@ -4,6 +4,7 @@
 
 use super::*;
 use onionlab_net::tcp::SendWindow;
+use onionlab_torcore::ewma::CellWeight;
 use onionlab_torcore::TorParams;
 
 /// The lists one scheduler run works through, empty between runs; kept so that their
@@ -30,8 +31,8 @@ pub(super) enum Requeued {
     NoRoom,
     /// Back in the heap.
     Queued,
-    /// Not in the heap: it is the next to write.
-    First,
+    /// Not in the heap: it is the next to write, from this circuit (its quietest).
+    First(u32),
 }
 
 impl Relay {
@@ -66,14 +67,14 @@ impl Relay {
     pub(super) fn requeue(
         &self,
         ch: u32,
-        now: SimTime,
+        weight: &CellWeight,
         heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
     ) -> bool {
         let chan = &self.channels[ch as usize];
         if chan.room == 0 {
             return false;
         }
-        let best = chan.mux.best_value(now).unwrap_or(0.0);
+        let best = chan.mux.best_at(weight).map_or(0.0, |b| b.1);
         heap.push(Reverse((ewma_key(best), ch)));
         true
     }
@@ -85,18 +86,20 @@ impl Relay {
     pub(super) fn requeue_unless_first(
         &self,
         ch: u32,
-        now: SimTime,
+        weight: &CellWeight,
         heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
     ) -> Requeued {
         let chan = &self.channels[ch as usize];
         if chan.room == 0 {
             return Requeued::NoRoom;
         }
-        let best = chan.mux.best_value(now).unwrap_or(0.0);
-        let entry = Reverse((ewma_key(best), ch));
+        let best = chan.mux.best_at(weight);
+        let entry = Reverse((ewma_key(best.map_or(0.0, |b| b.1)), ch));
         // No two entries are equal: a channel is in the heap at most once.
-        if heap.peek().is_none_or(|top| entry > *top) {
-            return Requeued::First;
+        if let Some((circ, _)) = best {
+            if heap.peek().is_none_or(|top| entry > *top) {
+                return Requeued::First(circ);
+            }
         }
         heap.push(entry);
         Requeued::Queued
@@ -328,7 +331,7 @@ impl Relay {
                 self.count_room(ch, cell_bytes);
                 self.rank_conns(ch, now);
             }
-            if !self.requeue(ch, now, heap) {
+            if !self.requeue(ch, &weight, heap) {
                 deferred.push(ch);
             }
         }
@@ -337,10 +340,10 @@ impl Relay {
         // Cells written and not yet handed to their socket (see `write_held`).
         let mut held = None;
         loop {
-            let ch = match first.take() {
-                Some(ch) => ch,
+            let (ch, best) = match first.take() {
+                Some((ch, circ)) => (ch, Some(circ)),
                 None => match heap.pop() {
-                    Some(Reverse((_, ch))) => ch,
+                    Some(Reverse((_, ch))) => (ch, None),
                     None => break,
                 },
             };
@@ -356,7 +359,8 @@ impl Relay {
                 deferred.push(ch);
                 continue;
             }
-            let Some(circ) = self.channels[ch as usize].mux.best(now) else {
+            let best = best.or_else(|| self.channels[ch as usize].mux.best(now));
+            let Some(circ) = best else {
                 continue;
             };
             let empty = self.circuits[circ as usize]
@@ -381,7 +385,7 @@ impl Relay {
                         parked.push(ch);
                     }
                 }
-                if !chan.mux.is_empty() && !self.requeue(ch, now, heap) {
+                if !chan.mux.is_empty() && !self.requeue(ch, &weight, heap) {
                     deferred.push(ch);
                 }
                 continue;
@@ -413,7 +417,7 @@ impl Relay {
                 self.update_conn(k, |c| c.blocked = true);
                 // It had room (it was chosen for it); now it has none.
                 self.channels[ch as usize].room -= 1;
-                if !self.requeue(ch, now, heap) {
+                if !self.requeue(ch, &weight, heap) {
                     deferred.push(ch);
                 }
                 continue;
@@ -467,12 +471,12 @@ impl Relay {
                 self.classify_torchestra(io, ch, circ, now);
             }
             if !self.channels[ch as usize].mux.is_empty() {
-                match self.requeue_unless_first(ch, now, heap) {
+                match self.requeue_unless_first(ch, &weight, heap) {
                     Requeued::NoRoom => {
                         self.write_limit_hits += 1;
                         deferred.push(ch);
                     }
-                    Requeued::First => first = Some(ch),
+                    Requeued::First(circ) => first = Some((ch, circ)),
                     Requeued::Queued => {}
                 }
             }
