@@ -10,6 +10,7 @@
 
 use crate::time::{SimDuration, SimTime};
 use crate::HostId;
+use std::cell::UnsafeCell;
 
 /// A message between hosts: an event for `dst`, due at `time`, ordered by `key` among events
 /// due at the same time.
@@ -25,7 +26,16 @@ pub(crate) struct Message<E> {
 const SLICES: u64 = 512;
 
 /// Messages per chunk of a slice's storage.
-const CHUNK: usize = 64;
+pub(crate) const CHUNK: usize = 64;
+
+/// A message's place in a chunk. The chunks of the slices due in a round are lent to the round
+/// as they are, and each message is taken out where it lies by the worker that runs its host
+/// (hence the cell): copying 136-byte messages out of the calendar into a list of the round's
+/// messages cost two copies each, a measurable share of a large network's time.
+pub(crate) type Slot<E> = UnsafeCell<Option<Message<E>>>;
+
+/// Up to `CHUNK` slots, filled in order.
+pub(crate) type Chunk<E> = Vec<Slot<E>>;
 
 pub(crate) struct Calendar<E> {
     /// A slice's width: the lookahead, so that a round aligned to it takes whole slices.
@@ -34,7 +44,7 @@ pub(crate) struct Calendar<E> {
     /// in chunks of at most `CHUNK`. Storage is lent in chunks from one pool: if each slot of
     /// the ring kept a growing buffer, every slot would grow to the busiest slice's size as
     /// the ring turns, hundreds of times what is in flight.
-    slices: Vec<Vec<Vec<Message<E>>>>,
+    slices: Vec<Vec<Chunk<E>>>,
     /// The earliest time in each slice (`SimTime::MAX` when empty).
     earliest: Vec<SimTime>,
     /// The lowest slice that may hold messages: the current round's first.
@@ -43,7 +53,7 @@ pub(crate) struct Calendar<E> {
     overflow: Vec<Message<E>>,
     overflow_earliest: SimTime,
     /// Empty chunks, reused most recent first (the one most likely still in the cache).
-    spare: Vec<Vec<Message<E>>>,
+    spare: Vec<Chunk<E>>,
     len: usize,
 }
 
@@ -80,13 +90,13 @@ impl<E> Calendar<E> {
         self.earliest[i] = self.earliest[i].min(message.time);
         let chunks = &mut self.slices[i];
         match chunks.last_mut() {
-            Some(chunk) if chunk.len() < CHUNK => chunk.push(message),
+            Some(chunk) if chunk.len() < CHUNK => chunk.push(UnsafeCell::new(Some(message))),
             _ => {
                 let mut chunk = self
                     .spare
                     .pop()
                     .unwrap_or_else(|| Vec::with_capacity(CHUNK));
-                chunk.push(message);
+                chunk.push(UnsafeCell::new(Some(message)));
                 chunks.push(chunk);
             }
         }
@@ -104,15 +114,12 @@ impl<E> Calendar<E> {
             .min(self.overflow_earliest)
     }
 
-    /// Hands every message due before `end` to `due` (in no particular order), for the round
-    /// that starts at `start`. No message may be due before `start`. A round that starts and
-    /// ends on slice boundaries takes whole slices; any other refiles what it leaves.
-    pub(crate) fn take_due(
-        &mut self,
-        start: SimTime,
-        end: SimTime,
-        mut due: impl FnMut(Message<E>),
-    ) {
+    /// Hands every message due before `end` to `due`, in the chunks they lie in (in no
+    /// particular order; slots left empty hold none), for the round that starts at `start`.
+    /// No message may be due before `start`. A round that starts and ends on slice boundaries
+    /// takes whole slices; any other refiles what it leaves. The chunks come back through
+    /// [`Calendar::recycle`].
+    pub(crate) fn take_due(&mut self, start: SimTime, end: SimTime, mut due: impl FnMut(Chunk<E>)) {
         debug_assert!(start < end);
         self.advance(start / self.width);
         if self.len == 0 {
@@ -132,14 +139,21 @@ impl<E> Calendar<E> {
             let mut later = Vec::new();
             for mut chunk in chunks.drain(..) {
                 self.len -= chunk.len();
-                for m in chunk.drain(..) {
-                    if whole || m.time < end {
-                        due(m);
-                    } else {
-                        later.push(m);
+                if !whole {
+                    let mut kept = 0;
+                    for slot in &mut chunk {
+                        if slot.get_mut().as_ref().is_some_and(|m| m.time >= end) {
+                            later.extend(slot.get_mut().take());
+                        } else {
+                            kept += 1;
+                        }
+                    }
+                    if kept == 0 {
+                        self.recycle(chunk);
+                        continue;
                     }
                 }
-                self.spare.push(chunk);
+                due(chunk);
             }
             // The slot's (empty) list of chunks goes back, to keep its capacity.
             self.slices[i] = chunks;
@@ -147,6 +161,13 @@ impl<E> Calendar<E> {
                 self.push(m);
             }
         }
+    }
+
+    /// Takes back a chunk lent by [`Calendar::take_due`], emptied of its messages.
+    pub(crate) fn recycle(&mut self, mut chunk: Chunk<E>) {
+        debug_assert!(chunk.iter_mut().all(|slot| slot.get_mut().is_none()));
+        chunk.clear();
+        self.spare.push(chunk);
     }
 
     /// Makes `base` the lowest slice, and files overflow messages that now fall in the ring.
@@ -180,7 +201,17 @@ mod tests {
 
     fn take(c: &mut Calendar<()>, start: SimTime, end: SimTime) -> Vec<SimTime> {
         let mut t = Vec::new();
-        c.take_due(start, end, |m| t.push(m.time));
+        let mut lent = Vec::new();
+        c.take_due(start, end, |chunk| lent.push(chunk));
+        for mut chunk in lent {
+            t.extend(
+                chunk
+                    .iter_mut()
+                    .filter_map(|s| s.get_mut().take())
+                    .map(|m| m.time),
+            );
+            c.recycle(chunk);
+        }
         t.sort();
         t
     }

@@ -7,7 +7,10 @@ use std::thread;
 use std::time::Duration;
 
 use onionlab_engine::time::{millis, secs};
-use onionlab_engine::{Context, EngineConfig, Host, HostId, Partition, SimTime, Simulation};
+use onionlab_engine::{
+    Context, EngineConfig, Host, HostId, Partition, RunControl, SimTime, Simulation,
+};
+use rand::RngExt;
 
 fn engine(threads: usize) -> EngineConfig {
     EngineConfig {
@@ -358,4 +361,70 @@ fn time_conversions_saturate() {
     assert_eq!(millis(3), 3_000_000);
     assert_eq!(onionlab_engine::time::secs_f64(1e30), u64::MAX);
     assert_eq!(onionlab_engine::time::secs_f64(f64::NAN), 0);
+}
+
+/// PHOLD's closed system: every event handled makes exactly one more, to a random host (most
+/// often another), so however a run stops, the events pending are the jobs it started with.
+/// One host interrupts the run itself once its clock passes `interrupt_at`.
+struct Juggler {
+    hosts: u32,
+    control: Option<(RunControl, SimTime)>,
+    last: SimTime,
+}
+
+impl Host for Juggler {
+    type Event = ();
+    fn handle(&mut self, ctx: &mut Context<'_, ()>, _: ()) {
+        self.last = ctx.now();
+        if let Some((control, at)) = &self.control {
+            if ctx.now() >= *at {
+                control.interrupt();
+            }
+        }
+        let dst = ctx.rng().random_range(0..self.hosts);
+        let at = ctx.now() + millis(1) + ctx.rng().random_range(0..millis(2));
+        if dst == ctx.host() {
+            ctx.schedule_at(at, ());
+        } else {
+            ctx.send(dst, at, ());
+        }
+    }
+}
+
+#[test]
+fn a_round_cut_short_keeps_every_message_its_hosts_had_not_taken() {
+    const HOSTS: u32 = 1000;
+    // Enough jobs that a round holds more events than a worker handles between two looks at
+    // the interrupt flag: on one thread the interrupt raised by host 0, the first host of its
+    // round, is seen before that round ends.
+    const JOBS: u32 = 12;
+    for threads in [1, 2, 3] {
+        let models = (0..HOSTS)
+            .map(|_| Juggler {
+                hosts: HOSTS,
+                control: None,
+                last: 0,
+            })
+            .collect();
+        let mut sim = Simulation::new(engine(threads), models);
+        sim.host_mut(0).control = Some((sim.control(), millis(50)));
+        for host in 0..HOSTS {
+            for job in 0..JOBS {
+                sim.schedule(host, u64::from(job) * 100_000, ());
+            }
+        }
+        let stats = sim.run_until(secs(10));
+        assert!(stats.interrupted, "{threads} threads");
+        assert!(stats.sim_time >= millis(49) && stats.sim_time <= millis(51));
+        if threads == 1 {
+            // The round stopped partway: its start is the time reached, and hosts ran in it.
+            assert!(sim.hosts().any(|h| h.last >= stats.sim_time));
+            assert!(!sim.hosts().all(|h| h.last >= stats.sim_time));
+        }
+        assert_eq!(
+            sim.pending_events(),
+            (HOSTS * JOBS) as usize,
+            "{threads} threads: a message or event was lost or doubled"
+        );
+    }
 }
