@@ -2,13 +2,14 @@
 //!
 //! Time advances in rounds `[start, start + lookahead)`. Because no message between two hosts
 //! can arrive sooner than `lookahead` after it was sent, every host can run all of its events in
-//! the round without hearing from anyone else. Messages created during the round wait in the
-//! sender's outbox; at the barrier each worker files the messages addressed to its own hosts in
-//! its calendar (`calendar.rs`), and at the start of the round they fall due in it hands each
-//! host its messages, which the host takes merged with its own queue. Both are ordered by
-//! (time, source host, source sequence), so the result is the same whatever the thread count
-//! or the timing of threads. A host that nothing reaches within several lookaheads runs that
-//! many rounds at a time (its span; see `Simulation::set_min_delays`).
+//! the round without hearing from anyone else. Each worker files the messages addressed to its
+//! own hosts in its calendar (`calendar.rs`): a message sent by a host it runs (its own, or one
+//! stolen from another worker) at once, one sent by a host another worker runs at the barrier,
+//! out of that worker's outbox. At the start of the round they fall due in, it hands each host
+//! its messages, which the host takes merged with its own queue. Both are ordered by (time,
+//! source host, source sequence), so the result is the same whatever the thread count or the
+//! timing of threads. A host that nothing reaches within several lookaheads runs that many
+//! rounds at a time (its span; see `Simulation::set_min_delays`).
 
 use std::any::Any;
 use std::cell::UnsafeCell;
