@@ -365,7 +365,8 @@ fn time_conversions_saturate() {
 
 /// PHOLD's closed system: every event handled makes exactly one more, to a random host (most
 /// often another), so however a run stops, the events pending are the jobs it started with.
-/// One host interrupts the run itself once its clock passes `interrupt_at`.
+/// A host given `control` interrupts the run itself once its clock reaches the time given
+/// with it.
 struct Juggler {
     hosts: u32,
     control: Option<(RunControl, SimTime)>,
