@@ -1216,18 +1216,20 @@ fn worker_loop<H: Host>(
             }
         }
         // The round's chunks go back to their calendars. Hosts that did not finish the round
-        // keep their messages for the next run.
+        // keep their messages for the next run, in the calendar the chunk came from (that of
+        // its messages' span class).
         // SAFETY: the round's claims all happened before the barrier.
         let (chunks, classes) = unsafe { (&mut *list.messages.get(), &mut *list.classes.get()) };
         let incomplete =
             shared.cut_short.load(Ordering::Relaxed) || shared.failed.load(Ordering::Relaxed);
         for (mut chunk, class) in chunks.drain(..).zip(classes.drain(..)) {
+            let calendar = &mut out.calendars[class as usize];
             if incomplete {
                 for m in chunk.iter_mut().filter_map(|slot| slot.get_mut().take()) {
-                    out.calendars[class_of[m.dst as usize] as usize].push(m);
+                    calendar.push(m);
                 }
             }
-            out.calendars[class as usize].recycle(chunk);
+            calendar.recycle(chunk);
         }
         for src in 0..workers {
             std::mem::swap(&mut inbox, &mut *lock(&shared.mail[src * workers + w]));
