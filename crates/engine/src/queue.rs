@@ -25,6 +25,12 @@ pub(crate) fn order_key(src: HostId, seq: u64) -> u64 {
     ((src as u64) << SEQ_BITS) | seq
 }
 
+/// The host that created the event of order key `key`.
+#[inline]
+pub(crate) fn key_source(key: u64) -> HostId {
+    (key >> SEQ_BITS) as HostId
+}
+
 /// Events up to this size are kept in the heap itself; larger ones in a slab beside it.
 const INLINE_EVENT_BYTES: usize = 16;
 

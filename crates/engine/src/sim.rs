@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::barrier::SpinBarrier;
 use crate::calendar::{Calendar, Chunk, Message, Slot, CHUNK};
 use crate::partition::Partition;
-use crate::queue::{order_key, Due, EventQueue, MAX_HOSTS};
+use crate::queue::{key_source, order_key, Due, EventQueue, MAX_HOSTS};
 use crate::rng::{host_rng, HostRng};
 use crate::time::{SimDuration, SimTime};
 use crate::HostId;
@@ -55,6 +55,8 @@ pub trait Host: Send {
 pub struct Context<'a, E> {
     now: SimTime,
     host: HostId,
+    /// The order key of the event being handled.
+    key: u64,
     /// The end of the host's run: the round's end, or later for a host whose messages all
     /// come from further away than a lookahead (see `Simulation::set_min_delays`).
     run_end: SimTime,
@@ -84,6 +86,19 @@ impl<E> Context<'_, E> {
     #[inline]
     pub fn host(&self) -> HostId {
         self.host
+    }
+
+    /// The host that created the event being handled: the sender of a message, this host for
+    /// what it scheduled for itself (and what the simulation scheduled on it).
+    ///
+    /// Events due at the same time are handled in order of their creator's id, then of the
+    /// order each creator made them in: so an event this host schedules now for the current
+    /// time comes after the current event unless another host with a larger id sent that
+    /// one. A model that stands in for its own timers without scheduling them (see the
+    /// relay's parked scheduler) decides with this which of the two it would have seen first.
+    #[inline]
+    pub fn sender(&self) -> HostId {
+        key_source(self.key)
     }
 
     /// The engine's lookahead: the least delay a message to another host may have.
@@ -1021,6 +1036,7 @@ impl<H: Host> RoundRunner<'_, H> {
             let mut ctx = Context {
                 now: time,
                 host: id,
+                key,
                 run_end,
                 round_end: self.end,
                 lookahead: self.run.lookahead,

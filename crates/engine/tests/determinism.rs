@@ -819,3 +819,46 @@ fn a_delay_below_the_lookahead_anywhere_keeps_every_host_round_by_round() {
     sim.set_min_delays(&[millis(8), millis(4), millis(1) / 2]);
     assert_eq!(sim.span_counts(), [3, 0, 0, 0]);
 }
+
+/// Records who created each event it handles.
+struct Senders {
+    log: Vec<(Mixed, HostId)>,
+}
+
+impl Host for Senders {
+    type Event = Mixed;
+    fn handle(&mut self, ctx: &mut Context<'_, Mixed>, event: Mixed) {
+        self.log.push((event, ctx.sender()));
+        if let Mixed::Start = event {
+            ctx.schedule_in(1, Mixed::Own('o'));
+            if ctx.host() == 1 {
+                ctx.send(0, millis(2), Mixed::Message('m'));
+                ctx.send(2, millis(2), Mixed::Message('m'));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_host_learns_who_created_the_event_it_handles() {
+    for threads in [1, 2] {
+        let models = (0..3).map(|_| Senders { log: vec![] }).collect();
+        let mut sim = Simulation::new(engine(threads, millis(1)), models);
+        for host in 0..3 {
+            sim.schedule(host, 0, Mixed::Start);
+        }
+        sim.run_until(secs(1));
+        for host in [0, 2] {
+            let expected = vec![
+                (Mixed::Start, host),
+                (Mixed::Own('o'), host),
+                (Mixed::Message('m'), 1),
+            ];
+            assert_eq!(
+                sim.host(host).log,
+                expected,
+                "host {host}, threads={threads}"
+            );
+        }
+    }
+}

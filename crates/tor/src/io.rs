@@ -67,6 +67,16 @@ pub trait Io<T> {
     /// unsent bytes; for a QUIC connection: its window, flight and the unsent bytes of all its
     /// streams.
     fn send_window(&self, socket: SocketId) -> Option<SendWindow>;
+    /// Whether a timer armed now for the current instant would be handled before the event
+    /// being handled now: only when that event is a message from a host with a larger id
+    /// (see `Context::sender`). For a state machine that accounts for timers it did not arm.
+    fn own_timer_now_first(&self) -> bool {
+        false
+    }
+    /// Whether the host's work runs on a modelled CPU, which may hold timers back.
+    fn models_cpu(&self) -> bool {
+        false
+    }
 
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError>;
     /// Opens a QUIC connection; [`SocketEvent::Connected`] reports its handshake's end.
@@ -315,6 +325,14 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     fn send_window(&self, socket: SocketId) -> Option<SendWindow> {
         self.stack.send_window(socket)
     }
+    #[inline]
+    fn own_timer_now_first(&self) -> bool {
+        self.ctx.sender() > self.ctx.host()
+    }
+    #[inline]
+    fn models_cpu(&self) -> bool {
+        self.cpu.is_some()
+    }
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
         self.stack.quic_listen(port)
     }
@@ -384,6 +402,11 @@ pub(crate) mod script {
         pub quic_ready: bool,
         /// The streams the state machine opened.
         pub streams: Vec<SocketId>,
+        /// What [`Io::own_timer_now_first`] answers: whether the script fires the timers due
+        /// now before the input it hands in now.
+        pub timers_first: bool,
+        /// What [`Io::models_cpu`] answers.
+        pub cpu: bool,
     }
 
     impl<T> ScriptIo<T> {
@@ -396,6 +419,8 @@ pub(crate) mod script {
                 sockets: Vec::new(),
                 asked: Vec::new(),
                 listening: Vec::new(),
+                timers_first: false,
+                cpu: false,
                 cwnd: 10,
                 quic_ready: false,
                 streams: Vec::new(),
@@ -545,6 +570,12 @@ pub(crate) mod script {
         }
         fn is_open(&self, socket: SocketId) -> bool {
             self.sockets[socket.slot as usize].open
+        }
+        fn own_timer_now_first(&self) -> bool {
+            self.timers_first
+        }
+        fn models_cpu(&self) -> bool {
+            self.cpu
         }
         fn send_window(&self, socket: SocketId) -> Option<SendWindow> {
             if !self.is_open(socket) {

@@ -569,6 +569,10 @@ pub struct Relay {
     /// The scheduler's working lists, kept empty between runs (see `run_scheduler`).
     sched_scratch: scheduler::SchedScratch,
     schedule_armed: bool,
+    /// The KIST scheduler is parked: its last run found no connection of its pending channels
+    /// with room, and it arms no timer until something reaches the relay (see
+    /// `Relay::unpark_scheduler`).
+    scheduler_parked: bool,
     /// When the KIST scheduler last ran: new work waits only for the rest of the run
     /// interval since then, and an idle relay's scheduler runs at once, as in tor.
     last_schedule_run: Option<SimTime>,
@@ -687,6 +691,7 @@ impl Relay {
             pending: Vec::new(),
             sched_scratch: Default::default(),
             schedule_armed: false,
+            scheduler_parked: false,
             last_schedule_run: None,
             read_waiting: Vec::new(),
             ended_after_read: Vec::new(),
@@ -1435,6 +1440,9 @@ impl Machine for Relay {
     }
 
     fn on_timer(&mut self, io: &mut impl Io<RelayTimer>, timer: RelayTimer) {
+        if self.scheduler_parked {
+            self.unpark_scheduler(io);
+        }
         match timer {
             RelayTimer::Schedule => {
                 self.schedule_armed = false;
@@ -1487,6 +1495,9 @@ impl Machine for Relay {
 
     /// Handles what the sockets reported since the last call.
     fn on_socket_events(&mut self, io: &mut impl Io<RelayTimer>) {
+        if self.scheduler_parked {
+            self.unpark_scheduler(io);
+        }
         self.pump(io);
     }
 

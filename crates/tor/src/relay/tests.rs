@@ -611,3 +611,133 @@ fn a_connections_hot_fields_come_first() {
     assert!(offset_of!(Conn, socket) < 49);
     assert_eq!(size_of::<Conn>(), 96);
 }
+
+/// A guard with a circuit whose next hop's connection takes nothing (no congestion window),
+/// after `cells` DATA cells from the client: they wait in the circuit's queue.
+fn blocked_guard(cells: usize) -> (Relay, ScriptIo<RelayTimer>, [SocketId; 2]) {
+    let (mut relay, mut io, sockets, _) = guard_with_circuit(TorParams::default());
+    io.cwnd = 0;
+    let mut out = Cell::relay(5 | INITIATOR_BIT, RelayCommand::Data, 3, 1);
+    out.length = 498;
+    for _ in 0..cells {
+        io.arrive(sockets[0], bytes(), Wire::Cell(out));
+    }
+    settle(&mut relay, &mut io, 20);
+    (relay, io, sockets)
+}
+
+fn schedule_timers(io: &ScriptIo<RelayTimer>) -> Vec<SimTime> {
+    (io.timers.iter())
+        .filter(|t| matches!(t.1, RelayTimer::Schedule))
+        .map(|t| t.0)
+        .collect()
+}
+
+#[test]
+fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
+    let interval = millis(TorParams::default().kist_run_interval_ms);
+    let (mut relay, mut io, [_, next]) = blocked_guard(5);
+    assert!(
+        relay.scheduler_parked,
+        "nothing had room: the scheduler parks"
+    );
+    assert!(
+        schedule_timers(&io).is_empty(),
+        "a parked scheduler arms no run"
+    );
+    let last = relay.last_schedule_run.unwrap();
+    let written = io.written(next).len();
+
+    // Something reaches the relay between two runs it would have made: the three before it
+    // are counted, and the next is armed where it would have been.
+    io.cwnd = 10;
+    io.now = last + 3 * interval + interval / 2;
+    relay.on_socket_events(&mut io);
+    assert!(!relay.scheduler_parked);
+    assert_eq!(relay.last_schedule_run, Some(last + 3 * interval));
+    assert_eq!(schedule_timers(&io), vec![last + 4 * interval]);
+    assert_eq!(
+        io.written(next).len(),
+        written,
+        "no run before the armed one"
+    );
+    io.now = last + 4 * interval;
+    for timer in io.due() {
+        relay.on_timer(&mut io, timer);
+    }
+    assert_eq!(
+        io.written(next).len(),
+        written + 5,
+        "the run writes the queued cells"
+    );
+}
+
+#[test]
+fn a_parked_schedulers_run_due_at_the_instant_of_an_input_keeps_its_place() {
+    let interval = millis(TorParams::default().kist_run_interval_ms);
+    for timers_first in [false, true] {
+        let (mut relay, mut io, _) = blocked_guard(1);
+        let last = relay.last_schedule_run.unwrap();
+        io.timers_first = timers_first;
+        io.now = last + 2 * interval;
+        relay.on_socket_events(&mut io);
+        if timers_first {
+            // The run due now came first, found nothing, and armed the next.
+            assert_eq!(relay.last_schedule_run, Some(last + 2 * interval));
+            assert_eq!(schedule_timers(&io), vec![last + 3 * interval]);
+        } else {
+            // The run due now comes after this input, and sees what it changed.
+            assert_eq!(relay.last_schedule_run, Some(last + interval));
+            assert_eq!(schedule_timers(&io), vec![last + 2 * interval]);
+        }
+    }
+}
+
+/// Cells written by a guard whose next connection opens and closes its window at times no
+/// run interval divides, while more cells arrive, inputs and timers due at one instant taken
+/// in either order: the count after every step. `cpu` keeps the scheduler from parking (a
+/// relay on a modelled CPU never parks), so it runs every interval as tor's does.
+fn writes_over_time(cpu: bool) -> (Vec<(SimTime, usize)>, u32) {
+    let (mut relay, mut io, [client, next]) = blocked_guard(3);
+    io.cpu = cpu;
+    let mut out = Cell::relay(5 | INITIATOR_BIT, RelayCommand::Data, 3, 1);
+    out.length = 498;
+    let mut log = Vec::new();
+    let mut parked_steps = 0;
+    for step in 0u64..400 {
+        io.now += millis(1) / 2;
+        let input = step % 7 == 0 || step % 11 == 3 || step % 13 == 5;
+        io.timers_first = step % 3 != 0;
+        let hand_in = |relay: &mut Relay, io: &mut ScriptIo<RelayTimer>| {
+            if step % 11 == 3 {
+                io.cwnd = if io.cwnd == 0 { 2 } else { 0 };
+            }
+            if step % 7 == 0 {
+                io.arrive(client, bytes(), Wire::Cell(out));
+            }
+            relay.on_socket_events(io);
+        };
+        if input && !io.timers_first {
+            hand_in(&mut relay, &mut io);
+        }
+        for timer in io.due() {
+            relay.on_timer(&mut io, timer);
+        }
+        if input && io.timers_first {
+            hand_in(&mut relay, &mut io);
+        }
+        parked_steps += u32::from(relay.scheduler_parked);
+        log.push((io.now, io.written(next).len()));
+    }
+    (log, parked_steps)
+}
+
+#[test]
+fn a_parked_scheduler_writes_what_and_when_one_running_every_interval_does() {
+    let (parking, parked) = writes_over_time(false);
+    let (running, never) = writes_over_time(true);
+    assert_eq!(never, 0);
+    assert!(parked > 40, "parked in {parked} of 400 steps");
+    assert!(running.last().unwrap().1 > 20, "cells were written");
+    assert_eq!(parking, running);
+}
