@@ -117,6 +117,12 @@ pub trait Machine {
     fn on_timer(&mut self, io: &mut impl Io<Self::Timer>, timer: Self::Timer);
     /// Handles what the sockets reported since the last call.
     fn on_socket_events(&mut self, io: &mut impl Io<Self::Timer>);
+    /// Called first when an event reaches the host (a packet, a timer, its CPU), before the
+    /// network stack or the machine does anything with it, for a machine that stands in for
+    /// timers it did not arm: what the stack schedules for the same instant must come after
+    /// them, as it would have (see `Relay::unpark_scheduler`).
+    #[inline]
+    fn before_event(&mut self, _io: &mut impl Io<Self::Timer>) {}
     /// What the machine has done so far, for a CPU model to price (counts only grow).
     fn work(&self) -> Work {
         Work::default()
@@ -179,6 +185,8 @@ impl<M: Machine> Driven<M> {
     }
 
     pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
+        self.core
+            .before_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
         if let Some(cpu) = &mut self.cpu {
             if (cpu.busy(ctx.now()) || !self.backlog.is_empty()) && M::deferrable(&timer) {
                 self.backlog.push_back(Some(timer));
@@ -194,6 +202,8 @@ impl<M: Machine> Driven<M> {
     /// A packet or timer of the network stack: the stack handles it, then the state machine
     /// what the stack reported (at once, or when its CPU is free).
     pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
+        self.core
+            .before_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
         self.stack.handle(ctx, event);
         if let Some(cpu) = &mut self.cpu {
             if !self.stack.has_events() {
@@ -215,6 +225,8 @@ impl<M: Machine> Driven<M> {
 
     /// An event of the CPU stage.
     pub fn on_cpu(&mut self, ctx: &mut Context<'_, Ev>, event: CpuEvent) {
+        self.core
+            .before_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
         let Some(cpu) = &mut self.cpu else {
             return;
         };

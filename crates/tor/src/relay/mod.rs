@@ -1426,6 +1426,15 @@ impl Relay {
 impl Machine for Relay {
     type Timer = RelayTimer;
 
+    /// A parked scheduler is brought up to the present before the stack handles the event:
+    /// what the stack schedules for this instant comes after the run it would have armed.
+    #[inline]
+    fn before_event(&mut self, io: &mut impl Io<RelayTimer>) {
+        if self.scheduler_parked {
+            self.unpark_scheduler(io);
+        }
+    }
+
     fn start(&mut self, io: &mut impl Io<RelayTimer>) {
         io.listen(OR_PORT)
             .expect("a fresh relay has its OR port free");

@@ -63,7 +63,10 @@ impl Relay {
     }
 
     /// Brings a parked scheduler up to the present, before the event now reaching the relay
-    /// is handled, and arms its next run.
+    /// is handled, and arms its next run. It must come before the network stack handles the
+    /// event (`Machine::before_event`): an event the stack schedules for the same instant
+    /// would have come after the run armed long before, and must come after this one. (The
+    /// relay's own entry points check too, for drivers without the stack.)
     ///
     /// A KIST run that finds no connection of its pending channels with room writes nothing
     /// and changes nothing but its own bookkeeping; so does every run after it, one per run
