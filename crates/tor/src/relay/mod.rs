@@ -1449,9 +1449,6 @@ impl Machine for Relay {
     }
 
     fn on_timer(&mut self, io: &mut impl Io<RelayTimer>, timer: RelayTimer) {
-        if self.scheduler_parked {
-            self.unpark_scheduler(io);
-        }
         match timer {
             RelayTimer::Schedule => {
                 self.schedule_armed = false;
@@ -1504,9 +1501,6 @@ impl Machine for Relay {
 
     /// Handles what the sockets reported since the last call.
     fn on_socket_events(&mut self, io: &mut impl Io<RelayTimer>) {
-        if self.scheduler_parked {
-            self.unpark_scheduler(io);
-        }
         self.pump(io);
     }
 

@@ -3,6 +3,7 @@
 //! Torchestra's light/heavy classification).
 
 use super::*;
+use onionlab_engine::time::SimDuration;
 use onionlab_net::tcp::SendWindow;
 use onionlab_torcore::ewma::CellWeight;
 use onionlab_torcore::TorParams;
@@ -53,20 +54,24 @@ impl Relay {
             return;
         }
         self.schedule_armed = true;
-        // Never 0: a run that leaves work (a blocked channel) would re-arm itself at the same
-        // instant forever. Huge intervals saturate (the scheduler then never runs again).
-        let interval = millis(self.world.params.kist_run_interval_ms).max(1);
+        let interval = self.run_interval();
         let since = self
             .last_schedule_run
             .map_or(interval, |t| io.now().saturating_sub(t));
         io.arm_in(interval.saturating_sub(since), RelayTimer::Schedule);
     }
 
+    /// KIST's run interval. Never 0: a run that leaves work (a blocked channel) would re-arm
+    /// itself at the same instant forever. Huge intervals saturate (the scheduler then never
+    /// runs again).
+    fn run_interval(&self) -> SimDuration {
+        millis(self.world.params.kist_run_interval_ms).max(1)
+    }
+
     /// Brings a parked scheduler up to the present, before the event now reaching the relay
     /// is handled, and arms its next run. It must come before the network stack handles the
     /// event (`Machine::before_event`): an event the stack schedules for the same instant
-    /// would have come after the run armed long before, and must come after this one. (The
-    /// relay's own entry points check too, for drivers without the stack.)
+    /// would have come after the run armed long before, and must come after this one.
     ///
     /// A KIST run that finds no connection of its pending channels with room writes nothing
     /// and changes nothing but its own bookkeeping; so does every run after it, one per run
@@ -83,7 +88,7 @@ impl Relay {
     /// reads change nothing.
     pub(super) fn unpark_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
         self.scheduler_parked = false;
-        let interval = millis(self.world.params.kist_run_interval_ms).max(1);
+        let interval = self.run_interval();
         let last = self
             .last_schedule_run
             .expect("a scheduler parks only at the end of a run");

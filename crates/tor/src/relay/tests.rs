@@ -73,14 +73,26 @@ fn guard_with(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
     (relay, io)
 }
 
+/// The relay handles what its sockets reported, as `io::Driven` hands it an event.
+fn hand_in(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>) {
+    relay.before_event(io);
+    relay.on_socket_events(io);
+}
+
+/// The relay handles a timer, as `io::Driven` hands it one.
+fn fire(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, timer: RelayTimer) {
+    relay.before_event(io);
+    relay.on_timer(io, timer);
+}
+
 /// Lets the relay handle what is queued, then runs its timers for `ms` simulated ms.
 fn settle(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, ms: u64) {
-    relay.on_socket_events(io);
+    hand_in(relay, io);
     let end = io.now + millis(ms);
     while io.now < end {
         io.now += millis(1);
         for timer in io.due() {
-            relay.on_timer(io, timer);
+            fire(relay, io, timer);
         }
     }
 }
@@ -652,7 +664,7 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     // are counted, and the next is armed where it would have been.
     io.cwnd = 10;
     io.now = last + 3 * interval + interval / 2;
-    relay.on_socket_events(&mut io);
+    hand_in(&mut relay, &mut io);
     assert!(!relay.scheduler_parked);
     assert_eq!(relay.last_schedule_run, Some(last + 3 * interval));
     assert_eq!(schedule_timers(&io), vec![last + 4 * interval]);
@@ -663,7 +675,7 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     );
     io.now = last + 4 * interval;
     for timer in io.due() {
-        relay.on_timer(&mut io, timer);
+        fire(&mut relay, &mut io, timer);
     }
     assert_eq!(
         io.written(next).len(),
@@ -680,7 +692,7 @@ fn a_parked_schedulers_run_due_at_the_instant_of_an_input_keeps_its_place() {
         let last = relay.last_schedule_run.unwrap();
         io.timers_first = timers_first;
         io.now = last + 2 * interval;
-        relay.on_socket_events(&mut io);
+        hand_in(&mut relay, &mut io);
         if timers_first {
             // The run due now came first, found nothing, and armed the next.
             assert_eq!(relay.last_schedule_run, Some(last + 2 * interval));
@@ -715,13 +727,13 @@ fn writes_over_time(cpu: bool) -> (Vec<(SimTime, usize)>, u32) {
             if step % 7 == 0 {
                 io.arrive(client, bytes(), Wire::Cell(out));
             }
-            relay.on_socket_events(io);
+            hand_in(relay, io);
         };
         if input && !io.timers_first {
             hand_in(&mut relay, &mut io);
         }
         for timer in io.due() {
-            relay.on_timer(&mut io, timer);
+            fire(&mut relay, &mut io, timer);
         }
         if input && io.timers_first {
             hand_in(&mut relay, &mut io);
