@@ -15,6 +15,12 @@ const SEQ_BITS: u32 = 40;
 /// Largest host id that fits beside the sequence number in an order key.
 pub const MAX_HOSTS: usize = 1 << (64 - SEQ_BITS);
 
+/// The sequence number of a host's leading event (`Context::schedule_leading_at`), which
+/// orders before every other event the host creates for the same instant.
+pub(crate) const LEADING_SEQ: u64 = 0;
+/// The first sequence number of a host's other events.
+pub(crate) const FIRST_SEQ: u64 = 1;
+
 /// Packs (source host, source sequence) into one totally ordered key.
 #[inline]
 pub(crate) fn order_key(src: HostId, seq: u64) -> u64 {

@@ -8,7 +8,8 @@
 //! out of that worker's outbox. At the start of the round they fall due in, it hands each host
 //! its messages, which the host takes merged with its own queue. Both are ordered by (time,
 //! source host, source sequence), so the result is the same whatever the thread count or the
-//! timing of threads. A host that nothing reaches within several lookaheads runs that many
+//! timing of threads (a host's one leading event, `Context::schedule_leading_at`, takes the
+//! sequence number below all of its others). A host that nothing reaches within several lookaheads runs that many
 //! rounds at a time (its span; see `Simulation::set_min_delays`).
 
 use std::any::Any;
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::barrier::SpinBarrier;
 use crate::calendar::{Calendar, Chunk, Message, Slot, CHUNK};
 use crate::partition::Partition;
-use crate::queue::{key_source, order_key, Due, EventQueue, MAX_HOSTS};
+use crate::queue::{key_source, order_key, Due, EventQueue, FIRST_SEQ, LEADING_SEQ, MAX_HOSTS};
 use crate::rng::{host_rng, HostRng};
 use crate::time::{SimDuration, SimTime};
 use crate::HostId;
@@ -92,10 +93,11 @@ impl<E> Context<'_, E> {
     /// what it scheduled for itself (and what the simulation scheduled on it).
     ///
     /// Events due at the same time are handled in order of their creator's id, then of the
-    /// order each creator made them in: so an event this host schedules now for the current
-    /// time comes after the current event unless another host with a larger id sent that
-    /// one. A model that stands in for its own timers without scheduling them (see the
-    /// relay's parked scheduler) decides with this which of the two it would have seen first.
+    /// order each creator made them in, a leading event (`schedule_leading_at`) before the
+    /// rest of its creator's: so a leading event this host schedules for the current time
+    /// comes before the current event unless a host with a smaller id sent that one. A model
+    /// that stands in for its own leading timer without scheduling it (see the relay's parked
+    /// scheduler) decides with this which of the two it would have seen first.
     #[inline]
     pub fn sender(&self) -> HostId {
         key_source(self.key)
@@ -130,8 +132,23 @@ impl<E> Context<'_, E> {
     /// waits never changes the order.
     #[inline]
     pub fn schedule_at(&mut self, time: SimTime, event: E) {
-        debug_assert!(time >= self.now, "event scheduled in the past");
         let key = self.next_key();
+        self.schedule_keyed(time, key, event);
+    }
+
+    /// Schedules an event for this host at `time` (not before now) that comes before every
+    /// other event this host gave itself for the same instant, whenever each was scheduled.
+    /// For a periodic timer that a model may stop arming while it knows the runs would do
+    /// nothing, and arm again later: armed early or late, it keeps its place among ties.
+    /// A host may have at most one such event pending at a time (two would tie exactly).
+    #[inline]
+    pub fn schedule_leading_at(&mut self, time: SimTime, event: E) {
+        self.schedule_keyed(time, order_key(self.host, LEADING_SEQ), event);
+    }
+
+    #[inline]
+    fn schedule_keyed(&mut self, time: SimTime, key: u64, event: E) {
+        debug_assert!(time >= self.now, "event scheduled in the past");
         let time = time.max(self.now);
         if time < self.run_end && self.held.len() < HELD_EVENTS {
             self.held.push(Due { time, key, event });
@@ -405,7 +422,7 @@ impl<H: Host> Simulation<H> {
                     model,
                     queue: EventQueue::new(),
                     rng: host_rng(seed, id as HostId, 0),
-                    seq: 0,
+                    seq: FIRST_SEQ,
                     trace: 0,
                     due: NOT_DUE,
                 })

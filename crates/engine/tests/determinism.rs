@@ -862,3 +862,56 @@ fn a_host_learns_who_created_the_event_it_handles() {
         }
     }
 }
+
+/// Host 1 gives itself ordinary events and then a leading one for the same instant, once
+/// within the round and once beyond it; hosts 0 and 2 send it messages due at the second.
+struct Leading {
+    log: Vec<(Mixed, HostId)>,
+}
+
+impl Host for Leading {
+    type Event = Mixed;
+    fn handle(&mut self, ctx: &mut Context<'_, Mixed>, event: Mixed) {
+        self.log.push((event, ctx.sender()));
+        match (ctx.host(), event) {
+            (1, Mixed::Start) => {
+                ctx.schedule_at(200, Mixed::Own('c'));
+                ctx.schedule_at(200, Mixed::Own('d'));
+                ctx.schedule_leading_at(200, Mixed::Own('K'));
+            }
+            (1, Mixed::Own('K')) => {
+                ctx.schedule_at(millis(5), Mixed::Own('a'));
+                ctx.schedule_at(millis(5), Mixed::Own('b'));
+                ctx.schedule_leading_at(millis(5), Mixed::Own('L'));
+            }
+            (0, Mixed::Start) => ctx.send(1, millis(5), Mixed::Message('m')),
+            (2, Mixed::Start) => ctx.send(1, millis(5), Mixed::Message('n')),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_leading_event_comes_first_among_its_hosts_own_events_at_its_instant() {
+    for threads in [1, 2, 3] {
+        let models = (0..3).map(|_| Leading { log: vec![] }).collect();
+        let mut sim = Simulation::new(engine(threads, millis(1)), models);
+        for host in 0..3 {
+            sim.schedule(host, 0, Mixed::Start);
+        }
+        sim.run_until(secs(1));
+        // Messages still order by their senders' ids around the host's own events.
+        let expected = vec![
+            (Mixed::Start, 1),
+            (Mixed::Own('K'), 1),
+            (Mixed::Own('c'), 1),
+            (Mixed::Own('d'), 1),
+            (Mixed::Message('m'), 0),
+            (Mixed::Own('L'), 1),
+            (Mixed::Own('a'), 1),
+            (Mixed::Own('b'), 1),
+            (Mixed::Message('n'), 2),
+        ];
+        assert_eq!(sim.host(1).log, expected, "threads={threads}");
+    }
+}

@@ -141,6 +141,9 @@ struct TcpSocket<M> {
     initiator: bool,
     auto_read: bool,
     waiting_for_link: bool,
+    /// Whether the application asked to hear when this socket's state moves (see
+    /// [`NetStack::watch`]).
+    watched: bool,
     /// The path to the peer, looked up once: the lookup reads the network's host table and
     /// path matrix, cold lines on a large network, and a socket sends many packets.
     path: Path,
@@ -211,6 +214,8 @@ pub struct NetStack<M> {
     up_ready_armed: bool,
     next_port: u16,
     events: VecDeque<SocketEvent<M>>,
+    /// Whether a watched socket's state may have moved since the last `take_watch_hit`.
+    watch_hit: bool,
     stats: NetStats,
 }
 
@@ -233,6 +238,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             up_ready_armed: false,
             next_port: FIRST_EPHEMERAL_PORT,
             events: VecDeque::new(),
+            watch_hit: false,
             stats: NetStats::default(),
         }
     }
@@ -338,6 +344,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             initiator: true,
             auto_read: true,
             waiting_for_link: false,
+            watched: false,
             timer: u64::MAX,
             last_arrival: 0,
             path: self.net.path(self.host, dst),
@@ -441,6 +448,22 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             Socket::Tcp(s) => Some(s.conn.send_window()),
             _ => self.quic_send_window(id),
         }
+    }
+
+    /// Asks (or stops asking) to hear when TCP socket `id`'s state may have moved: a segment
+    /// or timer it handled, anything it sent. For an application that waits on a few
+    /// sockets' send windows and would otherwise look at them again after every event of the
+    /// host. Any other kind of socket is never watched.
+    pub fn watch(&mut self, id: SocketId, on: bool) {
+        if let Some(s) = self.socket_mut(id) {
+            s.watched = on;
+        }
+    }
+
+    /// Whether a watched socket's state may have moved since the last call.
+    #[inline]
+    pub fn take_watch_hit(&mut self) -> bool {
+        std::mem::take(&mut self.watch_hit)
     }
 
     /// Free space in the socket's send buffer (a QUIC stream's own buffer).
@@ -823,6 +846,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             initiator: false,
             auto_read: true,
             waiting_for_link: false,
+            watched: false,
             timer: u64::MAX,
             last_arrival: 0,
             path: self.net.path(self.host, from),
@@ -865,6 +889,11 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// frees it once closed.
     fn drive<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
         let now = ctx.now();
+        // Every change to a socket's state, from a segment, a timer, the link or the
+        // application, ends here.
+        if self.socket(id).is_some_and(|s| s.watched) {
+            self.watch_hit = true;
+        }
         loop {
             let Some(s) = self.socket_mut(id) else {
                 return;

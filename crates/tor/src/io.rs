@@ -36,6 +36,11 @@ pub trait Io<T> {
         let at = self.now().saturating_add(delay);
         self.arm_at(at, timer);
     }
+    /// As [`Io::arm_at`], for a timer that comes before everything else the host gave itself
+    /// for the same instant (its other timers, its packets' deliveries), whenever either was
+    /// armed; messages from hosts with smaller ids still come first (`Context::
+    /// schedule_leading_at`). At most one may be pending.
+    fn arm_leading_at(&mut self, at: SimTime, timer: T);
 
     fn listen(&mut self, port: u16) -> Result<(), NetError>;
     fn connect(&mut self, peer: HostId, port: u16) -> SocketId;
@@ -67,10 +72,16 @@ pub trait Io<T> {
     /// unsent bytes; for a QUIC connection: its window, flight and the unsent bytes of all its
     /// streams.
     fn send_window(&self, socket: SocketId) -> Option<SendWindow>;
-    /// Whether a timer armed now for the current instant would be handled before the event
-    /// being handled now: only when that event is a message from a host with a larger id
-    /// (see `Context::sender`). For a state machine that accounts for timers it did not arm.
-    fn own_timer_now_first(&self) -> bool {
+    /// Asks (or stops asking) to hear when TCP socket `socket`'s state may have moved, its
+    /// send window included (see [`Io::take_watch_hit`]).
+    fn watch(&mut self, socket: SocketId, on: bool);
+    /// Whether a watched socket's state may have moved since the last call.
+    fn take_watch_hit(&mut self) -> bool;
+    /// Whether a leading timer ([`Io::arm_leading_at`]) due at the current instant comes
+    /// before the event being handled now: unless that event is a message from a host with a
+    /// smaller id (see `Context::sender`). For a state machine that accounts for runs of a
+    /// timer it stopped arming.
+    fn leading_timer_first(&self) -> bool {
         false
     }
     /// Whether the host's work runs on a modelled CPU, which may hold timers back.
@@ -117,12 +128,12 @@ pub trait Machine {
     fn on_timer(&mut self, io: &mut impl Io<Self::Timer>, timer: Self::Timer);
     /// Handles what the sockets reported since the last call.
     fn on_socket_events(&mut self, io: &mut impl Io<Self::Timer>);
-    /// Called first when an event reaches the host (a packet, a timer, its CPU), before the
-    /// network stack or the machine does anything with it, for a machine that stands in for
-    /// timers it did not arm: what the stack schedules for the same instant must come after
-    /// them, as it would have (see `Relay::unpark_scheduler`).
+    /// Called last for every event of the host (a packet, a socket's or the machine's timer,
+    /// its CPU), once the stack and the machine have handled it: for a machine waiting on
+    /// watched sockets ([`Io::watch`]), which must learn of a move in the event it happened
+    /// in, even one that gave the machine nothing to handle (an ACK).
     #[inline]
-    fn before_event(&mut self, _io: &mut impl Io<Self::Timer>) {}
+    fn after_event(&mut self, _io: &mut impl Io<Self::Timer>) {}
     /// What the machine has done so far, for a CPU model to price (counts only grow).
     fn work(&self) -> Work {
         Work::default()
@@ -185,8 +196,12 @@ impl<M: Machine> Driven<M> {
     }
 
     pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
+        self.timer_inner(ctx, timer);
         self.core
-            .before_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+            .after_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+    }
+
+    fn timer_inner(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
         if let Some(cpu) = &mut self.cpu {
             if (cpu.busy(ctx.now()) || !self.backlog.is_empty()) && M::deferrable(&timer) {
                 self.backlog.push_back(Some(timer));
@@ -202,8 +217,12 @@ impl<M: Machine> Driven<M> {
     /// A packet or timer of the network stack: the stack handles it, then the state machine
     /// what the stack reported (at once, or when its CPU is free).
     pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
+        self.net_inner(ctx, event);
         self.core
-            .before_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+            .after_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+    }
+
+    fn net_inner(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
         self.stack.handle(ctx, event);
         if let Some(cpu) = &mut self.cpu {
             if !self.stack.has_events() {
@@ -225,8 +244,12 @@ impl<M: Machine> Driven<M> {
 
     /// An event of the CPU stage.
     pub fn on_cpu(&mut self, ctx: &mut Context<'_, Ev>, event: CpuEvent) {
+        self.cpu_inner(ctx, event);
         self.core
-            .before_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+            .after_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
+    }
+
+    fn cpu_inner(&mut self, ctx: &mut Context<'_, Ev>, event: CpuEvent) {
         let Some(cpu) = &mut self.cpu else {
             return;
         };
@@ -292,6 +315,9 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     fn arm_at(&mut self, at: SimTime, timer: T) {
         self.ctx.schedule_at(at, timer.event());
     }
+    fn arm_leading_at(&mut self, at: SimTime, timer: T) {
+        self.ctx.schedule_leading_at(at, timer.event());
+    }
     fn listen(&mut self, port: u16) -> Result<(), NetError> {
         self.stack.listen(port)
     }
@@ -337,9 +363,16 @@ impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
     fn send_window(&self, socket: SocketId) -> Option<SendWindow> {
         self.stack.send_window(socket)
     }
+    fn watch(&mut self, socket: SocketId, on: bool) {
+        self.stack.watch(socket, on);
+    }
     #[inline]
-    fn own_timer_now_first(&self) -> bool {
-        self.ctx.sender() > self.ctx.host()
+    fn take_watch_hit(&mut self) -> bool {
+        self.stack.take_watch_hit()
+    }
+    #[inline]
+    fn leading_timer_first(&self) -> bool {
+        self.ctx.sender() >= self.ctx.host()
     }
     #[inline]
     fn models_cpu(&self) -> bool {
@@ -396,6 +429,8 @@ pub(crate) mod script {
 
     struct Socket {
         open: bool,
+        /// Whether the machine watches it ([`Io::watch`]).
+        watched: bool,
         /// Messages that arrived and wait to be read, with their sizes.
         inbox: VecDeque<(u64, Wire)>,
     }
@@ -414,11 +449,14 @@ pub(crate) mod script {
         pub quic_ready: bool,
         /// The streams the state machine opened.
         pub streams: Vec<SocketId>,
-        /// What [`Io::own_timer_now_first`] answers: whether the script fires the timers due
+        /// What [`Io::leading_timer_first`] answers: whether the script fires the timers due
         /// now before the input it hands in now.
         pub timers_first: bool,
         /// What [`Io::models_cpu`] answers.
         pub cpu: bool,
+        /// What [`Io::take_watch_hit`] answers next: the script sets it when it moves a
+        /// watched socket's state.
+        pub watch_hit: bool,
     }
 
     impl<T> ScriptIo<T> {
@@ -433,6 +471,7 @@ pub(crate) mod script {
                 listening: Vec::new(),
                 timers_first: false,
                 cpu: false,
+                watch_hit: false,
                 cwnd: 10,
                 quic_ready: false,
                 streams: Vec::new(),
@@ -442,6 +481,7 @@ pub(crate) mod script {
         fn new_socket(&mut self) -> SocketId {
             self.sockets.push(Socket {
                 open: true,
+                watched: false,
                 inbox: VecDeque::new(),
             });
             SocketId {
@@ -460,19 +500,33 @@ pub(crate) mod script {
 
         /// A connection the state machine opened is established.
         pub fn establish(&mut self, socket: SocketId) {
+            self.moved(socket);
             self.events.push_back(SocketEvent::Connected(socket));
+        }
+
+        /// Something happened on `socket`, as on a stack's socket, that a watcher hears of.
+        fn moved(&mut self, socket: SocketId) {
+            self.watch_hit |= self.sockets[socket.slot as usize].watched;
         }
 
         /// `message` (of `bytes`) arrives on `socket` and waits to be read.
         pub fn arrive(&mut self, socket: SocketId, bytes: u64, message: Wire) {
+            self.moved(socket);
             self.sockets[socket.slot as usize]
                 .inbox
                 .push_back((bytes, message));
             self.events.push_back(SocketEvent::Readable(socket));
         }
 
+        /// Sets the congestion window every socket reports: a move of every watched socket.
+        pub fn set_cwnd(&mut self, cwnd: u32) {
+            self.cwnd = cwnd;
+            self.watch_hit |= self.sockets.iter().any(|s| s.watched);
+        }
+
         /// The peer closed its direction of `socket` (after what already `arrive`d on it).
         pub fn peer_close(&mut self, socket: SocketId) {
+            self.moved(socket);
             self.events.push_back(SocketEvent::PeerClosed(socket));
         }
 
@@ -513,6 +567,11 @@ pub(crate) mod script {
         }
         fn arm_at(&mut self, at: SimTime, timer: T) {
             self.timers.push((at.max(self.now), timer));
+        }
+        fn arm_leading_at(&mut self, at: SimTime, timer: T) {
+            // First in the list: `due` keeps the order of ties, and a leading timer comes
+            // before those armed earlier for its instant, and after it.
+            self.timers.insert(0, (at.max(self.now), timer));
         }
         fn listen(&mut self, port: u16) -> Result<(), NetError> {
             self.listening.push(port);
@@ -583,7 +642,13 @@ pub(crate) mod script {
         fn is_open(&self, socket: SocketId) -> bool {
             self.sockets[socket.slot as usize].open
         }
-        fn own_timer_now_first(&self) -> bool {
+        fn watch(&mut self, socket: SocketId, on: bool) {
+            self.sockets[socket.slot as usize].watched = on;
+        }
+        fn take_watch_hit(&mut self) -> bool {
+            std::mem::take(&mut self.watch_hit)
+        }
+        fn leading_timer_first(&self) -> bool {
             self.timers_first
         }
         fn models_cpu(&self) -> bool {

@@ -143,6 +143,10 @@ impl Relay {
         let chan = &mut self.channels[ch as usize];
         chan.conns.push(k);
         chan.ranking_stale();
+        if chan.pending {
+            // A parked scheduler waits on the sockets its pending channels had.
+            self.wake_scheduler(io);
+        }
         k
     }
 
@@ -465,6 +469,9 @@ impl Relay {
             self.conns[k as usize].chan = ch;
             self.channels[ch as usize].conns.push(k);
             self.channels[ch as usize].ranking_stale();
+            if self.channels[ch as usize].pending {
+                self.wake_scheduler(io);
+            }
         }
         let chan = &mut self.channels[ch as usize];
         chan.set_sequenced(sequenced(self.design));

@@ -570,9 +570,11 @@ pub struct Relay {
     sched_scratch: scheduler::SchedScratch,
     schedule_armed: bool,
     /// The KIST scheduler is parked: its last run found no connection of its pending channels
-    /// with room, and it arms no timer until something reaches the relay (see
-    /// `Relay::unpark_scheduler`).
+    /// with room, and it arms no timer until one of their sockets moves or another channel
+    /// becomes pending (see `Relay::unpark_scheduler`).
     scheduler_parked: bool,
+    /// The sockets a parked scheduler waits on: those of its pending channels' connections.
+    parked_on: Vec<SocketId>,
     /// When the KIST scheduler last ran: new work waits only for the rest of the run
     /// interval since then, and an idle relay's scheduler runs at once, as in tor.
     last_schedule_run: Option<SimTime>,
@@ -692,6 +694,7 @@ impl Relay {
             sched_scratch: Default::default(),
             schedule_armed: false,
             scheduler_parked: false,
+            parked_on: Vec::new(),
             last_schedule_run: None,
             read_waiting: Vec::new(),
             ended_after_read: Vec::new(),
@@ -1426,12 +1429,13 @@ impl Relay {
 impl Machine for Relay {
     type Timer = RelayTimer;
 
-    /// A parked scheduler is brought up to the present before the stack handles the event:
-    /// what the stack schedules for this instant comes after the run it would have armed.
+    /// A parked scheduler wakes once one of the sockets it waits on has moved so that a
+    /// pending channel has room: a move that leaves none (an ACK too small for a cell, cells
+    /// arriving from the peer) would only give it more runs that write nothing.
     #[inline]
-    fn before_event(&mut self, io: &mut impl Io<RelayTimer>) {
-        if self.scheduler_parked {
-            self.unpark_scheduler(io);
+    fn after_event(&mut self, io: &mut impl Io<RelayTimer>) {
+        if self.scheduler_parked && io.take_watch_hit() && self.parked_room(io) {
+            self.wake_scheduler(io);
         }
     }
 

@@ -44,6 +44,7 @@ impl Relay {
         }
         chan.pending = true;
         self.pending.push(ch);
+        self.wake_scheduler(io);
         self.arm_scheduler(io);
     }
 
@@ -58,7 +59,8 @@ impl Relay {
         let since = self
             .last_schedule_run
             .map_or(interval, |t| io.now().saturating_sub(t));
-        io.arm_in(interval.saturating_sub(since), RelayTimer::Schedule);
+        let at = io.now().saturating_add(interval.saturating_sub(since));
+        io.arm_leading_at(at, RelayTimer::Schedule);
     }
 
     /// KIST's run interval. Never 0: a run that leaves work (a blocked channel) would re-arm
@@ -68,33 +70,45 @@ impl Relay {
         millis(self.world.params.kist_run_interval_ms).max(1)
     }
 
-    /// Brings a parked scheduler up to the present, before the event now reaching the relay
-    /// is handled, and arms its next run. It must come before the network stack handles the
-    /// event (`Machine::before_event`): an event the stack schedules for the same instant
-    /// would have come after the run armed long before, and must come after this one.
+    /// Wakes a parked scheduler (see `unpark_scheduler`); nothing if it is not parked. Called
+    /// for what may give it room without moving a socket it waits on: a channel that becomes
+    /// pending, a connection added to a channel, a run outside the timer.
+    pub(super) fn wake_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
+        if self.scheduler_parked {
+            self.unpark_scheduler(io);
+        }
+    }
+
+    /// Brings a parked scheduler up to the present and arms its next run: once a socket it
+    /// waits on has moved so that a pending channel has room (`Machine::after_event`), or
+    /// through `wake_scheduler`.
     ///
     /// A KIST run that finds no connection of its pending channels with room writes nothing
-    /// and changes nothing but its own bookkeeping; so does every run after it, one per run
-    /// interval, until something reaches the relay: its sockets' send windows, the only thing
-    /// the runs read that could change, change only through the relay's own events. On
-    /// web-6876 such runs were 58% of all scheduler runs (23.4 M of 40.7 M in the first 100
-    /// simulated seconds), each an event whose host nothing else touched in between, all of
-    /// its state out of the cache. A parked scheduler skips them: the first event after them
-    /// counts the runs it would have made before it (their run stamps and last run time),
-    /// and arms the next one on the same grid of run intervals. A run due at the very instant
-    /// of that event is one of the skipped ones when it would have been handled first, as a
-    /// timer armed by the relay itself before a message from a host with a larger id is.
-    /// Token buckets are refilled from the clock whenever they are read, so the skipped
-    /// reads change nothing.
-    pub(super) fn unpark_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
+    /// and changes nothing but its own bookkeeping, and so does every run after it, one per
+    /// run interval, until one of those connections' sockets moves (an ACK, a timer, a
+    /// segment sent: their send windows are the only thing the runs read that could give
+    /// them room) or another channel becomes pending. On web-6876, runs that wrote nothing
+    /// were 76% of all scheduler runs (31.1 M of 40.7 M in the first 100 simulated seconds),
+    /// each an event whose host state had mostly left the cache. A parked scheduler skips
+    /// them: it watches its pending channels' sockets (`Io::watch`), and the wake counts the
+    /// runs it would have made before now (their run stamps and last run time) and arms the
+    /// next one on the same grid of run intervals. The run is a leading timer
+    /// (`Io::arm_leading_at`), so it keeps its place among the relay's other events at its
+    /// instant however late it is armed; a run due at the very instant of the waking event
+    /// is one of the skipped ones when it would have come first. Token buckets are refilled
+    /// from the clock whenever they are read, so the skipped reads change nothing.
+    fn unpark_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
         self.scheduler_parked = false;
+        for socket in self.parked_on.drain(..) {
+            io.watch(socket, false);
+        }
         let interval = self.run_interval();
         let last = self
             .last_schedule_run
             .expect("a scheduler parks only at the end of a run");
         let since = io.now().saturating_sub(last);
         let mut skipped = since / interval;
-        if skipped > 0 && since % interval == 0 && !io.own_timer_now_first() {
+        if skipped > 0 && since % interval == 0 && !io.leading_timer_first() {
             // The run due now would have come after this event, which may give it work.
             skipped -= 1;
         }
@@ -104,7 +118,7 @@ impl Relay {
         }
         self.schedule_armed = true;
         let next = last.saturating_add(interval.saturating_mul(skipped + 1));
-        io.arm_at(next, RelayTimer::Schedule);
+        io.arm_leading_at(next, RelayTimer::Schedule);
     }
 
     /// Puts a channel back in the scheduler's heap, keyed by its quietest circuit, if one of
@@ -181,9 +195,23 @@ impl Relay {
             conn.queued_bytes = 0;
             return;
         }
-        let info = io.send_window(conn.socket);
-        conn.limit = write_limit(params, info.as_ref());
-        conn.queued_bytes = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
+        (conn.limit, conn.queued_bytes) = socket_limit(params, io, conn.socket);
+    }
+
+    /// Whether a connection of a pending channel has room for a cell now: what the parked
+    /// scheduler's next run would find first (as `refresh_limit` and `count_room` read it).
+    /// Parking excludes the designs whose channels hold several connections or QUIC streams.
+    pub(super) fn parked_room(&self, io: &impl Io<RelayTimer>) -> bool {
+        let params = &self.world.params;
+        self.pending.iter().any(|&ch| {
+            let chan = &self.channels[ch as usize];
+            let cell_bytes = self.chan_cell_bytes(ch);
+            !chan.mux.is_empty()
+                && chan.conns.iter().any(|&k| {
+                    let conn = &self.conns[k as usize];
+                    conn.usable() && socket_limit(params, io, conn.socket).0 >= cell_bytes
+                })
+        })
     }
 
     /// What KIST lets a channel on QUIC write to its QUIC connection in this scheduler run:
@@ -322,6 +350,8 @@ impl Relay {
     /// Moves queued cells into connection sockets: globally across channels, quietest
     /// circuit first, within each socket's write limit and the write bucket.
     pub(super) fn run_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
+        // A run outside the timer's (a token refill's): the parked runs before it come first.
+        self.wake_scheduler(io);
         let now = io.now();
         // Tor stamps the run when it ends; in simulated time that is this same instant, and
         // stamping first keeps work queued during the run from re-arming it at once.
@@ -585,9 +615,19 @@ impl Relay {
                 && !self.schedule_armed
                 && kist_timer
                 && design != ChannelDesign::Imux
+                && design != ChannelDesign::Quic
                 && !io.models_cpu();
             if park {
                 self.scheduler_parked = true;
+                for &ch in &self.pending {
+                    for &k in &self.channels[ch as usize].conns {
+                        let socket = self.conns[k as usize].socket;
+                        io.watch(socket, true);
+                        self.parked_on.push(socket);
+                    }
+                }
+                // Whatever moved before now was seen by this run.
+                io.take_watch_hit();
             } else {
                 self.arm_scheduler(io);
             }
@@ -686,6 +726,14 @@ impl Relay {
 /// What the scheduler may write to a socket (or QUIC connection) in one run: KIST's limit
 /// from its kernel facts, KIST-lite's output buffer, or for the old scheduler everything the
 /// kernel takes; nothing to a socket that is gone.
+/// KIST's write limit for a usable TCP connection on `socket`, from the socket's send window,
+/// and the bytes the socket holds (unsent, and sent but unacknowledged).
+fn socket_limit(params: &TorParams, io: &impl Io<RelayTimer>, socket: SocketId) -> (u64, u64) {
+    let info = io.send_window(socket);
+    let queued = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
+    (write_limit(params, info.as_ref()), queued)
+}
+
 fn write_limit(params: &TorParams, info: Option<&SendWindow>) -> u64 {
     match (params.scheduler, info) {
         (_, None) => 0,

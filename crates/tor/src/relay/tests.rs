@@ -75,14 +75,14 @@ fn guard_with(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
 
 /// The relay handles what its sockets reported, as `io::Driven` hands it an event.
 fn hand_in(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>) {
-    relay.before_event(io);
     relay.on_socket_events(io);
+    relay.after_event(io);
 }
 
 /// The relay handles a timer, as `io::Driven` hands it one.
 fn fire(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, timer: RelayTimer) {
-    relay.before_event(io);
     relay.on_timer(io, timer);
+    relay.after_event(io);
 }
 
 /// Lets the relay handle what is queued, then runs its timers for `ms` simulated ms.
@@ -627,8 +627,14 @@ fn a_connections_hot_fields_come_first() {
 /// A guard with a circuit whose next hop's connection takes nothing (no congestion window),
 /// after `cells` DATA cells from the client: they wait in the circuit's queue.
 fn blocked_guard(cells: usize) -> (Relay, ScriptIo<RelayTimer>, [SocketId; 2]) {
+    blocked_guard_on_cpu(cells, false)
+}
+
+/// [`blocked_guard`], on a modelled CPU if `cpu` (whose scheduler never parks).
+fn blocked_guard_on_cpu(cells: usize, cpu: bool) -> (Relay, ScriptIo<RelayTimer>, [SocketId; 2]) {
     let (mut relay, mut io, sockets, _) = guard_with_circuit(TorParams::default());
     io.cwnd = 0;
+    io.cpu = cpu;
     let mut out = Cell::relay(5 | INITIATOR_BIT, RelayCommand::Data, 3, 1);
     out.length = 498;
     for _ in 0..cells {
@@ -648,7 +654,7 @@ fn schedule_timers(io: &ScriptIo<RelayTimer>) -> Vec<SimTime> {
 #[test]
 fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     let interval = millis(TorParams::default().kist_run_interval_ms);
-    let (mut relay, mut io, [_, next]) = blocked_guard(5);
+    let (mut relay, mut io, [client, next]) = blocked_guard(5);
     assert!(
         relay.scheduler_parked,
         "nothing had room: the scheduler parks"
@@ -660,10 +666,30 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     let last = relay.last_schedule_run.unwrap();
     let written = io.written(next).len();
 
-    // Something reaches the relay between two runs it would have made: the three before it
-    // are counted, and the next is armed where it would have been.
-    io.cwnd = 10;
+    // More cells for the blocked circuit, from the client: the next hop's socket has not
+    // moved, so the runs would still find no room, and the scheduler stays parked.
+    let mut out = Cell::relay(5 | INITIATOR_BIT, RelayCommand::Data, 3, 1);
+    out.length = 498;
+    io.now = last + interval + interval / 3;
+    io.arrive(client, bytes(), Wire::Cell(out));
+    hand_in(&mut relay, &mut io);
+    assert!(
+        relay.scheduler_parked,
+        "the client's socket is not waited on"
+    );
+    assert!(schedule_timers(&io).is_empty());
+
+    // The next hop's socket moves, but its window stays shut: still no room.
+    io.now += interval;
+    io.set_cwnd(0);
+    hand_in(&mut relay, &mut io);
+    assert!(relay.scheduler_parked, "a move that gives no room");
+    assert!(schedule_timers(&io).is_empty());
+
+    // The next hop's socket moves between two runs the scheduler would have made: the three
+    // before it are counted, and the next is armed where it would have been.
     io.now = last + 3 * interval + interval / 2;
+    io.set_cwnd(10);
     hand_in(&mut relay, &mut io);
     assert!(!relay.scheduler_parked);
     assert_eq!(relay.last_schedule_run, Some(last + 3 * interval));
@@ -679,9 +705,27 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     }
     assert_eq!(
         io.written(next).len(),
-        written + 5,
+        written + 6,
         "the run writes the queued cells"
     );
+}
+
+/// A channel that becomes pending may have room where the parked scheduler's had none: it
+/// wakes the scheduler, whose next run is armed once, on its grid.
+#[test]
+fn a_channel_that_becomes_pending_wakes_a_parked_scheduler() {
+    let interval = millis(TorParams::default().kist_run_interval_ms);
+    let (mut relay, mut io, _) = blocked_guard(1);
+    assert!(relay.scheduler_parked);
+    let last = relay.last_schedule_run.unwrap();
+    // A second client builds a circuit: its CREATED2 waits on a channel no run has seen.
+    io.now = last + 2 * interval + interval / 4;
+    let other = io.accept(CLIENT + 1, OR_PORT);
+    io.arrive(other, bytes(), create(7));
+    hand_in(&mut relay, &mut io);
+    assert!(!relay.scheduler_parked);
+    assert_eq!(relay.last_schedule_run, Some(last + 2 * interval));
+    assert_eq!(schedule_timers(&io), vec![last + 3 * interval]);
 }
 
 #[test]
@@ -692,9 +736,12 @@ fn a_parked_schedulers_run_due_at_the_instant_of_an_input_keeps_its_place() {
         let last = relay.last_schedule_run.unwrap();
         io.timers_first = timers_first;
         io.now = last + 2 * interval;
+        // The waited-on socket's window opens.
+        io.set_cwnd(10);
         hand_in(&mut relay, &mut io);
         if timers_first {
-            // The run due now came first, found nothing, and armed the next.
+            // The run due now came first, before the window opened, found nothing, and
+            // armed the next.
             assert_eq!(relay.last_schedule_run, Some(last + 2 * interval));
             assert_eq!(schedule_timers(&io), vec![last + 3 * interval]);
         } else {
@@ -710,8 +757,7 @@ fn a_parked_schedulers_run_due_at_the_instant_of_an_input_keeps_its_place() {
 /// in either order: the count after every step. `cpu` keeps the scheduler from parking (a
 /// relay on a modelled CPU never parks), so it runs every interval as tor's does.
 fn writes_over_time(cpu: bool) -> (Vec<(SimTime, usize)>, u32) {
-    let (mut relay, mut io, [client, next]) = blocked_guard(3);
-    io.cpu = cpu;
+    let (mut relay, mut io, [client, next]) = blocked_guard_on_cpu(3, cpu);
     let mut out = Cell::relay(5 | INITIATOR_BIT, RelayCommand::Data, 3, 1);
     out.length = 498;
     let mut log = Vec::new();
@@ -722,7 +768,7 @@ fn writes_over_time(cpu: bool) -> (Vec<(SimTime, usize)>, u32) {
         io.timers_first = step % 3 != 0;
         let hand_in = |relay: &mut Relay, io: &mut ScriptIo<RelayTimer>| {
             if step % 11 == 3 {
-                io.cwnd = if io.cwnd == 0 { 2 } else { 0 };
+                io.set_cwnd(if io.cwnd == 0 { 2 } else { 0 });
             }
             if step % 7 == 0 {
                 io.arrive(client, bytes(), Wire::Cell(out));
