@@ -9,8 +9,8 @@
 //! its messages, which the host takes merged with its own queue. Both are ordered by (time,
 //! source host, source sequence), so the result is the same whatever the thread count or the
 //! timing of threads (a host's one leading event, `Context::schedule_leading_at`, takes the
-//! sequence number below all of its others). A host that nothing reaches within several lookaheads runs that many
-//! rounds at a time (its span; see `Simulation::set_min_delays`).
+//! sequence number below all of its others). A host that nothing reaches within several
+//! lookaheads runs that many rounds at a time (its span; see `Simulation::set_min_delays`).
 
 use std::any::Any;
 use std::cell::UnsafeCell;

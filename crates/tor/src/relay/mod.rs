@@ -570,8 +570,8 @@ pub struct Relay {
     sched_scratch: scheduler::SchedScratch,
     schedule_armed: bool,
     /// The KIST scheduler is parked: its last run found no connection of its pending channels
-    /// with room, and it arms no timer until one of their sockets moves or another channel
-    /// becomes pending (see `Relay::unpark_scheduler`).
+    /// with room, and it arms no timer until one of their sockets gives room or something
+    /// else may (see `Relay::unpark_scheduler`).
     scheduler_parked: bool,
     /// The sockets a parked scheduler waits on: those of its pending channels' connections.
     parked_on: Vec<SocketId>,

@@ -723,17 +723,17 @@ impl Relay {
     }
 }
 
-/// What the scheduler may write to a socket (or QUIC connection) in one run: KIST's limit
-/// from its kernel facts, KIST-lite's output buffer, or for the old scheduler everything the
-/// kernel takes; nothing to a socket that is gone.
-/// KIST's write limit for a usable TCP connection on `socket`, from the socket's send window,
-/// and the bytes the socket holds (unsent, and sent but unacknowledged).
+/// The write limit (`write_limit`) for a usable TCP connection on `socket`, from the socket's
+/// send window, and the bytes the socket holds (unsent, and sent but unacknowledged).
 fn socket_limit(params: &TorParams, io: &impl Io<RelayTimer>, socket: SocketId) -> (u64, u64) {
     let info = io.send_window(socket);
     let queued = info.map_or(0, |i| i.notsent + i.unacked as u64 * i.mss as u64);
     (write_limit(params, info.as_ref()), queued)
 }
 
+/// What the scheduler may write to a socket (or QUIC connection) in one run: KIST's limit
+/// from its kernel facts, KIST-lite's output buffer, or for the old scheduler everything the
+/// kernel takes; nothing to a socket that is gone.
 fn write_limit(params: &TorParams, info: Option<&SendWindow>) -> u64 {
     match (params.scheduler, info) {
         (_, None) => 0,
