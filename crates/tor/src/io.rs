@@ -81,13 +81,9 @@ pub trait Io<T> {
     /// before the event being handled now: unless that event is a message from a host with a
     /// smaller id (see `Context::sender`). For a state machine that accounts for runs of a
     /// timer it stopped arming.
-    fn leading_timer_first(&self) -> bool {
-        false
-    }
+    fn leading_timer_first(&self) -> bool;
     /// Whether the host's work runs on a modelled CPU, which may hold timers back.
-    fn models_cpu(&self) -> bool {
-        false
-    }
+    fn models_cpu(&self) -> bool;
 
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError>;
     /// Opens a QUIC connection; [`SocketEvent::Connected`] reports its handshake's end.

@@ -200,7 +200,8 @@ impl Relay {
 
     /// Whether a connection of a pending channel has room for a cell now: what the parked
     /// scheduler's next run would find first (as `refresh_limit` and `count_room` read it).
-    /// Parking excludes the designs whose channels hold several connections or QUIC streams.
+    /// No scheduler parks while a pending channel holds several connections (a run finds
+    /// their room only as it tries them) or under QUIC, so each is a TCP socket's.
     pub(super) fn parked_room(&self, io: &impl Io<RelayTimer>) -> bool {
         let params = &self.world.params;
         self.pending.iter().any(|&ch| {
@@ -609,7 +610,9 @@ impl Relay {
             // Parked only where the runs it skips are sure to find what this one found: not
             // while tokens are short (their refill is an event, and may come at the instant of
             // a run), nor with a CPU model (which may hold a run back), nor under IMUX (whose
-            // connection ranking moves with the clock); nor with a run already armed.
+            // connection ranking moves with the clock), nor under QUIC (whose channels' limits
+            // come from QUIC connections, which the stack does not watch); nor with a run
+            // already armed.
             let park = !any_room
                 && !out_of_tokens
                 && !self.schedule_armed
