@@ -5,6 +5,7 @@
 //! synchronisation) and exchange messages at a barrier in an order fixed by the simulation
 //! itself, so a run gives the same results on any number of threads.
 
+mod agenda;
 mod barrier;
 mod calendar;
 pub mod heap;
