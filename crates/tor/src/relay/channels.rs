@@ -140,14 +140,20 @@ impl Relay {
         };
         Self::map_socket(&mut self.conn_by_socket, socket, k);
         io.set_auto_read(socket, false);
+        self.attach_conn(io, ch, k);
+        k
+    }
+
+    /// Puts connection `k` (whose `chan` is already `ch`) under channel `ch`.
+    fn attach_conn(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32) {
         let chan = &mut self.channels[ch as usize];
         chan.conns.push(k);
         chan.ranking_stale();
         if chan.pending {
-            // A parked scheduler waits on the sockets its pending channels had.
+            // A parked scheduler waits on the sockets its pending channels had, and this
+            // one's may have room.
             self.wake_scheduler(io);
         }
-        k
     }
 
     /// Changes what decides whether connection `k` may take cells (`Conn::usable`). Every
@@ -467,11 +473,7 @@ impl Relay {
             chan.closed = true;
             self.free_channels.push(own);
             self.conns[k as usize].chan = ch;
-            self.channels[ch as usize].conns.push(k);
-            self.channels[ch as usize].ranking_stale();
-            if self.channels[ch as usize].pending {
-                self.wake_scheduler(io);
-            }
+            self.attach_conn(io, ch, k);
         }
         let chan = &mut self.channels[ch as usize];
         chan.set_sequenced(sequenced(self.design));
