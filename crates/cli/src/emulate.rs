@@ -66,15 +66,6 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
                 args.bootstrap_timeout
             ))
         })?;
-    if scenario.network.segment_offload {
-        // The emulator forwards every packet itself and needs wire-sized frames, so it turns
-        // the kernel's offloads off on every interface.
-        eprintln!(
-            "warning: {}: network.segment_offload is for simulations; the emulation sends \
-             every segment as a packet of its own, as the simulation does without it",
-            scenario.source.display()
-        );
-    }
     let (graph, plan) = resolve(&scenario)?;
     let layout = onionlab_emulate::prepare(&plan, &graph).map_err(|e| match e {
         Error::Input(m) | Error::Setup(m) => Failure::input(format!(
@@ -152,6 +143,8 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
                 "frames_pending_at_end": measured.switch.pending,
                 "send_errors": measured.switch.send_errors,
                 "gso_frames": measured.switch.gso_frames,
+                "gso_segments": measured.switch.gso_segments,
+                "gso_frames_whole": measured.switch.gso_whole,
             },
             "cpu": measured.cpu.as_ref().map(cpu_json),
             "cleanup_problems": measured.cleanup_problems,

@@ -102,20 +102,44 @@ fn csv_rows(path: &Path) -> Vec<Vec<String>> {
 
 #[test]
 fn minimal_network_downloads_through_real_tor() {
-    if !can_emulate("minimal_network_downloads_through_real_tor") {
-        return;
+    if can_emulate("minimal_network_downloads_through_real_tor") {
+        minimal_network("minimal", false);
     }
+}
+
+/// The same network with `network.segment_offload`: the hosts' kernels send super-frames,
+/// which the switch cuts into wire segments, and the download still arrives whole.
+#[test]
+fn minimal_network_with_the_kernels_offloads_on() {
+    if can_emulate("minimal_network_with_the_kernels_offloads_on") {
+        minimal_network("minimal-offload", true);
+    }
+}
+
+/// Runs the built-in `emulation-minimal` (with `segment_offload: offload`) and checks its
+/// download, its relays' counts, run.json's switch and CPU figures, and the clean-up.
+fn minimal_network(name: &str, offload: bool) {
     let _network = one_network_at_a_time();
-    let out = tmp("minimal");
+    let out = tmp(name);
+    let mut args = vec![
+        "emulate".to_string(),
+        "-o".into(),
+        out.to_str().unwrap().into(),
+        "--no-report".into(),
+        "--quiet".into(),
+    ];
+    if offload {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let text = fs::read_to_string(example.join("emulation-minimal.yaml")).unwrap();
+        let text = text.replace("network:\n", "network:\n  segment_offload: true\n");
+        assert!(text.contains("segment_offload: true"));
+        let file = out.with_extension("yaml");
+        fs::write(&file, text).unwrap();
+        args.push(file.to_str().unwrap().into());
+    }
     let started = Instant::now();
     let child = Command::new(bin())
-        .args([
-            "emulate",
-            "-o",
-            out.to_str().unwrap(),
-            "--no-report",
-            "--quiet",
-        ])
+        .args(&args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -183,7 +207,22 @@ fn minimal_network_downloads_through_real_tor() {
         .as_str()
         .unwrap()
         .starts_with("0."));
-    assert_eq!(run["emulation"]["switch"]["gso_frames"], 0);
+    let switch = &run["emulation"]["switch"];
+    let count = |key: &str| {
+        switch[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key} in {switch}"))
+    };
+    if offload {
+        assert!(
+            count("gso_frames") > 0,
+            "no super-frames with offloads on: {switch}"
+        );
+        assert!(count("gso_segments") > count("gso_frames"), "{switch}");
+        assert_eq!(count("gso_frames_whole"), 0, "{switch}");
+    } else {
+        assert_eq!(count("gso_frames"), 0, "{switch}");
+    }
     // CPU over the 40 s after bootstrap: every tor has a figure, and the relays that carried
     // the megabyte used some.
     let cpu = &run["emulation"]["cpu"];
@@ -212,6 +251,7 @@ fn minimal_network_downloads_through_real_tor() {
     assert!(out.join("tor/exit.log").exists(), "tor logs are kept");
     assert_clean(pid);
     let _ = fs::remove_dir_all(&out);
+    let _ = fs::remove_file(out.with_extension("yaml"));
 }
 
 #[test]

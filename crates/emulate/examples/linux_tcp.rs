@@ -30,6 +30,10 @@ struct Args {
     seconds: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Leave TSO, GSO and GRO on at both hosts (the switch cuts super-frames into wire
+    /// segments), as `onionlab emulate` does for `network.segment_offload`.
+    #[arg(long)]
+    offload: bool,
 }
 
 fn main() -> Result<(), String> {
@@ -43,7 +47,7 @@ fn main() -> Result<(), String> {
     for (i, (address, mac)) in hosts.iter().enumerate() {
         let ns = lab.node_ns(i);
         lab.add_namespace(&ns)?;
-        lab.add_link(i, *address, *mac)?;
+        lab.add_link(i, *address, *mac, args.offload)?;
         lab.shape(
             &ns,
             "eth0",
@@ -113,14 +117,19 @@ fn main() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let stats = switch.stop().map_err(|e| e.to_string())?;
     println!(
-        "linux_tcp mbit={} rtt_ms={} loss={} seconds={:.1} goodput_mbit={:.3} cc={} frames_lost={}",
+        "linux_tcp offload={} mbit={} rtt_ms={} loss={} seconds={:.1} goodput_mbit={:.3} cc={} \
+         frames_lost={} frames_received={} gso_frames={} gso_segments={}",
+        args.offload,
         args.mbit,
         args.rtt_ms,
         args.loss,
         secs,
         bytes as f64 * 8.0 / secs / 1e6,
         cc.trim(),
-        stats.lost
+        stats.lost,
+        stats.received,
+        stats.gso_frames,
+        stats.gso_segments,
     );
     Ok(())
 }

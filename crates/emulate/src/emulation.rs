@@ -226,7 +226,7 @@ fn run_in_lab(
     for (i, node) in layout.nodes.iter().enumerate() {
         let ns = lab.node_ns(i);
         lab.add_namespace(&ns).map_err(Error::Setup)?;
-        lab.add_link(i, node.address, node.mac)
+        lab.add_link(i, node.address, node.mac, scenario.network.segment_offload)
             .map_err(Error::Setup)?;
         // The simulator never drops at the sender (TCP is held back instead); a long queue
         // on the upload side comes closest. Downloads queue as the scenario says.

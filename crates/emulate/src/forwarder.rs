@@ -18,10 +18,12 @@
 //! frames intact whatever the interfaces' offload settings are (tried on kernel 6.18: without
 //! the header, UDP and TCP both fail even with TSO/GSO/GRO off, because checksums stay
 //! unfinished; turning tx-checksumming off as well would also work, but costs every sender a
-//! software checksum and still breaks on a super-frame). It does not keep the loss model
-//! honest, though: a super-frame is one frame to the [`DelayLine`], so it is delayed and lost as
-//! a unit. [`disable_offloads`] turns off TSO, GSO and GRO so that every frame is one wire-sized
-//! packet; [`ForwarderStats::gso_frames`] counts any super-frame that still shows up.
+//! software checksum and still breaks on a super-frame). A super-frame is not a wire packet,
+//! though: delayed and lost as one frame it would make 44 segments share one fate. So the
+//! switch cuts each TCP super-frame into the wire segments a NIC would send ([`crate::gso`])
+//! before the [`DelayLine`] sees them, and each is delayed and lost on its own. [`set_offloads`]
+//! turns TSO, GSO and GRO on or off on a port's ends: off, every frame is wire-sized from the
+//! start; on, senders size their bursts as Linux does and receivers merge them with GRO.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -33,6 +35,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use crate::delay::{DelayLine, PathSpec};
+use crate::gso::{Cut, VNET_HDR_LEN};
 use crate::netns;
 
 /// One switch port: the hub-side end of a node's veth pair.
@@ -58,11 +61,12 @@ pub struct ForwarderConfig {
 /// Counters of the switch since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForwarderStats {
-    /// Frames read from any port.
+    /// Frames read from any port (a super-frame counts once).
     pub received: u64,
-    /// Unicast frames written to their destination port after their delay.
+    /// Unicast wire frames written to their destination port after their delay (a super-frame
+    /// counts as the segments it was cut into).
     pub forwarded: u64,
-    /// Unicast frames dropped by the path's loss probability.
+    /// Unicast wire frames dropped by the path's loss probability (segments counted alone).
     pub lost: u64,
     /// Broadcast or multicast frames, each written to every other port.
     pub flooded: u64,
@@ -84,8 +88,13 @@ pub struct ForwarderStats {
     pub send_errors: u64,
     /// Reads that failed because a port went away or down.
     pub recv_errors: u64,
-    /// GSO super-frames seen (`gso_type != 0`); should stay 0 after [`disable_offloads`].
+    /// GSO super-frames seen (`gso_type != 0`): none when the senders' offloads are off.
     pub gso_frames: u64,
+    /// Wire segments the switch cut super-frames into, each delayed and lost on its own.
+    pub gso_segments: u64,
+    /// Super-frames forwarded whole because they were not TCP over IPv4 or IPv6 (delayed and
+    /// lost as one frame).
+    pub gso_whole: u64,
     /// Frames held for their release time right now; after [`ForwarderHandle::stop`], the ones
     /// discarded (in flight when the switch stopped), so that `received` adds up.
     pub pending: u64,
@@ -96,8 +105,6 @@ pub struct ForwarderStats {
 /// 64 KiB plus headers and must still arrive intact when offloads were left on.
 pub const MAX_FRAME: usize = 65536 + 1024;
 
-/// `struct virtio_net_hdr`, in front of every frame read or written.
-const VNET_HDR_LEN: usize = 10;
 /// Pool buffer for ordinary frames: header plus a 1518-byte (VLAN-tagged) frame, rounded up.
 const SMALL_BUF: usize = 2048;
 const LARGE_BUF: usize = VNET_HDR_LEN + MAX_FRAME;
@@ -182,6 +189,8 @@ struct Shared {
     send_errors: AtomicU64,
     recv_errors: AtomicU64,
     gso_frames: AtomicU64,
+    gso_segments: AtomicU64,
+    gso_whole: AtomicU64,
     pending: AtomicU64,
 }
 
@@ -200,6 +209,8 @@ impl Shared {
             send_errors: AtomicU64::new(0),
             recv_errors: AtomicU64::new(0),
             gso_frames: AtomicU64::new(0),
+            gso_segments: AtomicU64::new(0),
+            gso_whole: AtomicU64::new(0),
             pending: AtomicU64::new(0),
         }
     }
@@ -216,6 +227,8 @@ impl Shared {
         self.send_errors.store(s.send_errors, Relaxed);
         self.recv_errors.store(s.recv_errors, Relaxed);
         self.gso_frames.store(s.gso_frames, Relaxed);
+        self.gso_segments.store(s.gso_segments, Relaxed);
+        self.gso_whole.store(s.gso_whole, Relaxed);
         self.pending.store(s.pending, Relaxed);
     }
 
@@ -232,6 +245,8 @@ impl Shared {
             send_errors: self.send_errors.load(Relaxed),
             recv_errors: self.recv_errors.load(Relaxed),
             gso_frames: self.gso_frames.load(Relaxed),
+            gso_segments: self.gso_segments.load(Relaxed),
+            gso_whole: self.gso_whole.load(Relaxed),
             pending: self.pending.load(Relaxed),
         }
     }
@@ -525,9 +540,6 @@ impl Switch {
             self.stats.dropped_other += 1;
             return;
         }
-        if self.scratch[1] != 0 {
-            self.stats.gso_frames += 1;
-        }
         let dst_mac = &self.scratch[VNET_HDR_LEN..VNET_HDR_LEN + 6];
         if dst_mac[0] & 1 != 0 {
             self.stats.flooded += 1;
@@ -546,15 +558,45 @@ impl Switch {
                 return;
             }
         };
+        if self.scratch[1] == 0 {
+            self.admit(src, dst, now, len, None);
+            return;
+        }
+        self.stats.gso_frames += 1;
+        match Cut::of(&self.scratch[..len]) {
+            Some(cut) => {
+                self.stats.gso_segments += cut.segments as u64;
+                for i in 0..cut.segments {
+                    self.admit(src, dst, now, len, Some((cut, i)));
+                }
+            }
+            None => {
+                self.stats.gso_whole += 1;
+                self.admit(src, dst, now, len, None);
+            }
+        }
+    }
+
+    /// Asks the delay line about one wire frame and holds it until its release: the frame of
+    /// `len` bytes in the scratch buffer, or segment `i` of the super-frame there.
+    fn admit(&mut self, src: usize, dst: usize, now: u64, len: usize, seg: Option<(Cut, usize)>) {
         let Some(release) = self.delay.admit(src, dst, now) else {
             self.stats.lost += 1;
             return;
         };
+        let frame = &self.scratch[..len];
+        let len = seg.map_or(len, |(cut, i)| cut.len(frame, i));
         let Some(slot) = self.pool.take(len) else {
             self.stats.dropped_other += 1;
             return;
         };
-        self.pool.bufs[slot as usize][..len].copy_from_slice(&self.scratch[..len]);
+        let buf = &mut self.pool.bufs[slot as usize];
+        match seg {
+            Some((cut, i)) => {
+                cut.write(frame, i, buf);
+            }
+            None => buf[..len].copy_from_slice(frame),
+        }
         self.heap.push(Pending {
             release,
             seq: self.seq,
@@ -740,22 +782,25 @@ struct EthtoolValue {
     data: u32,
 }
 
-/// Turns off TSO, GSO and GRO on `ifname` in namespace `ns`, so that every frame crossing the
-/// switch is one wire-sized packet and each is delayed and lost on its own.
+/// Turns TSO, GSO and GRO on or off on `ifname` in namespace `ns`, and checks that the kernel
+/// did so.
 ///
 /// Call it on both ends of every veth before traffic starts (a TCP connection keeps the
-/// offload capabilities it saw at connect time): the node end is what sends super-frames
-/// (TSO/GSO), the hub end is what would merge frames on the way in (GRO). Checksum offload is
-/// left on on purpose: `PACKET_VNET_HDR` carries the unfinished-checksum state across the
-/// switch, and computing checksums in software would only cost CPU.
-pub fn disable_offloads(ns: &str, ifname: &str) -> Result<(), String> {
+/// offload capabilities it saw at connect time). The node end is what sends super-frames
+/// (TSO/GSO) and merges what it receives (GRO): on, it behaves as a host whose NIC offloads,
+/// and the switch cuts its super-frames into wire segments ([`crate::gso`]); off, every frame
+/// is wire-sized from the start. The hub end should stay off: GRO there would merge frames
+/// before the switch delays them. Checksum offload is left on on purpose: `PACKET_VNET_HDR`
+/// carries the unfinished-checksum state across the switch, and computing checksums in
+/// software would only cost CPU.
+pub fn set_offloads(ns: &str, ifname: &str, on: bool) -> Result<(), String> {
     let name = ifname.to_string();
-    netns::run_in(ns, move || Ok(disable_offloads_here(&name)))
+    netns::run_in(ns, move || Ok(set_offloads_here(&name, on)))
         .map_err(|e| format!("cannot enter namespace {ns}: {e}"))?
         .map_err(|e| format!("{e} (interface {ifname} in namespace {ns})"))
 }
 
-fn disable_offloads_here(ifname: &str) -> Result<(), String> {
+fn set_offloads_here(ifname: &str, on: bool) -> Result<(), String> {
     if ifname.len() >= libc::IFNAMSIZ {
         return Err(format!("interface name {ifname} is too long"));
     }
@@ -789,10 +834,11 @@ fn disable_offloads_here(ifname: &str) -> Result<(), String> {
         ("generic-segmentation-offload", ETHTOOL_GGSO, ETHTOOL_SGSO),
         ("generic-receive-offload", ETHTOOL_GGRO, ETHTOOL_SGRO),
     ] {
-        ethtool(set, 0).map_err(|e| format!("cannot turn off {what}: {e}"))?;
+        let (want, word) = (u32::from(on), if on { "on" } else { "off" });
+        ethtool(set, want).map_err(|e| format!("cannot turn {word} {what}: {e}"))?;
         match ethtool(get, 0) {
-            Ok(0) => {}
-            Ok(_) => return Err(format!("{what} stays on")),
+            Ok(v) if (v != 0) == on => {}
+            Ok(_) => return Err(format!("{what} does not turn {word}")),
             Err(e) => return Err(format!("cannot read {what}: {e}")),
         }
     }

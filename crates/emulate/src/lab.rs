@@ -107,12 +107,16 @@ impl Lab {
         .map_err(|e| format!("namespace {name}: {e}"))
     }
 
-    /// Connects host `i`'s namespace to the hub: `eth0` in the host, `p<i>` in the hub.
+    /// Connects host `i`'s namespace to the hub: `eth0` in the host, `p<i>` in the hub. With
+    /// `offloads`, the host's end segments and merges as a NIC with TSO, GSO and GRO does
+    /// (the switch cuts its super-frames into wire segments); without, it sends and receives
+    /// wire-sized frames only. The hub's end never merges.
     pub fn add_link(
         &mut self,
         i: usize,
         address: std::net::Ipv4Addr,
         mac: [u8; 6],
+        offloads: bool,
     ) -> Result<(), String> {
         let hub = self.hub();
         let node = self.node_ns(i);
@@ -134,8 +138,8 @@ impl Lab {
         ])?;
         netns::ip(&["-n", &node, "link", "set", "eth0", "up"])?;
         netns::ip(&["-n", &hub, "link", "set", &port, "up"])?;
-        crate::forwarder::disable_offloads(&node, "eth0")?;
-        crate::forwarder::disable_offloads(&hub, &port)
+        crate::forwarder::set_offloads(&node, "eth0", offloads)?;
+        crate::forwarder::set_offloads(&hub, &port, false)
     }
 
     /// Tells host `i` every other host's MAC address once and for all. Without it, a lost ARP

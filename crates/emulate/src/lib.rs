@@ -4,16 +4,18 @@
 //!
 //! Module map: [`plan`] lays the scenario out as hosts and paths; [`keys`] and [`torrc`] make
 //! each tor's identity and configuration; [`lab`] owns namespaces, links and processes and
-//! removes them; [`delay`] and [`forwarder`] are the switch; [`workload`] runs servers and
-//! clients through SOCKS ([`socks`]); [`monitor`] reads tor's control port ([`control`]);
-//! [`cpu`] reads the CPU time the tors and the emulator spent; [`emulation`] runs it all and
-//! returns the simulator's record types.
+//! removes them; [`delay`] and [`forwarder`] are the switch, and [`gso`] cuts the senders'
+//! super-frames into wire packets for it; [`workload`] runs servers and clients through SOCKS
+//! ([`socks`]); [`monitor`] reads tor's control port ([`control`]); [`cpu`] reads the CPU time
+//! the tors and the emulator spent; [`emulation`] runs it all and returns the simulator's
+//! record types.
 
 pub mod control;
 pub mod cpu;
 pub mod delay;
 pub mod emulation;
 pub mod forwarder;
+pub mod gso;
 pub mod keys;
 pub mod lab;
 pub mod monitor;

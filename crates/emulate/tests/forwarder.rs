@@ -50,7 +50,9 @@ struct Lab {
 }
 
 impl Lab {
-    fn new(offloads_off: bool) -> Lab {
+    /// `offloads`: the nodes' ends segment and merge as NICs with TSO, GSO and GRO do (as
+    /// `onionlab emulate` sets them for `network.segment_offload`); the hub's never merge.
+    fn new(offloads: bool) -> Lab {
         let prefix = format!(
             "onionlab-test-{}-{}",
             std::process::id(),
@@ -81,10 +83,8 @@ impl Lab {
             .unwrap();
             netns::ip(&["-n", node, "link", "set", "eth0", "address", &mac]).unwrap();
             netns::ip(&["-n", node, "addr", "add", &addr, "dev", "eth0"]).unwrap();
-            if offloads_off {
-                forwarder::disable_offloads(node, "eth0").unwrap();
-                forwarder::disable_offloads(hub, &port).unwrap();
-            }
+            forwarder::set_offloads(node, "eth0", offloads).unwrap();
+            forwarder::set_offloads(hub, &port, false).unwrap();
             netns::ip(&["-n", node, "link", "set", "eth0", "up"]).unwrap();
             netns::ip(&["-n", hub, "link", "set", &port, "up"]).unwrap();
         }
@@ -230,7 +230,7 @@ fn latency_and_order() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::new(true);
+    let lab = Lab::new(false);
     let latency = 20 * MS;
     let fwd = lab.start(
         PathSpec {
@@ -282,7 +282,7 @@ fn loss_rate() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::new(true);
+    let lab = Lab::new(false);
     lab.static_arp();
     let loss = 0.05;
     let fwd = lab.start(
@@ -364,7 +364,7 @@ fn tcp_transfer_intact() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::new(true);
+    let lab = Lab::new(false);
     let fwd = lab.start(
         PathSpec {
             latency_ns: 5 * MS,
@@ -392,7 +392,7 @@ fn tcp_intact_with_offloads_on() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::new(false);
+    let lab = Lab::new(true);
     let fwd = lab.start(
         PathSpec {
             latency_ns: 5 * MS,
@@ -408,6 +408,50 @@ fn tcp_intact_with_offloads_on() {
         stats.gso_frames > 0,
         "no super-frames: this case tests nothing"
     );
+    assert_eq!(stats.gso_whole, 0, "every TCP super-frame is cut");
+    assert!(stats.gso_segments > 2 * stats.gso_frames);
+    assert!(stats.forwarded >= stats.gso_segments);
+}
+
+/// On a lossy path, the segments of a super-frame are lost one by one (as on a wire) and TCP
+/// repairs each hole with the segments it cut anew: every byte still arrives.
+#[test]
+fn super_frames_are_lost_segment_by_segment() {
+    if !can_run() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = Lab::new(true);
+    lab.static_arp();
+    let loss = 0.01;
+    let fwd = lab.start(
+        PathSpec {
+            latency_ns: 5 * MS,
+            jitter_ns: 0,
+            loss,
+        },
+        false,
+    );
+    let (stats, took) = tcp_transfer(&lab, fwd, 4 << 20);
+    report("super_frames_are_lost_segment_by_segment", &stats);
+    eprintln!("super_frames_are_lost_segment_by_segment: 4 MiB in {took:?}");
+    assert!(
+        stats.gso_frames > 0,
+        "no super-frames: this case tests nothing"
+    );
+    assert_eq!(stats.gso_whole, 0);
+    // Each wire frame is one draw: losses over draws is the path's rate (binomial, n in the
+    // thousands, so within a factor of two with overwhelming probability).
+    let draws = stats.lost + stats.forwarded;
+    assert!(
+        draws >= stats.gso_segments,
+        "segments were not drawn one by one"
+    );
+    let rate = stats.lost as f64 / draws as f64;
+    assert!(
+        (loss / 2.0..loss * 2.0).contains(&rate),
+        "loss rate {rate} over {draws} frames"
+    );
 }
 
 #[test]
@@ -416,7 +460,7 @@ fn setup_errors_come_back_from_start() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::new(true);
+    let lab = Lab::new(false);
     let config = |ifname: &str| ForwarderConfig {
         ports: vec![Port {
             ifname: ifname.into(),
@@ -431,7 +475,7 @@ fn setup_errors_come_back_from_start() {
     let missing = format!("{}-missing", lab.hub);
     let err = forwarder::start(&missing, config("p0")).err().unwrap();
     assert!(err.to_string().contains(&missing), "{err}");
-    assert!(forwarder::disable_offloads(&lab.hub, "p9").is_err());
+    assert!(forwarder::set_offloads(&lab.hub, "p9", false).is_err());
 }
 
 /// CPU time (user + system, in clock ticks) of the one thread of this process whose name
@@ -462,7 +506,7 @@ fn survives_a_vanished_port() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut lab = Lab::new(true);
+    let mut lab = Lab::new(false);
     let fwd = lab.start(
         PathSpec {
             latency_ns: MS,
@@ -493,7 +537,7 @@ fn egress_queue_drops_are_counted() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::new(true);
+    let lab = Lab::new(false);
     lab.static_arp();
     let tbf = std::process::Command::new("tc")
         .args(["-n", &lab.hub, "qdisc", "add", "dev", "p1", "root", "tbf"])

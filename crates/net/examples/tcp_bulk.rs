@@ -24,6 +24,9 @@ struct Args {
     /// One stream of a QUIC connection instead of a TCP connection.
     #[arg(long)]
     quic: bool,
+    /// Segmentation offload (`NetworkConfig::segment_offload`), as `linux_tcp --offload`.
+    #[arg(long)]
+    offload: bool,
 }
 
 fn main() {
@@ -36,15 +39,20 @@ fn main() {
     ];
     let send = if a.quic { quic_sender } else { sender };
     let roles = vec![send(1, None, 64 * 1024), sink(64 * 1024)];
-    let mut sim = build(&graph, &places, NetworkConfig::default(), roles, 1, a.seed);
+    let config = NetworkConfig {
+        segment_offload: a.offload,
+        ..NetworkConfig::default()
+    };
+    let mut sim = build(&graph, &places, config, roles, 1, a.seed);
     let stats = sim.run_until(secs_f64(a.sim_seconds));
     let wall = stats.wall.as_secs_f64();
     let bytes = total_received(&sim, 1);
     let info = sim.host(0).stack.stats();
     println!(
-        "transport={} bottleneck_mbit={} rtt_ms={} loss={} sim_s={} goodput_mbit={:.3} events={} \
-         packets={} wall_s={:.3} events_per_sec={:.0} lookahead_ms={}",
+        "transport={} offload={} bottleneck_mbit={} rtt_ms={} loss={} sim_s={} goodput_mbit={:.3} \
+         events={} packets={} wall_s={:.3} events_per_sec={:.0} lookahead_ms={}",
         if a.quic { "quic" } else { "tcp" },
+        a.offload,
         a.mbit,
         a.rtt_ms,
         a.loss,
