@@ -96,7 +96,9 @@ pub struct ForwarderStats {
     /// lost as one frame).
     pub gso_whole: u64,
     /// Frames held for their release time right now; after [`ForwarderHandle::stop`], the ones
-    /// discarded (in flight when the switch stopped), so that `received` adds up.
+    /// discarded (in flight when the switch stopped), so that the counts add up: `received`
+    /// plus `gso_segments` less the super-frames cut equals `forwarded`, `lost`, `flooded`,
+    /// `unknown_dst`, `dropped_other`, failed writes and `pending` together.
     pub pending: u64,
 }
 
