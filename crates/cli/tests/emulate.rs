@@ -116,7 +116,7 @@ fn minimal_network_with_the_kernels_offloads_on() {
     }
 }
 
-/// Runs the built-in `emulation-minimal` (with `segment_offload: offload`) and checks its
+/// Runs the built-in `emulation-minimal` (with `segment_offload: true` if `offload`) and checks its
 /// download, its relays' counts, run.json's switch and CPU figures, and the clean-up.
 fn minimal_network(name: &str, offload: bool) {
     let _network = one_network_at_a_time();

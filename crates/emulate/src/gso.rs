@@ -35,8 +35,9 @@ pub struct Cut {
     l3: usize,
     l4: usize,
     payload: usize,
-    /// Payload bytes per segment, and how many segments.
+    /// Payload bytes per segment.
     mss: usize,
+    /// How many segments the super-frame cuts into.
     pub segments: usize,
 }
 
@@ -117,10 +118,9 @@ impl Cut {
         eth[self.payload..].copy_from_slice(&src[from..from + chunk]);
 
         let tcp_len = self.payload - self.l4 + chunk;
-        let l3 = self.l3;
-        let mut pseudo: u32;
-        if self.v4 {
-            let ip = &mut eth[l3..self.l4];
+        let ip = &mut eth[self.l3..self.l4];
+        // The pseudo-header: both addresses, the protocol (6) and the TCP length.
+        let pseudo = if self.v4 {
             let total = (ip.len() + tcp_len) as u16;
             ip[2..4].copy_from_slice(&total.to_be_bytes());
             // As Linux's segmentation does: each segment takes the next IP identifier.
@@ -129,12 +129,11 @@ impl Cut {
             ip[10..12].fill(0);
             let check = !fold(sum_words(ip, 0));
             ip[10..12].copy_from_slice(&check.to_be_bytes());
-            pseudo = sum_words(&ip[12..20], 6 + tcp_len as u32);
+            sum_words(&ip[12..20], 6 + tcp_len as u32)
         } else {
-            let ip = &mut eth[l3..self.l4];
             ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
-            pseudo = sum_words(&ip[8..40], 6 + tcp_len as u32);
-        }
+            sum_words(&ip[8..40], 6 + tcp_len as u32)
+        };
         let tcp = &mut eth[self.l4..];
         let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]])
             .wrapping_add((i * self.mss) as u32);
@@ -145,8 +144,7 @@ impl Cut {
         if !last {
             tcp[13] &= !(TCP_FIN | TCP_PSH);
         }
-        pseudo = u32::from(fold(pseudo));
-        tcp[TCP_CHECK..TCP_CHECK + 2].copy_from_slice(&(pseudo as u16).to_be_bytes());
+        tcp[TCP_CHECK..TCP_CHECK + 2].copy_from_slice(&fold(pseudo).to_be_bytes());
         len
     }
 }
