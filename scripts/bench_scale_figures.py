@@ -28,11 +28,16 @@ def figures(path):
         after = (wall - wall_at_boot) / ((sim - boot) / 60)
     # What a simulated second costs once the network is loaded: events per simulated second
     # between the last two state samples (run.json files before f15290c count no events).
+    # A run that stops on a sampling instant has its final sample a nanosecond after the
+    # periodic one: measure from the last sample at least a simulated second earlier.
     state = [x for x in r.get("state", []) if x.get("events")]
     events_per_sim_s_last = None
-    if len(state) >= 2 and state[-1]["sim_s"] > state[-2]["sim_s"]:
-        a, b = state[-2], state[-1]
-        events_per_sim_s_last = (b["events"] - a["events"]) / (b["sim_s"] - a["sim_s"])
+    if state:
+        b = state[-1]
+        earlier = [x for x in state if x["sim_s"] <= b["sim_s"] - 1.0]
+        if earlier:
+            a = earlier[-1]
+            events_per_sim_s_last = (b["events"] - a["events"]) / (b["sim_s"] - a["sim_s"])
     goodput = None
     try:
         m = re.search(r"Total relay goodput: ([0-9.]+) MiB/s", open(f"{path}/summary.txt").read())

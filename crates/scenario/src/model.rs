@@ -127,9 +127,11 @@ pub struct NetworkSection {
     #[serde(default = "default_down_queue")]
     pub down_queue: Duration,
     /// Segmentation offload (TSO/GSO and GRO, as Linux hosts do by default): a TCP socket's
-    /// back-to-back data segments travel as one packet. Off by default, so that results made
-    /// before it existed stay as they were.
-    #[serde(default, skip_serializing_if = "is_false")]
+    /// back-to-back data segments travel as one packet. On by default since 2026-11-27, when
+    /// the emulation with the kernel's offloads on could not tell it from the emulation with
+    /// them off (FIDELITY.md); `false` sends every segment as a packet of its own, as results
+    /// made before then did.
+    #[serde(default = "default_segment_offload")]
     pub segment_offload: bool,
     /// Extra loss between chosen hosts (one link of a circuit), on top of the paths' own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -151,10 +153,8 @@ fn default_graph() -> String {
     "builtin".into()
 }
 
-/// Keeps a switch that is off out of a written scenario (and so out of run.json), as it was
-/// before the switch existed.
-fn is_false(b: &bool) -> bool {
-    !*b
+fn default_segment_offload() -> bool {
+    true
 }
 
 fn default_down_queue() -> Duration {
@@ -168,7 +168,7 @@ impl Default for NetworkSection {
             builtin: None,
             lookahead_floor: Duration(0),
             down_queue: default_down_queue(),
-            segment_offload: false,
+            segment_offload: default_segment_offload(),
             impairments: Vec::new(),
         }
     }
