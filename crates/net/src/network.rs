@@ -44,7 +44,9 @@ pub struct NetworkConfig {
     /// its TSO packets (`TcpConnection::offload_segments`, at most [`MAX_OFFLOAD_SEGMENTS`]),
     /// serialised on each link as their sum and delivered together when the last of them has
     /// arrived. Each segment is still lost on the path on
-    /// its own. Off, every segment is a packet of its own.
+    /// its own. Off, every segment is a packet of its own. Off in `Default`, which the
+    /// single-flow tests and examples build on; a scenario has it on unless its
+    /// `network.segment_offload` says `false`.
     pub segment_offload: bool,
     pub tcp: TcpConfig,
     pub quic: QuicConfig,
