@@ -27,9 +27,9 @@ def figures(path):
     if wall_at_boot is not None and sim > boot:
         after = (wall - wall_at_boot) / ((sim - boot) / 60)
     # What a simulated second costs once the network is loaded: events per simulated second
-    # between the last two state samples (run.json files before f15290c count no events).
-    # A run that stops on a sampling instant has its final sample a nanosecond after the
-    # periodic one: measure from the last sample at least a simulated second earlier.
+    # from the last state sample at least a simulated second before the final one (a run that
+    # stops on a sampling instant has its final sample, taken just past the stop, a nanosecond
+    # after the periodic one). run.json files before f15290c count no events.
     state = [x for x in r.get("state", []) if x.get("events")]
     events_per_sim_s_last = None
     if state:
