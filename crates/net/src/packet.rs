@@ -17,6 +17,12 @@ pub struct Packet<M> {
     pub dst: HostId,
     /// Bytes on the wire (IP packet: headers plus payload length); what links serialise.
     pub wire_bytes: u32,
+    /// A TCP segment's sender has written message descriptors into the connection's pipe
+    /// (see `pipe`); false for everything else. A receiver that never heard so from its peer
+    /// leaves the pipe alone, which on a large network is a cache miss per read saved: a file
+    /// server's response is bytes without messages, and an exit reads it a few segments at a
+    /// time. It sits in what would otherwise be the packet's padding, so events stay their size.
+    pub messages: bool,
     pub body: PacketBody<M>,
 }
 

@@ -134,7 +134,10 @@ struct TcpSocket<M> {
     /// When this socket's last packet reaches the peer: a later one never arrives earlier.
     last_arrival: SimTime,
     pipes: Arc<ConnPipes<M>>,
-    peer_socket: Option<SocketAddr>,
+    /// The peer's socket once its first segment has named it, [`NO_SOCKET`] before: a
+    /// sentinel rather than an `Option`, whose tag would take four more bytes and, with the
+    /// flags below, push the slot into another eight of padding.
+    peer_socket: SocketAddr,
     peer: HostId,
     local_port: u16,
     peer_port: u16,
@@ -144,13 +147,33 @@ struct TcpSocket<M> {
     /// Whether the application asked to hear when this socket's state moves (see
     /// [`NetStack::watch`]).
     watched: bool,
+    /// This side has written a message into its pipe; its packets say so (`Packet::messages`).
+    marked: bool,
+    /// A packet from the peer said it has written messages into its pipe. Until one does, a
+    /// read takes nothing from the pipe and so need not look at it: every message ends at a
+    /// byte its sender had written before it marked the message, and the segment carrying
+    /// that byte left after the mark, saying so, and was received before the byte is read.
+    /// (A message of no bytes marked after everything before it was sent is the exception:
+    /// it may reach the reader one read later. No application here writes one.)
+    peer_marked: bool,
     /// The path to the peer, looked up once: the lookup reads the network's host table and
     /// path matrix, cold lines on a large network, and a socket sends many packets.
     path: Path,
     conn: TcpConnection,
 }
 
+/// No socket: [`TcpSocket::peer_socket`] before the peer is known, and the sender of a
+/// reset for a segment that matched no socket.
+const NO_SOCKET: SocketAddr = SocketAddr {
+    slot: u32::MAX,
+    generation: 0,
+};
+
 impl<M> TcpSocket<M> {
+    fn known_peer(&self) -> Option<SocketAddr> {
+        (self.peer_socket != NO_SOCKET).then_some(self.peer_socket)
+    }
+
     /// The pipe this side writes message descriptors into.
     fn out_pipe(&self) -> &crate::pipe::Pipe<M> {
         if self.initiator {
@@ -158,6 +181,26 @@ impl<M> TcpSocket<M> {
         } else {
             &self.pipes.backward
         }
+    }
+
+    /// Ends a message at the end of the data written so far.
+    fn mark(&mut self, message: M)
+    where
+        M: Clone + PartialEq,
+    {
+        self.marked = true;
+        self.out_pipe().push(self.conn.written(), message);
+    }
+
+    /// Ends `count` equal messages of `step` bytes each, the last at the end of the data
+    /// written so far.
+    fn mark_run(&mut self, step: u32, count: u32, message: M)
+    where
+        M: Clone + PartialEq,
+    {
+        self.marked = true;
+        self.out_pipe()
+            .push_run(self.conn.written(), step, count, message);
     }
 
     fn in_pipe(&self) -> &crate::pipe::Pipe<M> {
@@ -339,12 +382,14 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             peer: dst,
             local_port,
             peer_port: port,
-            peer_socket: None,
+            peer_socket: NO_SOCKET,
             pipes: Arc::new(ConnPipes::default()),
             initiator: true,
             auto_read: true,
             waiting_for_link: false,
             watched: false,
+            marked: false,
+            peer_marked: false,
             timer: u64::MAX,
             last_arrival: 0,
             path: self.net.path(self.host, dst),
@@ -499,10 +544,10 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// Marks the end of a message at the current end of the written data: the peer receives
     /// `message` when it has read up to here.
     pub fn mark(&mut self, id: SocketId, message: M) {
-        match self.any(id) {
-            Some(Socket::Tcp(s)) => s.out_pipe().push(s.conn.written(), message),
-            Some(Socket::Stream(_)) => self.stream_mark(id, message),
-            _ => {}
+        if let Some(s) = self.socket_mut(id) {
+            s.mark(message);
+        } else if let Some(Socket::Stream(_)) = self.any(id) {
+            self.stream_mark(id, message);
         }
     }
 
@@ -516,8 +561,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             Some(s) if count > 1 && bytes > 0 && bytes <= u64::from(u32::MAX) => {
                 let taken = s.conn.send(bytes * u64::from(count));
                 debug_assert_eq!(taken, bytes * u64::from(count));
-                let end = s.conn.written();
-                s.out_pipe().push_run(end, bytes as u32, count, message);
+                s.mark_run(bytes as u32, count, message);
             }
             _ => {
                 for _ in 0..count {
@@ -544,7 +588,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             }
             let taken = s.conn.send(bytes);
             debug_assert_eq!(taken, bytes);
-            s.out_pipe().push(s.conn.written(), message);
+            s.mark(message);
             return Some(space - bytes);
         }
         if self.send_space(id) < bytes {
@@ -635,6 +679,9 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             socket: id,
             bytes: n,
         });
+        if !s.peer_marked {
+            return n;
+        }
         let read_offset = s.conn.delivered() - s.conn.recv_available();
         s.in_pipe().take_through(read_offset, |message, count| {
             events.push_back(SocketEvent::Message {
@@ -689,7 +736,8 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             message,
         });
         let path = self.net.path(self.host, dst);
-        self.transmit(ctx, dst, path, len + UDP_HEADER_BYTES, body, 0) != Sent::Dropped
+        let packet = self.packet(dst, len + UDP_HEADER_BYTES, body);
+        self.transmit(ctx, path, packet, 0) != Sent::Dropped
     }
 
     /// Handles one of the stack's own events.
@@ -718,7 +766,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                 self.stats.bytes_received += packet.wire_bytes as u64;
                 let from = packet.src;
                 match packet.body {
-                    PacketBody::Tcp(tcp) => self.receive_tcp(ctx, from, tcp, n),
+                    PacketBody::Tcp(tcp) => self.receive_tcp(ctx, from, tcp, n, packet.messages),
                     PacketBody::Quic(d) => self.receive_quic(ctx, from, d),
                     PacketBody::Udp(d) => {
                         if self.udp_ports.contains(&d.dst_port) {
@@ -781,6 +829,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         from: HostId,
         mut packet: TcpPacket<M>,
         segments: u16,
+        peer_marked: bool,
     ) {
         let now = ctx.now();
         let seg = &packet.segment;
@@ -814,9 +863,10 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             return;
         };
         let s = self.socket_mut(id).unwrap();
-        if s.peer_socket.is_none() {
-            s.peer_socket = Some(packet.src_socket);
+        if s.peer_socket == NO_SOCKET {
+            s.peer_socket = packet.src_socket;
         }
+        s.peer_marked |= peer_marked;
         // An offloaded packet's segments, in order, before the socket answers: like GRO,
         // which hands the stack one packet for them, so one ACK covers them all.
         let mut segment = packet.segment;
@@ -841,12 +891,14 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             peer: from,
             local_port: packet.dst_port,
             peer_port: packet.src_port,
-            peer_socket: Some(packet.src_socket),
+            peer_socket: packet.src_socket,
             pipes,
             initiator: false,
             auto_read: true,
             waiting_for_link: false,
             watched: false,
+            marked: false,
+            peer_marked: false,
             timer: u64::MAX,
             last_arrival: 0,
             path: self.net.path(self.host, from),
@@ -872,16 +924,14 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let body = PacketBody::Tcp(TcpPacket {
             src_port: packet.dst_port,
             dst_port: packet.src_port,
-            src_socket: SocketAddr {
-                slot: u32::MAX,
-                generation: 0,
-            },
+            src_socket: NO_SOCKET,
             dst_socket: Some(packet.src_socket),
             segment: reset,
             pipes: None,
         });
         let path = self.net.path(self.host, to);
-        self.transmit(ctx, to, path, reset.wire_bytes(), body, 0);
+        let packet = self.packet(to, reset.wire_bytes(), body);
+        self.transmit(ctx, path, packet, 0);
     }
 
     /// Brings a socket up to date after anything happened to it: reports its events, reads
@@ -983,7 +1033,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             let Some(segment) = s.conn.poll_transmit(now) else {
                 break;
             };
-            let knows_peer = s.peer_socket.is_some();
+            let knows_peer = s.known_peer().is_some();
             if offload < 2 {
                 self.send_packet(ctx, id, segment, 1, false);
                 continue;
@@ -1072,10 +1122,10 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             src_port: s.local_port,
             dst_port: s.peer_port,
             src_socket: id,
-            dst_socket: s.peer_socket,
+            dst_socket: s.known_peer(),
             segment,
             pipes: s
-                .peer_socket
+                .known_peer()
                 .is_none()
                 .then(|| s.pipes.clone())
                 .filter(|_| segment.flags.contains(TcpFlags::SYN)),
@@ -1085,7 +1135,12 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             path.loss = 0.0;
         }
         let wire_bytes = segment.wire_bytes() * u32::from(n);
-        if let Sent::Arrives(at) = self.transmit(ctx, peer, path, wire_bytes, body, after) {
+        let marked = s.marked;
+        let packet = Packet {
+            messages: marked,
+            ..self.packet(peer, wire_bytes, body)
+        };
+        if let Sent::Arrives(at) = self.transmit(ctx, path, packet, after) {
             if let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() {
                 s.last_arrival = at;
             }
@@ -1121,8 +1176,20 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         socket
     }
 
-    /// Puts a packet on the upstream link and, unless `path` (the path to `dst`) loses it, on
-    /// its way to `dst`, arriving no earlier than `after`.
+    /// A packet from this host to `dst` of `wire_bytes` on the wire, saying nothing of
+    /// messages (see `Packet::messages`).
+    fn packet(&self, dst: HostId, wire_bytes: u32, body: PacketBody<M>) -> Packet<M> {
+        Packet {
+            src: self.host,
+            dst,
+            wire_bytes,
+            messages: false,
+            body,
+        }
+    }
+
+    /// Puts `packet` on the upstream link and, unless `path` (the path to its destination)
+    /// loses it, on its way there, arriving no earlier than `after`.
     ///
     /// `after` is the arrival of the connection's previous packet: jitter stretches the gaps
     /// between a connection's packets but never reorders them, as on real paths, whose queues
@@ -1132,16 +1199,15 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     fn transmit<E: From<NetEvent<M>>>(
         &mut self,
         ctx: &mut Context<'_, E>,
-        dst: HostId,
         path: Path,
-        wire_bytes: u32,
-        body: PacketBody<M>,
+        packet: Packet<M>,
         after: SimTime,
     ) -> Sent {
+        let wire_bytes = packet.wire_bytes;
         let Some(departed) = self.up.enqueue(ctx.now(), wire_bytes) else {
             return Sent::Dropped;
         };
-        self.stats.packets_sent += match &body {
+        self.stats.packets_sent += match &packet.body {
             PacketBody::Tcp(t) => u64::from(segments_in(wire_bytes, &t.segment)),
             _ => 1,
         };
@@ -1156,14 +1222,8 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         } else {
             0
         };
-        let packet = Packet {
-            src: self.host,
-            dst,
-            wire_bytes,
-            body,
-        };
         let at = (departed + path.latency + jitter).max(after);
-        ctx.send(dst, at, E::from(NetEvent::Arrive(packet)));
+        ctx.send(packet.dst, at, E::from(NetEvent::Arrive(packet)));
         Sent::Arrives(at)
     }
 }

@@ -629,7 +629,8 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             let (peer, after) = (q.peer, q.last_arrival);
             let path = self.net.path(self.host, peer);
             let bytes = packet.bytes + UDP_HEADER_BYTES;
-            let sent = self.transmit(ctx, peer, path, bytes, body, after);
+            let packet = self.packet(peer, bytes, body);
+            let sent = self.transmit(ctx, path, packet, after);
             if let Sent::Arrives(at) = sent {
                 if let Some(Socket::Quic(q)) = self.slots[id.slot as usize].socket.as_mut() {
                     q.last_arrival = at;
