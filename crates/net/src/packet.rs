@@ -30,9 +30,9 @@ impl<M> Packet<M> {
     /// Wire packets this one stands for: 1, but a TCP packet under segmentation offload
     /// (`NetworkConfig::segment_offload`) carries `wire_bytes / segment.wire_bytes()`
     /// segments, its `segment` the first, the others of the same length and headers and
-    /// following it in sequence space. The count is not a field of its own because every
-    /// packet in flight is an event, and a field of two bytes would make every event eight
-    /// bytes larger.
+    /// following it in sequence space. The count is not a field of its own because it follows
+    /// from the sizes, and every packet in flight is an event: the packet's last spare bytes
+    /// (three, beside `messages`) are better kept for what cannot be derived.
     #[inline]
     pub fn segments(&self) -> u16 {
         match &self.body {
