@@ -5,7 +5,7 @@
 # plain build's; only speed differs. Designs that none of the runs below uses (PCTCP, the
 # other channel designs and schedulers of examples/experiments) are not trained.
 #
-# Three steps, about 7 minutes on 2 cores:
+# Three steps, 6-7 minutes on 2 cores:
 #   1. an instrumented release build (target/pgo-gen);
 #   2. short runs of built-in scenarios with it, one for each design the examples show (code
 #      no training run reaches is optimised for size, so a design left out of the list below
