@@ -6,6 +6,7 @@
 
 pub mod cbt;
 pub mod cell;
+pub mod cell_queue;
 pub mod cpu;
 pub mod ewma;
 pub mod kist;
@@ -18,6 +19,7 @@ pub mod vegas;
 
 pub use cbt::BuildTimeEstimator;
 pub use cell::{Cell, CellCommand, RelayCommand, CELL_BYTES, RELAY_DATA_BYTES};
+pub use cell_queue::CellQueue;
 pub use ewma::{CellWeight, CircuitEwma, CircuitMux, EwmaClock};
 pub use kist::{kist_socket_can_write, kist_write_limit, kistlite_write_limit};
 pub use params::{

@@ -19,7 +19,7 @@
 //! without an engine or a network stack.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use onionlab_engine::heap::push_growing_by_eighths;
@@ -30,6 +30,7 @@ use onionlab_torcore::cpu::Work;
 use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
 use onionlab_torcore::token_bucket::RelayBuckets;
+use onionlab_torcore::CellQueue;
 use onionlab_torcore::{
     Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
     RELAY_DATA_BYTES,
@@ -98,7 +99,7 @@ struct Side {
     /// each cell's connection is chosen as it is written).
     conn: u32,
     circ_id: u32,
-    queue: VecDeque<Cell>,
+    queue: CellQueue,
     /// Sequence number of the next cell sent on this side (multi-connection channels).
     seq_out: u32,
     /// Sequence number of the next cell expected from the peer on this side.
@@ -113,7 +114,7 @@ impl Side {
             chan,
             conn: NONE,
             circ_id,
-            queue: VecDeque::new(),
+            queue: CellQueue::new(),
             seq_out: 0,
             seq_in,
             heavy: false,
@@ -1235,9 +1236,7 @@ impl Relay {
             self.destroy_circuit(io, circ, None);
             return;
         }
-        for _ in 0..count {
-            side.queue.push_back(cell);
-        }
+        side.queue.push_run(cell, count);
         let len = side.queue.len() as u32;
         c.stats.max_queue = c.stats.max_queue.max(len);
         let ch = side.chan;

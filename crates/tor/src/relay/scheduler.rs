@@ -476,8 +476,6 @@ impl Relay {
             let c = self.circuits[circ as usize].as_mut().unwrap();
             let side = c.side_for(ch);
             let cell = side.queue.pop_front().unwrap();
-            // A circuit lives for minutes; its queue need not keep its longest burst's storage.
-            onionlab_engine::heap::trim(&mut side.queue);
             let message = if self.channels[ch as usize].sequenced {
                 Wire::Sequenced {
                     cell,
