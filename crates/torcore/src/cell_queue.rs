@@ -133,8 +133,9 @@ impl CellQueue {
         Some(cell)
     }
 
-    /// Runs held, for tests.
-    pub fn runs(&self) -> usize {
+    /// Runs held.
+    #[cfg(test)]
+    fn runs(&self) -> usize {
         if self.len == 0 {
             0
         } else {
@@ -142,8 +143,9 @@ impl CellQueue {
         }
     }
 
-    /// Whether the queue keeps storage of its own beside its first run, for tests.
-    pub fn has_storage(&self) -> bool {
+    /// Whether the queue keeps storage of its own beside its first run.
+    #[cfg(test)]
+    fn has_storage(&self) -> bool {
         self.rest.is_some()
     }
 }
