@@ -863,7 +863,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             return;
         };
         let s = self.socket_mut(id).unwrap();
-        if s.peer_socket == NO_SOCKET {
+        if s.known_peer().is_none() {
             s.peer_socket = packet.src_socket;
         }
         s.peer_marked |= peer_marked;

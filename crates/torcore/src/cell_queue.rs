@@ -21,7 +21,7 @@ struct Run {
     count: u32,
 }
 
-/// First in, first out, like a `VecDeque<Cell>`, with [`CellQueue::push_run`] to add many
+/// First in, first out, like a `VecDeque<Cell>`, where [`CellQueue::push_run`] adds many
 /// equal cells in one step.
 ///
 /// The oldest run is kept in the queue itself: most circuits hold one run at a time (or a few
@@ -66,10 +66,6 @@ impl CellQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    pub fn push_back(&mut self, cell: Cell) {
-        self.push_run(cell, 1);
     }
 
     /// Queues `count` copies of `cell` behind what is queued. The caller bounds the queue (tor's
@@ -168,8 +164,8 @@ mod tests {
     fn equal_cells_share_a_run_and_leave_in_order() {
         let mut q = CellQueue::new();
         q.push_run(data(1, 498), 40);
-        q.push_back(data(1, 498));
-        q.push_back(data(1, 100));
+        q.push_run(data(1, 498), 1);
+        q.push_run(data(1, 100), 1);
         q.push_run(data(2, 498), 3);
         assert_eq!((q.len(), q.runs()), (45, 3));
         for _ in 0..41 {
@@ -196,14 +192,14 @@ mod tests {
     #[test]
     fn a_queue_of_one_run_keeps_no_storage() {
         let mut q = CellQueue::new();
-        q.push_back(Cell::new(3, CellCommand::Create2));
+        q.push_run(Cell::new(3, CellCommand::Create2), 1);
         assert_eq!(q.pop_front(), Some(Cell::new(3, CellCommand::Create2)));
         q.push_run(data(1, 498), 500);
-        q.push_back(data(1, 498));
+        q.push_run(data(1, 498), 1);
         let cell = q.pop_front().unwrap();
         q.push_front(cell);
         assert_eq!((q.len(), q.runs(), q.has_storage()), (501, 1, false));
-        q.push_back(data(1, 3));
+        q.push_run(data(1, 3), 1);
         assert!(q.has_storage());
     }
 
@@ -235,7 +231,7 @@ mod tests {
                 }
                 1 => {
                     let cell = cells[rng.below(cells.len() as u64) as usize];
-                    q.push_back(cell);
+                    q.push_run(cell, 1);
                     model.push_back(cell);
                 }
                 2 => {

@@ -30,10 +30,9 @@ use onionlab_torcore::cpu::Work;
 use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
 use onionlab_torcore::token_bucket::RelayBuckets;
-use onionlab_torcore::CellQueue;
 use onionlab_torcore::{
-    Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
-    RELAY_DATA_BYTES,
+    Cell, CellCommand, CellQueue, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand,
+    SchedulerKind, RELAY_DATA_BYTES,
 };
 use smallvec::SmallVec;
 
