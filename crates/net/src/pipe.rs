@@ -357,8 +357,8 @@ mod tests {
 
     #[test]
     fn delivers_what_a_list_of_single_messages_delivers() {
-        use rand::{RngExt, SeedableRng};
-        let mut rng = rand_chacha::ChaCha12Rng::seed_from_u64(15);
+        use rand::RngExt;
+        let mut rng = onionlab_engine::host_rng(15, 0, 0);
         let pipe = Pipe::default();
         // Every message written and not yet read, as (end, message).
         let mut model = std::collections::VecDeque::new();
