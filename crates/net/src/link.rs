@@ -36,7 +36,16 @@ impl Link {
     /// Time to put `bytes` on the wire.
     #[inline]
     pub fn serialisation(&self, bytes: u32) -> SimDuration {
-        (bytes as u64 * 8 * NANOS_PER_SEC).div_ceil(self.bits_per_sec)
+        // Bits × nanoseconds fit 64 bits for anything under about 2.3 GB, every real packet;
+        // a larger count (a u32 allows 4 GiB) takes 128 bits rather than wrapping.
+        match (u64::from(bytes) * 8).checked_mul(NANOS_PER_SEC) {
+            Some(bit_nanos) => bit_nanos.div_ceil(self.bits_per_sec),
+            None => {
+                let bit_nanos = u128::from(bytes) * 8 * u128::from(NANOS_PER_SEC);
+                let nanos = bit_nanos.div_ceil(u128::from(self.bits_per_sec));
+                SimDuration::try_from(nanos).unwrap_or(SimDuration::MAX)
+            }
+        }
     }
 
     /// Bytes waiting (or being sent) at `now`.
@@ -121,7 +130,9 @@ mod tests {
         // 100 Gbit/s with an hour queued: wait × rate overflows 64 bits.
         let mut link = Link::new(100_000_000_000, u64::MAX);
         let hour_of_bytes = 100_000_000_000 / 8 * 3600;
-        link.enqueue(0, u32::MAX);
+        // 4 GiB less a byte is 343,597,383.6 ns at 100 Gbit/s, rounded up; its bits ×
+        // nanoseconds overflow 64 bits too.
+        assert_eq!(link.enqueue(0, u32::MAX), Some(343_597_384));
         link.busy_until = 3600 * NANOS_PER_SEC;
         assert_eq!(link.backlog_bytes(0), hour_of_bytes);
         // A nanosecond less is 12.5 bytes less, rounded down.
