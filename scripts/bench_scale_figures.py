@@ -3,6 +3,8 @@
   line DIR NAME                one run's figures on one line
   sizes OUT RUNS SIZE...       medians per network size (runs OUT/SIZE-2-1 ... -RUNS)
   scaling OUT RUNS CONFIG...   medians per thread configuration and ratios to the first
+  series RUN_JSON [EVERY]      a run's state samples (every EVERY simulated seconds, default
+                               50) with what each interval cost; works on a run under way
 """
 
 import json
@@ -76,6 +78,32 @@ def figures(path):
     }
 
 
+def series(path, every):
+    """The state series of one run.json, one line per sample at least `every` simulated
+    seconds after the last one printed, with the interval's wall seconds per simulated second,
+    events per simulated and per wall second, and memory growth per simulated second: how a
+    long run's cost and memory move as its network loads."""
+    r = json.load(open(path))
+    print(f"complete={r.get('complete')} sim_s={r.get('sim_seconds')} "
+          f"wall_s={r.get('wall_seconds')} peak_rss_gib="
+          f"{(r.get('peak_rss_bytes') or 0) / 2**30:.2f}")
+    print("sim_s wall_s rss_gib events_m sockets pending | wall_per_sim_s events_per_sim_s_m "
+          "events_per_wall_s_m mb_per_sim_s")
+    last = None
+    for x in r.get("state", []):
+        if last is not None and x["sim_s"] < last["sim_s"] + every:
+            continue
+        line = (f"{x['sim_s']:.0f} {x['wall_s']:.0f} {x['rss_bytes'] / 2**30:.2f} "
+                f"{x.get('events', 0) / 1e6:.0f} {x.get('sockets')} {x.get('pending_events')}")
+        if last is not None:
+            ds, dw = x["sim_s"] - last["sim_s"], x["wall_s"] - last["wall_s"]
+            de = x.get("events", 0) - last.get("events", 0)
+            line += (f" | {dw / ds:.1f} {de / ds / 1e6:.1f} {de / dw / 1e6 if dw else 0:.2f} "
+                     f"{(x['rss_bytes'] - last['rss_bytes']) / ds / 1e6:.1f}")
+        print(line)
+        last = x
+
+
 def fmt(v):
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
@@ -121,6 +149,8 @@ def main():
                   fmt(wall), f"{base / wall:.2f}",
                   fmt(median(f["events_per_sec"] for f in fs)),
                   fmt(median(f["stolen"] for f in fs)), fs[0]["blocked_share"])
+    elif cmd == "series":
+        series(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 50.0)
     else:
         sys.exit(f"unknown command {cmd}")
 
