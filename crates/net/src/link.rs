@@ -37,15 +37,23 @@ impl Link {
     #[inline]
     pub fn serialisation(&self, bytes: u32) -> SimDuration {
         // Bits × nanoseconds fit 64 bits for anything under about 2.3 GB, every real packet;
-        // a larger count (a u32 allows 4 GiB) takes 128 bits rather than wrapping.
-        match (u64::from(bytes) * 8).checked_mul(NANOS_PER_SEC) {
-            Some(bit_nanos) => bit_nanos.div_ceil(self.bits_per_sec),
-            None => {
-                let bit_nanos = u128::from(bytes) * 8 * u128::from(NANOS_PER_SEC);
-                let nanos = bit_nanos.div_ceil(u128::from(self.bits_per_sec));
-                SimDuration::try_from(nanos).unwrap_or(SimDuration::MAX)
-            }
+        // a larger count (a u32 allows 4 GiB) takes 128 bits rather than wrapping. A bound on
+        // the byte count keeps the common case the one multiplication by a constant it was.
+        const MOST_IN_64_BITS: u64 = u64::MAX / (8 * NANOS_PER_SEC);
+        if u64::from(bytes) <= MOST_IN_64_BITS {
+            (u64::from(bytes) * 8 * NANOS_PER_SEC).div_ceil(self.bits_per_sec)
+        } else {
+            self.serialisation_wide(bytes)
         }
+    }
+
+    /// `serialisation` in 128 bits, out of the per-packet path's way.
+    #[cold]
+    #[inline(never)]
+    fn serialisation_wide(&self, bytes: u32) -> SimDuration {
+        let bit_nanos = u128::from(bytes) * 8 * u128::from(NANOS_PER_SEC);
+        let nanos = bit_nanos.div_ceil(u128::from(self.bits_per_sec));
+        SimDuration::try_from(nanos).unwrap_or(SimDuration::MAX)
     }
 
     /// Bytes waiting (or being sent) at `now`.
@@ -70,15 +78,28 @@ impl Link {
     /// full and the packet was dropped.
     #[inline]
     pub fn enqueue(&mut self, now: SimTime, bytes: u32) -> Option<SimTime> {
-        if self.backlog_bytes(now) > self.queue_bytes {
+        if self.full(now) {
             self.drops += 1;
             return None;
         }
+        Some(self.send(now, bytes, self.serialisation(bytes)))
+    }
+
+    /// Whether a packet reaching the link at `now` finds the queue past its bound.
+    #[inline]
+    fn full(&self, now: SimTime) -> bool {
+        self.backlog_bytes(now) > self.queue_bytes
+    }
+
+    /// Puts a packet of `bytes` that takes `duration` on the wire behind what is queued;
+    /// returns when its last bit leaves.
+    #[inline]
+    fn send(&mut self, now: SimTime, bytes: u32, duration: SimDuration) -> SimTime {
         let start = self.busy_until.max(now);
-        self.busy_until = start + self.serialisation(bytes);
+        self.busy_until = start + duration;
         self.packets += 1;
         self.bytes += bytes as u64;
-        Some(self.busy_until)
+        self.busy_until
     }
 
     /// Queues `n` packets of `bytes` each that reach the link at the same instant (an
@@ -86,19 +107,16 @@ impl Link {
     /// dropped and counted, the tail of the batch, as each waits behind the ones before it.
     /// Returns how many were kept and when the last kept one leaves.
     pub fn enqueue_batch(&mut self, now: SimTime, bytes: u32, n: u16) -> (u16, Option<SimTime>) {
+        // Segments of one size take one time each, worked out once for the batch.
+        let duration = self.serialisation(bytes);
         let mut last = None;
         let mut kept = 0;
-        for _ in 0..n {
-            match self.enqueue(now, bytes) {
-                Some(done) => {
-                    last = Some(done);
-                    kept += 1;
-                }
-                None => break,
-            }
+        while kept < n && !self.full(now) {
+            last = Some(self.send(now, bytes, duration));
+            kept += 1;
         }
         // Nothing drains at one instant: the rest of the batch finds the queue full too.
-        self.drops += u64::from(n - kept).saturating_sub(u64::from(kept < n));
+        self.drops += u64::from(n - kept);
         (kept, last)
     }
 }
