@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures issue 15's two-core floors for one or more onionlab binaries, interleaved: per round
-# and binary, the whole web-6876 run (7,000 relays, 4 simulated minutes) and then toy for 10
+# and binary, the whole web-6876 run (6,876 relays, 4 simulated minutes) and then toy for 10
 # simulated minutes, both on 2 threads; prints wall seconds, speed, events per second and
 # peak RSS from each run.json, and toy's events per second over web-6876's (floor: ≤ 1.5;
 # web-6876's floor: ≥ 2× real time in ≤ 1.5 GiB).
@@ -13,11 +13,16 @@ if [ $# -lt 2 ]; then
 fi
 rounds=$1
 shift
+# The binaries as absolute paths, since the runs start from the repository's root.
+bins=()
+for bin in "$@"; do
+    bins+=("$(realpath "$bin")")
+done
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for r in $(seq "$rounds"); do
-    for bin in "$@"; do
+    for bin in "${bins[@]}"; do
         "$bin" run examples/web-6876.yaml -o "$out/web" --force --stop-time 4m --threads 2 \
             --quiet --no-report > /dev/null 2>&1
         "$bin" run toy -o "$out/toy" --force --stop-time 10m --threads 2 --quiet --no-report \
