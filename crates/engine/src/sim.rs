@@ -749,6 +749,9 @@ struct RoundList<E> {
     ends: Box<[AtomicU64]>,
     /// `next[i]`: the time under which `hosts[i]` must be put (back) in its owner's agenda
     /// after it ran, or `NOT_DUE` if no new entry is needed; written by whichever worker ran it.
+    /// A host that stopped inside the round (its model panicked, or the run was interrupted)
+    /// gets `NOT_DUE`: the run halts after the round and the next one files every host anew,
+    /// whereas the slot's value from an earlier round would file it in the past.
     next: Box<[AtomicU64]>,
     len: AtomicUsize,
     cursor: AtomicUsize,
@@ -880,7 +883,7 @@ impl<H: Host> RoundRunner<'_, H> {
                 let i = batch.start;
                 batch.start += 1;
                 let id = list.hosts[i].load(Ordering::Relaxed);
-                current = Some(id);
+                current = Some((id, i));
                 self.prefetch(list, i + 1);
                 if !batch.is_empty() {
                     // The next host of the batch is this worker's for the round, so its model
@@ -900,13 +903,14 @@ impl<H: Host> RoundRunner<'_, H> {
             match ran {
                 Ok(finished) => return finished,
                 Err(payload) => {
-                    if let Some(id) = current {
+                    if let Some((id, i)) = current {
                         // The failed host keeps what it held, like the rest of its queue.
                         // SAFETY: this worker claimed `id`; the panic ended its borrows.
                         let queue = &mut unsafe { self.hosts.slot(id) }.queue;
                         for d in self.held.drain(..) {
                             queue.push(d.time, d.key, d.event);
                         }
+                        list.next[i].store(NOT_DUE, Ordering::Relaxed);
                         shared.record_panic(id, payload);
                     }
                 }
@@ -1071,6 +1075,7 @@ impl<H: Host> RoundRunner<'_, H> {
                 for d in held.drain(..) {
                     queue.push(d.time, d.key, d.event);
                 }
+                list.next[i].store(NOT_DUE, Ordering::Relaxed);
                 return false;
             }
         }
