@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the reference binary for scripts/floors.sh: onionlab as it was when the full-size
-# networks issue (15) was filed and measured its table, commit 7692a8b (the last before that
-# issue's work). Timed beside the current binary on the same machine, it turns the issue's
-# wall-clock floors into speed-ups that do not depend on which machine runs them.
+# Builds the reference binary for scripts/floors.sh: onionlab as it was when the work on the
+# full-size networks issue (15) began, commit 7692a8b (the last before it). The issue measured
+# its table with somewhat older code; timed beside the current binary on the same machine,
+# this one stands in for it and turns the issue's wall-clock floors into speed-ups that do
+# not depend on which machine runs them.
 #
 # Usage: scripts/build-reference.sh   prints the binary's path, target/reference/release/onionlab
 #
