@@ -56,8 +56,28 @@ const SERVER_COUNTRIES: [&str; 4] = ["US", "DE", "NL", "FR"];
 /// Client hosts per file server, as tornettools' default server scale (0.1) has it.
 const CLIENT_HOSTS_PER_SERVER: f64 = 10.0;
 
-/// OnionPerf-like measurement clients per size at full scale (and at least 2 per size).
+/// OnionPerf-like measurement clients per size at full scale (and at least one per site and
+/// size).
 const PERF_CLIENTS_FULL: f64 = 20.0;
+
+/// Where Tor Metrics' OnionPerf instances measured from, by the era of the consensus: op-us,
+/// op-nl and op-hk from March 2017 (metrics-web added them on 2017-03-18 and 2017-03-21; op-us
+/// was a VPS on the US east coast, and the others are placed where their names say); op-de7a,
+/// op-hk7a, op-nl7a and op-us7a later (the instances CollecTor held files of in March 2023).
+/// op-ab, which also measured in 2019, is left out: no source says where it was.
+fn onionperf_sites(era: onionlab_torcore::TorEra) -> &'static [&'static str] {
+    match era {
+        onionlab_torcore::TorEra::Tor045 => &["US", "NL", "HK"],
+        onionlab_torcore::TorEra::Tor046 => &["US", "NL", "HK", "DE"],
+    }
+}
+
+/// A measurement host's access link, both ways. OnionPerf runs on hosted servers whose link
+/// speeds are not published; 1 Gbit/s is a common hosted link and lies far above any one
+/// circuit's rate (the live network's 90th percentile of OnionPerf throughput in 2019 was
+/// 10.2 Mbit/s), so the host's own link does not shape its downloads, as OnionPerf's does
+/// not. An ordinary user's link (a random node's) would.
+const PERF_LINK: &str = "1 Gbit";
 
 /// Every relay's ConnLimit in generated networks: each user of a host has its own connection
 /// to its guard, so at load 1.0 a big guard holds thousands of client connections beside its
@@ -73,7 +93,7 @@ pub struct GenerateArgs {
     /// Fraction of the consensus's relays to keep, 0 < F <= 1 (1 keeps every relay).
     #[arg(long, value_name = "F")]
     pub scale: f64,
-    /// Load relative to the live network (1.0: see the README), 0.001 to 10.
+    /// Load relative to the live network (1.0 is its load; see docs/src/user/generate.md), 0.001 to 10.
     #[arg(long, value_name = "L", default_value_t = 1.0)]
     pub load: f64,
     /// Scenario file to write (default: net-<F as a percentage>pct.yaml).
@@ -160,7 +180,16 @@ pub fn generate(args: GenerateArgs) -> Result<(), Failure> {
     } else {
         input.to_string()
     };
-    let text = scenario_text(&args, &consensus_ref, consensus.relays.len(), stop)?;
+    let period =
+        onionlab_torcore::period_settings(&consensus.params, consensus.valid_after.as_deref());
+    let text = scenario_text(
+        &args,
+        &consensus_ref,
+        consensus.relays.len(),
+        consensus.valid_after.as_deref(),
+        &period,
+        stop,
+    )?;
     fs::write(&output, text)
         .map_err(|e| Failure::input(format!("{}: cannot write: {e}", output.display())))?;
     // What was written must pass `check`; a failure here is onionlab's, not the user's.
@@ -176,6 +205,8 @@ fn scenario_text(
     args: &GenerateArgs,
     consensus: &str,
     consensus_relays: usize,
+    valid_after: Option<&str>,
+    period: &[onionlab_torcore::PeriodSetting],
     stop: onionlab_scenario::Duration,
 ) -> Result<String, Failure> {
     let relays = if args.scale >= 1.0 {
@@ -199,7 +230,10 @@ fn scenario_text(
     let by_country = apportion(hosts, &shares);
     let servers = ((hosts as f64 / CLIENT_HOSTS_PER_SERVER).ceil() as u64).max(4);
     let by_server_country = apportion(servers, &[1.0; SERVER_COUNTRIES.len()]);
-    let perf = ((PERF_CLIENTS_FULL * args.scale).round() as u64).max(2);
+    let era = onionlab_torcore::TorEra::of(valid_after);
+    let sites = onionperf_sites(era);
+    let perf_per_site =
+        ((PERF_CLIENTS_FULL * args.scale / sites.len() as f64).round() as u64).max(1);
     let bootstrap = (stop.0 / 2).min(120_000_000_000);
 
     let mut t = String::new();
@@ -241,7 +275,12 @@ fn scenario_text(
     );
     let _ = writeln!(
         w,
-        "# Perf clients: {perf} per size fetching 50 KiB, 1 MiB and 5 MiB every minute (OnionPerf-like)."
+        "# Perf clients (OnionPerf-like): {perf_per_site} per size in each of {} where OnionPerf measured",
+        sites.join(", ")
+    );
+    let _ = writeln!(
+        w,
+        "# from then, on hosted {PERF_LINK}/s links, fetching 50 KiB, 1 MiB and 5 MiB every minute."
     );
     let _ = writeln!(
         w,
@@ -250,16 +289,47 @@ fn scenario_text(
         stop,
         onionlab_scenario::Duration(bootstrap)
     );
-    let _ = writeln!(w, "network: {{ graph: internet-2018 }}");
     let _ = writeln!(
         w,
-        "# Big relays hold a connection to most other relays and to thousands of users: file limits"
+        "# The graph's latencies and access links, not its loss: every edge's 0.5% was set in one edit"
     );
     let _ = writeln!(
         w,
-        "# as Debian's tor service sets them (LimitNOFILE=65536), not the 4096 of a bare process."
+        "# for all edges, not measured, and the graph Shadow's generator uses today has no loss between"
     );
-    let _ = writeln!(w, "tor: {{ conn_limit: {GENERATED_CONN_LIMIT} }}");
+    let _ = writeln!(
+        w,
+        "# its points of presence. SLAC PingER measured loss below 0.1% between North America, Europe, East Asia and Oceania."
+    );
+    let _ = writeln!(w, "network: {{ graph: internet-2018, graph_loss: false }}");
+    let _ = writeln!(
+        w,
+        "# Tor as the network of the consensus ({}) ran it: each value from the consensus's",
+        valid_after.unwrap_or("no valid-after")
+    );
+    let _ = writeln!(
+        w,
+        "# params line, or where the line is silent, the code default of {}{}.",
+        era.release(),
+        match era {
+            onionlab_torcore::TorEra::Tor045 => " (unchanged through 0.4.5)",
+            onionlab_torcore::TorEra::Tor046 => "",
+        }
+    );
+    let _ = writeln!(w, "tor:");
+    let _ = writeln!(
+        w,
+        "  # Big relays hold a connection to most other relays and to thousands of users: file"
+    );
+    let _ = writeln!(
+        w,
+        "  # limits as Debian's tor service sets them (LimitNOFILE=65536), not a bare process's 4096."
+    );
+    let _ = writeln!(w, "  conn_limit: {GENERATED_CONN_LIMIT}");
+    for s in period {
+        let line = format!("  {}: {}", s.key, s.value);
+        let _ = writeln!(w, "{line:<40} # {}", s.source);
+    }
     let _ = writeln!(w, "authorities: 3");
     let _ = writeln!(w, "relays:");
     let _ = writeln!(w, "  sample: {{ consensus: {consensus}, count: {relays} }}");
@@ -293,10 +363,13 @@ fn scenario_text(
         );
     }
     for (size, label) in [("50 KiB", "50k"), ("1 MiB", "1m"), ("5 MiB", "5m")] {
-        let _ = writeln!(
-            w,
-            "  - {{ name: perf-{label}, count: {perf}, workload: {{ perf: {{ size: {size}, interval: 60s }} }}, start: [0s, 60s] }}"
-        );
+        for site in sites {
+            let _ = writeln!(
+                w,
+                "  - {{ name: perf-{label}-{}, count: {perf_per_site}, country: {site}, bandwidth_down: {PERF_LINK}, bandwidth_up: {PERF_LINK}, workload: {{ perf: {{ size: {size}, interval: 60s }} }}, start: [0s, 60s] }}",
+                site.to_lowercase()
+            );
+        }
     }
     Ok(t)
 }

@@ -954,6 +954,50 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
         text.contains("markov: { users: 50 }") && text.contains("perf-5m"),
         "{text}"
     );
+    // Tor runs as the consensus's period ran it: consensus-2023 sets cc_alg=2 and
+    // KISTSchedRunInterval=2; consensus-2019-microdesc has no congestion control, so its
+    // network keeps SENDME windows and tor 0.4.2's defaults where its params line is silent.
+    for needle in [
+        "network: { graph: internet-2018, graph_loss: false }",
+        "  flow_control: vegas",
+        "  kist_run_interval_ms: 2 ",
+        "# KISTSchedRunInterval=2",
+        "  max_circuit_queue_cells: 1250 ",
+        "  vegas_beta: 248 ",
+        "# cc_vegas_beta_exit not in params: tor 0.4.7.13's default",
+    ] {
+        assert!(text.contains(needle), "{needle:?} not in {text}");
+    }
+    let old = dir.join("2019.yaml");
+    let mut a = args(&old, "0.005");
+    a[2] = "consensus-2019-microdesc".into();
+    let out = run(a);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text_2019 = fs::read_to_string(&old).unwrap();
+    for needle in [
+        "  flow_control: sendme",
+        "# no cc_alg:",
+        "  kist_run_interval_ms: 10 ",
+        "  max_circuit_queue_cells: 50000 ",
+        "  num_primary_guards: 1 ",
+        "  cbt_num_xm_modes: 3 ",
+        "  cbt_min_timeout_ms: 1500 ",
+        "  circuit_window: 1000 ",
+        // OnionPerf's sites of the time, on hosted links.
+        "name: perf-5m-hk, count: 1, country: HK, bandwidth_down: 1 Gbit, bandwidth_up: 1 Gbit",
+    ] {
+        assert!(text_2019.contains(needle), "{needle:?} not in {text_2019}");
+    }
+    assert!(!text_2019.contains("vegas_"), "{text_2019}");
+    assert!(!text_2019.contains("perf-5m-de"), "{text_2019}");
+    assert!(
+        text.contains("name: perf-50k-de, count: 1, country: DE"),
+        "{text}"
+    );
     // The same arguments give the same file.
     let out = run(args(&small, "0.005"));
     assert!(out.status.success());

@@ -21,6 +21,10 @@ pub static FILES: &[DataFile] = &[
         bytes: include_bytes!("../../../data/cpu/calibration-epyc-2core-2026-11.yaml"),
     },
     DataFile {
+        path: "live/tor-metrics-2019.json",
+        bytes: include_bytes!("../../../data/live/tor-metrics-2019.json"),
+    },
+    DataFile {
         path: "relays/relays-2018-1998.csv",
         bytes: include_bytes!("../../../data/relays/relays-2018-1998.csv"),
     },

@@ -2,7 +2,7 @@
 //!
 //! Every struct refuses unknown keys: a misspelt key that is silently ignored leaves a default
 //! in place and yields a run that looks valid but measures something else. Defaults live here,
-//! next to the keys, so the README's scenario reference and the code can be checked against each other.
+//! next to the keys, so the book's scenario reference (docs/src/reference/) and the code can be checked against each other.
 
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -67,7 +67,9 @@ impl ReportSection {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttackKind {
-    /// Build circuits through a victim relay until its sockets run out (REFERENCE.md 4).
+    /// Build circuits through a victim relay until its sockets run out: the socket exhaustion
+    /// attack of Geddes, Jansen and Hopper, "IMUX: Managing Tor Connections from Two to
+    /// Infinity, and Beyond", WPES 2014.
     SocketExhaustion,
 }
 
@@ -127,12 +129,21 @@ pub struct NetworkSection {
     #[serde(default = "default_down_queue")]
     pub down_queue: Duration,
     /// Segmentation offload (TSO/GSO and GRO, as Linux hosts do by default): a TCP socket's
-    /// back-to-back data segments travel as one packet. On by default since 2026-11-27, when
-    /// the emulation with the kernel's offloads on could not tell it from the emulation with
-    /// them off (FIDELITY.md); `false` sends every segment as a packet of its own, as results
-    /// made before then did.
+    /// back-to-back data segments travel as one packet. On by default: emulations of real tor
+    /// with the kernel's offloads on cannot be told apart from emulations with them off (the
+    /// book's fidelity page, `docs/src/fidelity.md`); `false` sends every segment as a packet of
+    /// its own, as results made before it became the default did.
     #[serde(default = "default_segment_offload")]
     pub segment_offload: bool,
+    /// Whether the graph's own packet loss (its edges' and nodes' `packet_loss`) applies.
+    /// `false` keeps the graph's latencies, jitter and bandwidths and drops its loss, for
+    /// graphs whose loss is a placeholder rather than a measurement: every edge of
+    /// `internet-2018` was set to 0.5% in one edit, without a measurement, and the graph
+    /// Shadow's network generator uses today carries no loss between its points of presence.
+    /// `impairments` still apply; so does the builtin network's `loss` only while this is
+    /// `true`.
+    #[serde(default = "default_graph_loss")]
+    pub graph_loss: bool,
     /// Extra loss between chosen hosts (one link of a circuit), on top of the paths' own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub impairments: Vec<ImpairmentSpec>,
@@ -157,6 +168,10 @@ fn default_segment_offload() -> bool {
     true
 }
 
+fn default_graph_loss() -> bool {
+    true
+}
+
 fn default_down_queue() -> Duration {
     Duration::from_millis(100)
 }
@@ -169,6 +184,7 @@ impl Default for NetworkSection {
             lookahead_floor: Duration(0),
             down_queue: default_down_queue(),
             segment_offload: default_segment_offload(),
+            graph_loss: default_graph_loss(),
             impairments: Vec::new(),
         }
     }

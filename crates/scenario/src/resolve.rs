@@ -209,7 +209,19 @@ const MIN_DERIVED_LINK_BPS: u64 = 10_000_000;
 const MIN_FILE_LINK_BPS: u64 = 1_000_000;
 
 /// Loads the graph the scenario names (`builtin`, an alias, `data:` or a path).
+///
+/// With `network.graph_loss: false` the graph's edges and nodes lose nothing (the builtin
+/// network's `loss` included); everything else about the graph stays.
 pub fn load_graph(s: &Scenario) -> Result<Graph, ScenarioError> {
+    let mut graph = read_graph(s)?;
+    if !s.network.graph_loss {
+        graph.edges.iter_mut().for_each(|e| e.packet_loss = 0.0);
+        graph.nodes.iter_mut().for_each(|n| n.packet_loss = 0.0);
+    }
+    Ok(graph)
+}
+
+fn read_graph(s: &Scenario) -> Result<Graph, ScenarioError> {
     if s.network.graph == "builtin" {
         let b = s.network.builtin.clone().unwrap_or_default();
         return Ok(Graph::single_switch(

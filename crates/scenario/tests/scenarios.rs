@@ -218,6 +218,42 @@ fn placement_by_country_on_the_internet_graph() {
     );
 }
 
+/// `network.graph_loss: false` drops the graph's loss and nothing else: every edge of
+/// `internet-2018` loses 0.5% as written, none without it, and latencies stay.
+#[test]
+fn graph_loss_false_keeps_the_graph_but_its_loss() {
+    let mut s = load(&example("consensus-2023")).unwrap();
+    let lossy = load_graph(&s).unwrap();
+    assert!(lossy.edges.iter().all(|e| e.packet_loss == 0.005));
+    s.network.graph_loss = false;
+    let clean = load_graph(&s).unwrap();
+    assert_eq!(clean.edges.len(), lossy.edges.len());
+    assert!(clean.edges.iter().all(|e| e.packet_loss == 0.0));
+    assert!(clean.nodes.iter().all(|n| n.packet_loss == 0.0));
+    for (a, b) in clean.edges.iter().zip(&lossy.edges) {
+        assert_eq!((a.latency, a.jitter), (b.latency, b.jitter));
+    }
+    // The builtin network's own loss goes too.
+    let mut b = parse(
+        "run: { stop_time: 1m }\n\
+         network: { graph: builtin, builtin: { loss: 0.01 }, graph_loss: false }\n\
+         relays: { generate: { guard: 1, exit: 1, middle: 1 } }\n",
+        Path::new("t.yaml"),
+    )
+    .unwrap();
+    assert!(load_graph(&b)
+        .unwrap()
+        .edges
+        .iter()
+        .all(|e| e.packet_loss == 0.0));
+    b.network.graph_loss = true;
+    assert!(load_graph(&b)
+        .unwrap()
+        .edges
+        .iter()
+        .any(|e| e.packet_loss > 0.0));
+}
+
 #[test]
 fn generated_relays_follow_the_relays_file_countries() {
     let s = load(&example("large")).unwrap();
