@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds onionlab with profile-guided optimisation, for long runs: a binary that ran web-6876
-# 2-6% faster than the plain release build and the toy network 6-10% on the 2-core
-# development VM (BENCHMARKS.md, "thirtieth session"). Results are byte-identical to the
+# 2-6% faster than the plain release build and the toy network 6-10% on a 2-core Xeon VM
+# (docs/src/performance.md, "A faster binary for long runs"). Results are byte-identical to the
 # plain build's; only speed differs. Designs that none of the runs below uses (PCTCP, the
 # other channel designs and schedulers of examples/experiments) are not trained.
 #

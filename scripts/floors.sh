@@ -14,7 +14,7 @@
 # floor's in the same terms: the issue measured the code of its day at 0.54× real time, so 2×
 # real time is 3.70× its speed. The reference's own times show this machine's pace against
 # the machine the issue measured on (there: web-6876's 4 simulated minutes in 442 s, toy's 10
-# minutes in 36 s). Its web-6876 run took 13–14 minutes on the thirty-fourth session's VM.
+# minutes in 36 s). Its web-6876 run takes 13–14 minutes on a slow 2-core Xeon VM.
 set -euo pipefail
 if [ $# -lt 2 ]; then
     sed -n '8p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -7,8 +7,8 @@
 #
 # Usage:
 #   scripts/long-run.sh start STATE -- ONIONLAB_ARGS...   e.g.
-#       scripts/long-run.sh start ~/nf -- target/release/onionlab run examples/net-full.yaml \
-#           -o ~/nf-out --stop-time 10m --threads 2 --quiet
+#       scripts/long-run.sh start target/nf-state -- target/release/onionlab run \
+#           examples/net-full.yaml -o target/nf-out --stop-time 10m --threads 2 --quiet
 #   scripts/long-run.sh pause STATE    writes the run to STATE/checkpoint and stops it
 #   scripts/long-run.sh resume STATE   restores it from STATE/checkpoint; it goes on running
 #   scripts/long-run.sh status STATE   running, paused or ended; resident memory; the legs so far

@@ -5,7 +5,7 @@
 # On a shared or noisy machine this resolves differences that sequential runs cannot.
 #
 # Usage: scripts/pair.sh ROUNDS STOP SCENARIO BIN_A BIN_B   e.g.
-#   scripts/pair.sh 4 60s examples/web-6876.yaml /tmp/before target/release/onionlab
+#   scripts/pair.sh 4 60s examples/web-6876.yaml target/before/onionlab target/release/onionlab
 set -euo pipefail
 if [ $# -ne 5 ]; then
     sed -n '7,8p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -4,7 +4,7 @@
 # Prints "identical" or the first difference, and exits 1 on a difference.
 #
 # Usage: scripts/same-outputs.sh BIN_A BIN_B SCENARIO [RUN_ARGS...]   e.g.
-#   scripts/same-outputs.sh /tmp/before target/release/onionlab examples/web-6876.yaml \
+#   scripts/same-outputs.sh target/before/onionlab target/release/onionlab examples/web-6876.yaml \
 #       --stop-time 30s --threads 2
 set -euo pipefail
 if [ $# -lt 3 ]; then

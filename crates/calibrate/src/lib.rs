@@ -1,6 +1,11 @@
 //! `onionlab calibrate`: measures what a relay's unit operations cost on this machine and
 //! writes them as a calibration file ([`CpuCalibration`]) that scenarios load.
 //!
+//! This crate is part of onionlab, a simulator of Tor networks. The book's relay CPU page
+//! (`docs/src/user/cpu.md`) says how calibrations are used.
+//!
+//! # Overview
+//!
 //! A simulated relay counts its work (system calls, packets, TLS records, cipher calls and
 //! bytes, handshakes) and prices it with these unit costs, so a run's CPU figures are only as
 //! good as the costs. Measuring them here, with the same primitives a relay uses, ties the
@@ -10,6 +15,20 @@
 //! cost (robust to the odd interrupted timing), and the 10th and 90th percentiles go in
 //! `spread` so a reader can tell a steady number from a noisy one. Costs that have a fixed
 //! and a per-byte part are fitted from two sizes timed in turns.
+//!
+//! # Not in this crate
+//!
+//! The calibration's format and the CPU profiles that price work with it are
+//! `onionlab-torcore`'s (`cpu`); a scenario's `cpu:` section loads a calibration
+//! (`onionlab-scenario`), and the relays' CPU model that spends the time is `onionlab-tor`'s.
+//! The calibration used when a scenario names none is shipped in `data/cpu/`.
+//!
+//! # Tests
+//!
+//! `tests/calibrate.rs` runs a quick calibration of the machine the tests run on and checks
+//! only what holds by wide margins on a noisy shared machine (every cost usable, the file
+//! loadable), not values. Unit tests sit in `lib.rs`, `machine`, `ops`, `timing` and `yaml`.
+//! `crates/cli/tests/calibrate.rs` runs `onionlab calibrate` as a user does.
 
 mod machine;
 mod ops;

@@ -19,7 +19,7 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub quick: bool,
     /// tor's own work per cell in ns, which cannot be measured without tor (default: the
-    /// shipped reference calibration's, fitted to real tor; see FIDELITY.md).
+    /// shipped reference calibration's, fitted to real tor; see docs/src/fidelity.md).
     #[arg(long, value_name = "NS")]
     pub cell_other: Option<f64>,
     /// Replace an existing calibration file.

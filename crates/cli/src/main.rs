@@ -1,7 +1,46 @@
 //! The `onionlab` command.
 //!
+//! This crate is onionlab's front end: the binary a researcher runs. Its subcommands are `run`
+//! and `check` (a scenario), `report` and `compare` (plots and pages from run directories),
+//! `experiment` and `reproduce` (variants of a scenario as repeated trials), `emulate` (the
+//! scenario with real tor), `generate` (a scenario from a real consensus) and `calibrate` (this
+//! machine's unit costs). The book under `docs/` is the user guide; `README.md` has a
+//! five-minute tour.
+//!
 //! Exit codes: 0 when the command did what was asked, 2 for bad input (scenario, flags, files),
 //! 1 for an internal failure (results gathered so far are still written, marked partial).
+//!
+//! # Overview
+//!
+//! `run` resolves the scenario (`onionlab-scenario`), builds the simulation's hosts from its
+//! plan (`assemble`), runs it on the engine and writes what the hosts recorded as output files
+//! (`results`, with `onionlab-report`). `experiment` reads experiment files
+//! (`examples/experiments/`), runs each variant's trials and compares them; `generate` writes
+//! the scenario of a network sampled from a consensus at a fraction of its size.
+//!
+//! # Not in this crate
+//!
+//! No model lives here: Tor is `onionlab-tor` (over `onionlab-torcore`), the Internet
+//! `onionlab-net`, the engine `onionlab-engine`, reports `onionlab-report`, emulation
+//! `onionlab-emulate` and measuring unit costs `onionlab-calibrate`. This crate parses
+//! arguments, wires those together and decides what reaches the terminal.
+//!
+//! # Tests
+//!
+//! The command is tested as users and scripts use it, by running the built binary:
+//! `tests/cli.rs` (runs, checks, exit codes, partial results), `tests/report.rs` (reports,
+//! comparisons, trials; the page rendered in headless Chromium where installed),
+//! `tests/experiment.rs` (experiments and reproductions), `tests/calibrate.rs`,
+//! `tests/emulate.rs` (real tor in namespaces; needs root and Debian's tor, else skipped with
+//! a notice outside CI) and `tests/fuzz.rs` (the parsers and `check` then `run` on mutated
+//! inputs, with its harness and regression cases in `tests/fuzz/`). `tests/docs.rs` checks the
+//! README and the book, and `tests/rustdoc.rs` that `cargo doc --workspace --no-deps` builds
+//! without a warning. Unit tests sit in `main.rs` and `generate`.
+
+// The doc comments of the command's arguments are also its `--help` text, where a placeholder
+// such as `<scenario name>` is meant to be read as written, not as an HTML tag; Markdown
+// escapes would show up in the help.
+#![allow(rustdoc::invalid_html_tags)]
 
 mod assemble;
 mod calibrate;
@@ -18,7 +57,7 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc rather than the system allocator: a large network's state is millions of
 /// connections, circuits and queues made and freed over the run, and mimalloc keeps objects
-/// of one size together on their own pages (see BENCHMARKS.md for what it changed).
+/// of one size together on their own pages.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -30,9 +69,9 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// a second later. A simulation's heap is flat once its network has warmed up, but circuits,
 /// streams and queues are freed and made all the time; memory handed back and taken again
 /// comes back as fresh huge pages that the kernel clears, 2 MiB at a time (2.5–2.9% of a
-/// web-6876 profile; keeping it was about 1.7% faster, BENCHMARKS.md, twenty-sixth session).
-/// Resident memory then stays at the heap's high-water mark. `MIMALLOC_PURGE_DELAY` in the
-/// environment still decides, when set.
+/// profile of `examples/web-6876.yaml`; keeping the memory made that run about 1.7% faster in
+/// paired runs). Resident memory then stays at the heap's high-water mark.
+/// `MIMALLOC_PURGE_DELAY` in the environment still decides, when set.
 fn keep_freed_memory() {
     // SAFETY: sets an option's value (unless the environment set it), which mimalloc reads
     // whenever it considers purging; any thread may do so at any time.

@@ -1,11 +1,29 @@
 //! Congestion window management shared by all algorithms and by every transport model (one
 //! module serves TCP and QUIC, so the two differ only where their protocols do).
 //!
+//! This crate is part of onionlab, a simulator of Tor networks.
+//!
+//! # Overview
+//!
 //! The window is kept in bytes so that connections sending sub-MSS segments (Tor cells with
 //! `TCP_NODELAY`) are governed by the bytes they put in flight. Slow start and the reductions
-//! mandated by a transport's loss-recovery machinery live here; the algorithms only decide
-//! congestion-avoidance growth and the multiplicative decrease. "Segment" below is the
-//! transport's unit of sending: a TCP MSS, or a QUIC maximum datagram size.
+//! mandated by a transport's loss-recovery machinery live here; the algorithms (Reno and CUBIC,
+//! chosen by [`CongestionControl`]) only decide congestion-avoidance growth and the
+//! multiplicative decrease. "Segment" below is the transport's unit of sending: a TCP MSS, or a
+//! QUIC maximum datagram size.
+//!
+//! # Not in this crate
+//!
+//! Deciding that a loss happened (SACK scoreboards, duplicate ACKs, probe and retransmission
+//! timeouts, RTT estimation) is the transport's: `onionlab-tcp` and `onionlab-quic` call into
+//! [`Congestion`] when they detect an ACK, a loss, a timeout or an idle period. Tor's own
+//! circuit-level congestion control (Vegas, proposal 324) is `onionlab-torcore`'s.
+//!
+//! # Tests
+//!
+//! Unit tests in `lib.rs` and `cubic` check the window arithmetic. The algorithms' behaviour on
+//! real transfers (throughput, loss response, fairness) is tested through the transports:
+//! `crates/tcp/tests/performance.rs` and `crates/quic/tests/performance.rs`.
 
 mod cubic;
 mod reno;

@@ -1,11 +1,28 @@
 //! The real inputs onionlab ships, and the one way input files are read.
 //!
+//! This crate is part of onionlab, a simulator of Tor networks.
+//!
+//! # Overview
+//!
 //! The consensuses, the 2018 relay sample, the 2018 Internet model and the workload models live
-//! in the repository's `data/` folder and are compiled into every binary, so built-in scenarios
-//! and `data:` references work from any directory with nothing installed beside the binary
-//! (`cargo install` copies only the executable). Files the user names on disk go through
-//! [`Input::read`] too, so both kinds get the same decompression, the same limits and the same
-//! error wording.
+//! in the repository's `data/` folder and are compiled into every binary ([`FILES`],
+//! [`embedded`]), so built-in scenarios and `data:` references work from any directory with
+//! nothing installed beside the binary (`cargo install` copies only the executable). Files the
+//! user names on disk go through [`Input::read`] too, so both kinds get the same decompression,
+//! the same limits and the same error wording. Where each file comes from, and its licence, is
+//! in `data/SOURCES.md`.
+//!
+//! # Not in this crate
+//!
+//! This crate returns bytes; it understands no format. Consensuses are parsed by
+//! `onionlab-netdir`, graphs by `onionlab-topology`, workload models by `onionlab-traffic`,
+//! scenarios and relay samples by `onionlab-scenario`.
+//!
+//! # Tests
+//!
+//! Unit tests in `lib.rs` check that the compiled-in table matches the `data/` folder exactly,
+//! that every file has a row in `data/SOURCES.md`, that every compressed file decompresses, and
+//! how names and files on disk are looked up and refused.
 
 use std::fmt;
 use std::io::Read;

@@ -60,7 +60,7 @@ pub enum WeightCase {
 }
 
 impl BandwidthWeights {
-    /// The weights of the live network in January 2026 (TOR-PARAMETERS.md), the default for
+    /// The weights the live network's consensus published in January 2026, the default for
     /// scenarios that do not bring a consensus.
     pub fn live() -> Self {
         BandwidthWeights {

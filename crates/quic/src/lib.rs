@@ -1,5 +1,11 @@
 //! A sans-IO, byte-counting QUIC transport model.
 //!
+//! This crate is part of onionlab, a simulator of Tor networks. It carries relay-to-relay
+//! channels for the `quic` channel design (one QUIC connection per relay pair, one stream per
+//! circuit, after the QUUX design).
+//!
+//! # Overview
+//!
 //! Like the TCP model, it carries no payload and reads no clock: packets are sizes and frame
 //! descriptions, the caller feeds received packets and the current time in, and pulls packets,
 //! timer deadlines and events out. Everything is deterministic (no randomness, no hashing
@@ -57,6 +63,22 @@
 //! * STREAM frames always carry an explicit length, where a real stack omits it on a packet's
 //!   last frame (one or two bytes).
 //! * ACK frequency is fixed (no ACK_FREQUENCY extension).
+//!
+//! # Not in this crate
+//!
+//! Window growth (CUBIC, Reno) is `onionlab-congestion`'s; UDP ports, links and paths, and the
+//! mapping of streams to sockets, are `onionlab-net`'s; using a connection as a Tor channel
+//! (one stream per circuit, falling back to TCP) is `onionlab-tor`'s.
+//!
+//! # Tests
+//!
+//! `tests/handshake.rs` (the one-round-trip handshake and recovery of lost handshake packets),
+//! `tests/streams.rs` (exactly-once in-order delivery under loss and reordering, flow control,
+//! loss detection, head-of-line independence, determinism, memory) and `tests/performance.rs`
+//! (throughput, loss response and fairness, also against the TCP model on the same link), on a
+//! simulated link in `tests/harness/`. Unit tests sit in `ack`, `conn`, `flow`, `packet`,
+//! `ranges`, `rtt` and `stream`. `crates/net/tests/quic_streams.rs` checks streams as sockets
+//! on the full network model.
 
 mod ack;
 mod config;

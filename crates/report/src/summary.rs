@@ -383,8 +383,8 @@ const MAX_SIZE_ROWS: usize = 8;
 
 /// The summary as a table of cells, header first: per group the downloads, error rate and
 /// TTFB/TTLB percentiles in seconds, plus one indented TTLB row per size for groups that mix
-/// a few sizes (at most [`MAX_SIZE_ROWS`]). Shared by the text summary and the HTML report so
-/// both show the same figures.
+/// a few sizes (at most 8). Shared by the text summary and the HTML report so both show the
+/// same figures.
 pub fn summary_table(groups: &[GroupSummary]) -> Vec<Vec<String>> {
     let header: Vec<String> = [
         "group",

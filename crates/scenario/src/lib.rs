@@ -1,5 +1,11 @@
 //! Scenario files: what a researcher writes to describe one simulated Tor network and its load.
 //!
+//! This crate is part of onionlab, a simulator of Tor networks. The schema (every key, its
+//! default, unit and range) is documented in the book's scenario reference, starting at
+//! `docs/src/reference/scenario.md`.
+//!
+//! # Overview
+//!
 //! A scenario is read in three steps, each able to fail with a [`ScenarioError`] that names the
 //! file, the field path and what was expected, so that a mistake costs seconds instead of a
 //! wasted multi-hour run:
@@ -12,9 +18,27 @@
 //!
 //! Every value has a range ([`limits`]) so that a scenario that passes these steps runs to its
 //! end in bounded time and memory. Values that are legal but probably mistaken are reported by
-//! [`warnings`], for the caller to show; the library prints nothing.
+//! [`warnings`], for the caller to show; the library prints nothing. [`overrides`] replaces
+//! settings by dotted paths (the variants of an experiment), and [`cpu`] reads the `cpu:`
+//! section and its calibration files.
 //!
-//! The schema is documented in the README's scenario reference.
+//! # Not in this crate
+//!
+//! Nothing here runs a scenario: the `onionlab` command (`crates/cli`) builds the simulation's
+//! hosts from a [`Plan`], and `onionlab-emulate` runs one with real tor. Graph files are parsed
+//! by `onionlab-topology`, consensuses by `onionlab-netdir`, workload models by
+//! `onionlab-traffic`; experiment files (`examples/experiments/`) are read by the command.
+//!
+//! # Tests
+//!
+//! `tests/scenarios.rs` loads every shipped example and every file of the broken-scenario
+//! corpus (`tests/broken/`, each refused with the message its first line expects, in our
+//! words rather than the YAML library's) and checks determinism and
+//! placement; `tests/ranges.rs` checks that the ranges' bounds are inclusive and that warnings
+//! point at the suspicious; `tests/cpu.rs` covers the `cpu:` section. Small graphs and
+//! consensuses for them are in `tests/data/`. Unit tests sit in `resolve`, `units`,
+//! `validate`, `overrides` and `yaml`. The parser is also fuzzed by
+//! `crates/cli/tests/fuzz.rs`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

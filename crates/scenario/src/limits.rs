@@ -4,8 +4,8 @@
 //! duration or rate that is merely representable (a `u64`) is not thereby meaningful, and the
 //! reported cases of a run that hangs, crashes or exhausts memory all came from such values.
 //! So every value has a range here, chosen to cover any real experiment with room to spare;
-//! where tor has its own range (relay rates), it is tor's. The README's scenario reference lists
-//! them with their reasons.
+//! where tor has its own range (relay rates), it is tor's. The book's scenario reference
+//! (docs/src/reference/) lists them with their reasons.
 
 use crate::units::{Duration, Rate, Size};
 

@@ -1,8 +1,8 @@
 //! The YAML library's errors in our words.
 //!
 //! serde-saphyr and serde describe problems in their own terms ("expected mapping start",
-//! "externally tagged enum", "use Option<String>", "set DuplicateKeyPolicy in Options"), which
-//! name Rust types and parser states rather than what to write in the file. Here each kind of
+//! "externally tagged enum", "use `Option<String>`", "set `DuplicateKeyPolicy` in
+//! `Options`"), which name Rust types and parser states rather than what to write in the file. Here each kind of
 //! error becomes a plain sentence about the field, using what the field expects: its quantity,
 //! its choices or its range.
 

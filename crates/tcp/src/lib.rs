@@ -1,5 +1,9 @@
 //! A sans-IO, byte-counting TCP model.
 //!
+//! This crate is part of onionlab, a simulator of Tor networks.
+//!
+//! # Overview
+//!
 //! The simulator only needs TCP's *timing*: when segments leave, how big they are on the wire,
 //! and when the application sees its bytes. So this model never carries payload and never reads
 //! a clock. The caller feeds received segments and the current time in, and pulls segments,
@@ -38,6 +42,22 @@
 //!   application-limited flows such as most Tor circuits do not inflate it.
 //! * Nagle is on by default, as for tor's sockets, in Linux's form (Minshall's variant): a
 //!   short segment waits only while an earlier short segment is unacknowledged.
+//!
+//! # Not in this crate
+//!
+//! Reno and CUBIC window growth are `onionlab-congestion`'s. Putting segments on links, paths,
+//! queues and loss, demultiplexing them to sockets and carrying application messages beside the
+//! byte stream are `onionlab-net`'s. QUIC is the sibling crate `onionlab-quic`.
+//!
+//! # Tests
+//!
+//! `tests/basic.rs` (lifecycle, timers, flow control), `tests/robustness.rs` (every byte once
+//! and in order under adverse conditions, the recovery path taken) and `tests/performance.rs`
+//! (throughput, loss response and fairness; `cargo test -- --nocapture` prints the figures),
+//! on a simulated link in `tests/harness/`. Unit tests sit in `conn`, `recv`, `rtt`, `segment`,
+//! `send` and `lazy_vec`. `crates/net/tests/tcp_behaviour.rs` checks the model over the full
+//! network model, and the emulator's `linux_tcp` example (`crates/emulate/examples/`) measures
+//! Linux's own TCP on the same link for comparison.
 
 mod config;
 mod conn;

@@ -1,10 +1,28 @@
 //! Network graphs describing the Internet between simulated hosts.
 //!
+//! This crate is part of onionlab, a simulator of Tor networks.
+//!
+//! # Overview
+//!
 //! Hosts attach to graph nodes; packets between two hosts experience the latency, jitter and
 //! loss of the shortest path between their nodes. Graphs come from Shadow-style GML files, from
 //! the GraphML Internet models Shadow's tooling distributes, or from [`Graph::single_switch`].
 //! Path properties are computed once, only among the nodes that actually carry hosts, so a large
 //! Internet model costs nothing for the parts a simulation does not use.
+//!
+//! # Not in this crate
+//!
+//! This crate describes the graph and its paths; it moves no packets. Access links, queues and
+//! the delivery of packets along a path are `onionlab-net`'s, and placing hosts on nodes (by
+//! country, by name) is `onionlab-scenario`'s. Files are read through `onionlab-data`, which
+//! also holds the shipped Internet model.
+//!
+//! # Tests
+//!
+//! `tests/gml.rs` (Shadow's examples, units, malformed input), `tests/graphml.rs` (the real
+//! 183-node Internet model, malformed documents) and `tests/paths.rs` (shortcuts, jitter and
+//! loss accumulation, self paths), with shared helpers in `tests/common/`; unit tests sit in
+//! `lib.rs`, `graphml` and `units`. The parsers are also fuzzed by `crates/cli/tests/fuzz.rs`.
 
 use std::path::Path as FsPath;
 

@@ -4,8 +4,10 @@
 //! puts cells that travelled over several connections back in order.
 //!
 //! Everything here takes plain numbers and returns a decision, so each rule can be tested
-//! against the design's description (REFERENCE.md section 1) directly; the relay applies the
-//! decisions to its connections.
+//! against the design's published description directly (IMUX: Geddes, Jansen and Hopper,
+//! "IMUX: Managing Tor Connections from Two to Infinity, and Beyond", WPES 2014; Torchestra:
+//! Gopal and Heninger, "Torchestra: Reducing Interactive Traffic Delays over Tor", WPES 2012);
+//! the relay applies the decisions to its connections.
 
 use onionlab_engine::time::{SimTime, NANOS_PER_SEC};
 use onionlab_torcore::Cell;
@@ -14,9 +16,9 @@ use onionlab_torcore::Cell;
 pub const IMUX_SEQ_BYTES: u64 = 8;
 
 /// How long an IMUX opener keeps a channel at the size its peer last allowed (by refusing or
-/// closing a connection) before probing for more. REFERENCE.md's manager only sizes by the
-/// relay's own circuits; both ends size the same channel from different shares, so the
-/// opener needs some memory of the peer's answer. Ten manager rounds is our choice.
+/// closing a connection) before probing for more. IMUX's published connection manager only
+/// sizes by the relay's own circuits; both ends size the same channel from different shares,
+/// so the opener needs some memory of the peer's answer. Ten manager rounds is our choice.
 pub const IMUX_PEER_HOLD: SimTime = 10 * NANOS_PER_SEC;
 
 /// IMUX's `getMaxConns`: how many connections a channel with `nconns` connections and

@@ -309,9 +309,10 @@ impl CircuitMux {
         Some((quieter, self.active.len() + self.idle.len()))
     }
 
-    /// Every circuit's [`rank`](Self::rank) at once, as `(circuit, circuits quieter than it)`
-    /// sorted by circuit, into `out`; `scratch` is working space. O(n log n) for the channel,
-    /// where ranking its circuits one by one costs O(n²).
+    /// Every circuit's rank at once (where it stands among every circuit the mux knows,
+    /// quietest first), as `(circuit, circuits quieter than it)` sorted by circuit, into
+    /// `out`; `scratch` is working space. O(n log n) for the channel, where ranking its
+    /// circuits one by one costs O(n²).
     pub fn ranks(&self, now: SimTime, scratch: &mut Vec<(f64, u32)>, out: &mut Vec<(u32, u32)>) {
         scratch.clear();
         scratch.extend(

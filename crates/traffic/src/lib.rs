@@ -1,11 +1,33 @@
 //! Client workload models.
 //!
+//! This crate is part of onionlab, a simulator of Tor networks.
+//!
+//! # Overview
+//!
+//! A [`Workload`] says what a client group does: web (a download, then a think time), bulk
+//! (downloads back to back), perf (a download on a fixed grid, as OnionPerf does), upload, or
+//! markov (streams as the PrivCount models learned from the live network say Tor's users make
+//! them; [`markov`] reads and samples those models).
+//!
 //! The models are sans-IO: a [`ClientSchedule`] never touches sockets or the event queue. The
 //! host model asks it what to do ([`ClientSchedule::poll`]) and tells it when a download ended
 //! ([`ClientSchedule::on_finished`]); all randomness comes from the RNG the host passes in, so the
 //! schedule is exactly as reproducible as the host's RNG stream.
 //!
 //! Servers need no model of their own: they just send the number of bytes a client asks for.
+//!
+//! # Not in this crate
+//!
+//! Carrying out a download (finding a circuit, opening a stream, counting cells) is the Tor
+//! client's, in `onionlab-tor`; the shipped model files are `onionlab-data`'s; the `clients:`
+//! keys of a scenario are parsed by `onionlab-scenario`.
+//!
+//! # Tests
+//!
+//! `tests/markov_fit.rs` checks the Markov sampler's goodness of fit against distributions
+//! computed from the PrivCount models themselves (streams per circuit and the gaps between
+//! them, the packet models' walks) and that a schedule starts streams at the models' rate.
+//! Unit tests sit in `lib.rs` and `markov`.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -384,7 +384,7 @@ fn the_schedule_starts_streams_at_the_model_rate() {
     assert!(d < critical(packets.len()), "stream sizes: D = {d:.4}");
 }
 
-/// Figures for the README (run with `--ignored --nocapture`).
+/// Figures for the book's workload reference (run with `--ignored --nocapture`).
 #[test]
 #[ignore]
 fn print_model_figures() {

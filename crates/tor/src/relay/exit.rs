@@ -61,10 +61,11 @@ impl Relay {
             self.queue_towards(io, circ, false, end);
             return;
         }
-        // Tor's own ConnLimit, not IMUX's share of it: the share bounds the connections
-        // IMUX opens for its channels, and the rest of ConnLimit is what it leaves for
-        // everything else (REFERENCE.md, getMaxConns). Capping the exit's streams at the
-        // share made an IMUX exit whose channels had filled it refuse its clients' streams.
+        // Tor's own ConnLimit, not IMUX's share of it: the share (`ConnLimit * tau`, which
+        // IMUX's `getMaxConns` divides among channels, see `transport::imux_max_conns`) bounds
+        // the connections IMUX opens for its channels, and the rest of ConnLimit is what it
+        // leaves for everything else. Capping the exit's streams at the share made an IMUX
+        // exit whose channels had filled it refuse its clients' streams.
         if self.open_sockets >= self.conn_limit {
             self.now_counters.conn_limit_refusals += 1;
             let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
