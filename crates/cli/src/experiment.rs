@@ -74,6 +74,10 @@ pub struct ReproduceArgs {
     /// Output directory, with one subdirectory per experiment (default: out/reproduce-<NAME>).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// live-network only: the fraction of the consensus's relays each generated network
+    /// keeps, 0 < F <= 1 (default 0.1; 1 is the whole network).
+    #[arg(long, value_name = "F")]
+    pub scale: Option<f64>,
     #[command(flatten)]
     pub options: ExperimentOptions,
 }
@@ -129,11 +133,22 @@ pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let name = args.name.as_deref().unwrap_or_default();
+    if name == crate::live::NAME {
+        return crate::live::reproduce(args);
+    }
+    if args.scale.is_some() {
+        return Err(Failure::input(format!(
+            "--scale: only `reproduce {}` takes it",
+            crate::live::NAME
+        )));
+    }
     let entry = REPRODUCTIONS
         .iter()
         .find(|r| r.name == name)
         .ok_or_else(|| {
-            let known: Vec<&str> = REPRODUCTIONS.iter().map(|r| r.name).collect();
+            let known: Vec<&str> = (REPRODUCTIONS.iter().map(|r| r.name))
+                .chain([crate::live::NAME])
+                .collect();
             Failure::input(clip(format!(
                 "reproduce {name}: no such reproduction (known: {}; `onionlab reproduce \
                  --list` describes them)",
@@ -350,6 +365,11 @@ fn reproduction_list() -> String {
             out.push_str(&format!("{:<12}   {}\n", "", e.path));
         }
     }
+    out.push_str(&format!(
+        "{:<12} {}\n",
+        crate::live::NAME,
+        crate::live::ABOUT
+    ));
     out
 }
 

@@ -133,6 +133,35 @@ fn apportion(total: u64, weights: &[f64]) -> Vec<u64> {
 }
 
 pub fn generate(args: GenerateArgs) -> Result<(), Failure> {
+    let output = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "net-{}pct.yaml",
+            format!("{:.4}", args.scale * 100.0)
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+        ))
+    });
+    let text = scenario_for(&args)?;
+    if output.exists() && !args.force {
+        return Err(Failure::input(format!(
+            "{}: exists; give --force to replace it",
+            output.display()
+        )));
+    }
+    fs::write(&output, text)
+        .map_err(|e| Failure::input(format!("{}: cannot write: {e}", output.display())))?;
+    // What was written must pass `check`; a failure here is onionlab's, not the user's.
+    crate::run::check(&output.to_string_lossy()).map_err(|f| {
+        Failure::internal(format!(
+            "the generated scenario does not pass check: {}",
+            f.message
+        ))
+    })
+}
+
+/// The text of the scenario `args` describe (`args.output` and `args.force` aside), after
+/// checking the flags; the file is neither written nor checked here.
+pub(crate) fn scenario_for(args: &GenerateArgs) -> Result<String, Failure> {
     if !(args.scale > 0.0 && args.scale <= 1.0) {
         return Err(Failure::input(format!(
             "--scale {}: expected a fraction of the consensus's relays, 0 < F <= 1",
@@ -153,20 +182,6 @@ pub fn generate(args: GenerateArgs) -> Result<(), Failure> {
             args.stop_time
         )));
     }
-    let output = args.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "net-{}pct.yaml",
-            format!("{:.4}", args.scale * 100.0)
-                .trim_end_matches('0')
-                .trim_end_matches('.')
-        ))
-    });
-    if output.exists() && !args.force {
-        return Err(Failure::input(format!(
-            "{}: exists; give --force to replace it",
-            output.display()
-        )));
-    }
     // The consensus is read as the scenario will read it, so its relays can be counted; a
     // path is written absolute, since the scenario may be written elsewhere.
     let cwd = std::env::current_dir()
@@ -182,23 +197,14 @@ pub fn generate(args: GenerateArgs) -> Result<(), Failure> {
     };
     let period =
         onionlab_torcore::period_settings(&consensus.params, consensus.valid_after.as_deref());
-    let text = scenario_text(
-        &args,
+    scenario_text(
+        args,
         &consensus_ref,
         consensus.relays.len(),
         consensus.valid_after.as_deref(),
         &period,
         stop,
-    )?;
-    fs::write(&output, text)
-        .map_err(|e| Failure::input(format!("{}: cannot write: {e}", output.display())))?;
-    // What was written must pass `check`; a failure here is onionlab's, not the user's.
-    crate::run::check(&output.to_string_lossy()).map_err(|f| {
-        Failure::internal(format!(
-            "the generated scenario does not pass check: {}",
-            f.message
-        ))
-    })
+    )
 }
 
 fn scenario_text(

@@ -47,6 +47,7 @@ mod calibrate;
 mod emulate;
 mod experiment;
 mod generate;
+mod live;
 mod results;
 mod run;
 

@@ -16,7 +16,9 @@
 //! of trials ([`write_comparison`]); [`write_report_with`] and [`write_comparison_with`] also
 //! plot chosen relays over time ([`ReportOptions`]); [`write_comparison_sweep`] adds a metric
 //! plotted against a setting the inputs vary ([`Sweep`]), and [`write_index`] one page over
-//! several comparisons. The statistics are described in [`stats`].
+//! several comparisons; [`write_live_page`] sets generated networks' measurement clients against
+//! what the live Tor network measured ([`LiveData`]). The statistics are described in
+//! [`stats`].
 //!
 //! # Not in this crate
 //!
@@ -28,7 +30,7 @@
 //! # Tests
 //!
 //! `tests/report.rs` builds reports and comparisons from synthetic run directories. Unit tests
-//! sit in `load`, `output`, `stats`, `summary`, `sweep`, `index` and `relay_plots`. Reports of
+//! sit in `load`, `output`, `stats`, `summary`, `sweep`, `index`, `live` and `relay_plots`. Reports of
 //! real runs, and the HTML page rendered in a headless browser, are tested from the command
 //! line by `crates/cli/tests/report.rs`.
 
@@ -36,6 +38,7 @@ mod analysis;
 mod cpu;
 mod figures;
 mod index;
+mod live;
 mod load;
 mod output;
 mod plot;
@@ -48,6 +51,9 @@ mod sweep;
 
 pub use cpu::render_cpu_summary;
 pub use index::{key_figures, write_index, IndexEntry, INDEX_HTML};
+pub use live::{
+    compare as live_compare, write_live_page, LiveData, LiveRow, NetworkSample, LIVE_CSV, LIVE_HTML,
+};
 pub use load::{load_input, Input, RunData, TrialsManifest};
 pub use output::{
     peak_rss_bytes, physical_memory_bytes, rss_bytes, OutputDir, ReportError, ResultsOptions,

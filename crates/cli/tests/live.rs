@@ -1,0 +1,136 @@
+//! `onionlab reproduce live-network` end to end on a tiny network: it generates the 2019
+//! network, runs the sampled networks and writes the comparison with the live data.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn onionlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(args)
+        .output()
+        .expect("run onionlab")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("onionlab-live-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn live_network_compares_sampled_networks_with_the_live_data() {
+    let dir = tmp("run");
+    let d = dir.to_str().unwrap();
+    let args = [
+        "reproduce",
+        "live-network",
+        "--scale",
+        "0.003",
+        "--trials",
+        "2",
+        "--stop-time",
+        "2m",
+        "--threads",
+        "2",
+        "--quiet",
+        "-o",
+        d,
+    ];
+    let out = onionlab(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The network is the one `generate` writes for the 2019 consensus.
+    let network = fs::read_to_string(dir.join("network.yaml")).unwrap();
+    assert!(network.contains("consensus-2019-microdesc"), "{network}");
+    assert!(network.contains("graph_loss: false") && network.contains("flow_control: sendme"));
+    for variant in ["as-generated", "graph-loss", "vegas"] {
+        for trial in ["trial-1", "trial-2"] {
+            let run = dir.join(variant).join(trial);
+            assert!(run.join("downloads.csv").is_file(), "{}", run.display());
+        }
+    }
+    let vegas = fs::read_to_string(dir.join("vegas/trial-1/run.json")).unwrap();
+    assert!(vegas.contains("\"flow_control\": \"vegas\""));
+    // The table: every statistic of every variant, over both networks, beside the live value.
+    let csv = fs::read_to_string(dir.join("live.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        rows[0],
+        "variant,statistic,networks,model_mean,model_ci_low,model_ci_high,live,difference_pct"
+    );
+    assert_eq!(rows.len(), 1 + 3 * (3 * 2 + 2 + 1), "{csv}");
+    let median_1m = rows
+        .iter()
+        .find(|r| r.starts_with("\"graph-loss\",\"time to last byte, 1 MiB, median (s)\""))
+        .unwrap();
+    assert!(median_1m.contains(",3.3500,"), "{median_1m}");
+    let page = fs::read_to_string(dir.join("index.html")).unwrap();
+    for needle in [
+        "live_ttlb_5242880.svg",
+        "live_circuit_build.svg",
+        "live.csv",
+        "2019-12-31",
+        "vegas (mean",
+    ] {
+        assert!(page.contains(needle), "{needle} not in the page");
+    }
+    assert!(dir.join("live_ttlb_51200.png").is_file());
+    assert!(
+        stdout.contains("time to last byte, 50 KiB, median (s)"),
+        "{stdout}"
+    );
+    // Run again, it keeps the complete networks and writes the same table.
+    let again = onionlab(&args);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(fs::read_to_string(dir.join("live.csv")).unwrap(), csv);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn live_network_is_listed_checked_and_alone_in_taking_scale() {
+    let out = onionlab(&["reproduce", "--list"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("live-network "));
+    let dir = tmp("check");
+    let out = onionlab(&[
+        "reproduce",
+        "live-network",
+        "--check",
+        "--scale",
+        "0.01",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("valid: 63 relays"));
+    assert!(!dir.join("as-generated").exists(), "--check ran something");
+    for bad in [["--scale", "0"], ["--scale", "2"]] {
+        let mut a = vec![
+            "reproduce",
+            "live-network",
+            "--check",
+            "-o",
+            dir.to_str().unwrap(),
+        ];
+        a.extend(bad);
+        let out = onionlab(&a);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--scale"));
+    }
+    let out = onionlab(&["reproduce", "schedulers", "--scale", "0.1", "--check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only `reproduce live-network`"));
+    let _ = fs::remove_dir_all(&dir);
+}
