@@ -293,7 +293,7 @@ pub(crate) const REPRODUCTIONS: &[Reproduction] = &[
         name: "tleilax",
         about: "where a relay's time goes once a fast link makes it CPU-bound: the tleilax \
                 LAN (10 Gbit/s, six relays on three 2-core machines, eight bulk transfers) on \
-                this machine's calibrated CPU model under each profile (software_ctr, \
+                the shipped reference calibration's CPU model under each profile (software_ctr, \
                 native_ctr, offload, kernel_bypass) and without one, 3 trials each; index.html \
                 sets the throughput through Tor against a direct transfer on the same LAN",
         experiments: &[embed!("examples/experiments/tleilax.yaml")],

@@ -93,7 +93,8 @@ pub struct GenerateArgs {
     /// Fraction of the consensus's relays to keep, 0 < F <= 1 (1 keeps every relay).
     #[arg(long, value_name = "F")]
     pub scale: f64,
-    /// Load relative to the live network (1.0 is its load; see docs/src/user/generate.md), 0.001 to 10.
+    /// Load relative to the live network, 0.001 to 10 (1.0 is the live load; see
+    /// docs/src/user/generate.md).
     #[arg(long, value_name = "L", default_value_t = 1.0)]
     pub load: f64,
     /// Scenario file to write (default: net-<F as a percentage>pct.yaml).

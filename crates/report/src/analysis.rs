@@ -24,7 +24,7 @@ pub fn ok_times(run: &RunData) -> impl Iterator<Item = (&str, u64, &str, f64, f6
         })
 }
 
-/// Groups and sizes with at least one measured download in any run, sorted.
+/// Groups with at least one measured download in any run, sorted.
 pub fn groups(runs: &[&RunData]) -> Vec<String> {
     let set: BTreeSet<&str> = runs
         .iter()
@@ -33,10 +33,25 @@ pub fn groups(runs: &[&RunData]) -> Vec<String> {
     set.into_iter().map(String::from).collect()
 }
 
+/// The download sizes that get a curve or a figure of their own: those of groups that fetch a
+/// few sizes (at most [`MAX_SIZES_PER_GROUP`] over all runs), as the summary's rows per size
+/// do. A group whose workload draws each download's size (`markov`) fetches thousands, one
+/// figure each would bury the report and take minutes to draw; its downloads still count in
+/// the figures per group and over all downloads.
 pub fn sizes(runs: &[&RunData]) -> Vec<u64> {
-    let set: BTreeSet<u64> = runs.iter().flat_map(|r| ok_times(r).map(|t| t.1)).collect();
+    let mut by_group: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    for (group, size, ..) in runs.iter().flat_map(|r| ok_times(r)) {
+        by_group.entry(group).or_default().insert(size);
+    }
+    let set: BTreeSet<u64> = (by_group.into_values())
+        .filter(|s| s.len() <= MAX_SIZES_PER_GROUP)
+        .flatten()
+        .collect();
     set.into_iter().collect()
 }
+
+/// The most distinct sizes a group may fetch and still have its sizes shown one by one.
+pub const MAX_SIZES_PER_GROUP: usize = 8;
 
 pub fn ttfb(run: &RunData, keep: &dyn Fn(&str, u64) -> bool) -> Vec<f64> {
     ok_times(run)

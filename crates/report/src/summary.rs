@@ -379,7 +379,7 @@ fn row(
 /// Groups with more distinct sizes than this get no TTLB row per size: their sizes are drawn
 /// (the `markov` workload draws each stream's), and hundreds of rows of a few downloads each
 /// would bury the table.
-const MAX_SIZE_ROWS: usize = 8;
+const MAX_SIZE_ROWS: usize = crate::analysis::MAX_SIZES_PER_GROUP;
 
 /// The summary as a table of cells, header first: per group the downloads, error rate and
 /// TTFB/TTLB percentiles in seconds, plus one indented TTLB row per size for groups that mix

@@ -2,7 +2,8 @@
 //!
 //! Every struct refuses unknown keys: a misspelt key that is silently ignored leaves a default
 //! in place and yields a run that looks valid but measures something else. Defaults live here,
-//! next to the keys, so the book's scenario reference (docs/src/reference/) and the code can be checked against each other.
+//! next to the keys, so the book's scenario reference (docs/src/reference/) and the code can be
+//! checked against each other (`crates/cli/tests/docs.rs` does).
 
 use std::fmt;
 use std::net::Ipv4Addr;
