@@ -22,7 +22,7 @@ use serde::Deserialize;
 use crate::analysis::size_label;
 use crate::figures::{cdf_line, Named};
 use crate::load::RunData;
-use crate::output::{OutputDir, ReportError};
+use crate::output::{fixed, OutputDir, ReportError};
 use crate::plot::{Figure, Legend, Line, LineChart, Rasterizer};
 use crate::records::Outcome;
 use crate::report::{font_note, html_escape, html_table, page_start, write_figures};
@@ -333,35 +333,38 @@ pub fn figures(variants: &[(String, Vec<NetworkSample>)], live: &LiveData) -> Ve
     out
 }
 
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        String::new()
-    } else {
-        format!("{v:.4}")
-    }
-}
-
-/// `live.csv`: per variant and statistic, the model's mean and interval and the live value.
-pub fn rows_csv(variants: &[(String, Vec<LiveRow>)]) -> String {
-    let mut out = String::from(
-        "variant,statistic,networks,model_mean,model_ci_low,model_ci_high,live,difference_pct\n",
-    );
+/// `live.csv`: per variant and statistic, the model's mean and interval and the live value,
+/// with six decimals as every onionlab CSV; an empty cell where there is no value.
+pub fn rows_csv(variants: &[(String, Vec<LiveRow>)]) -> Result<Vec<u8>, csv::Error> {
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    w.write_record([
+        "variant",
+        "statistic",
+        "networks",
+        "model_mean",
+        "model_ci_low",
+        "model_ci_high",
+        "live",
+        "difference_pct",
+    ])?;
+    let cell = |x: Option<f64>| x.filter(|x| x.is_finite()).map(fixed).unwrap_or_default();
     for (name, rows) in variants {
         for r in rows {
-            let _ = writeln!(
-                out,
-                "\"{name}\",\"{}\",{},{},{},{},{},{}",
-                r.statistic,
-                r.model.k,
-                number(r.model.mean),
-                r.model.low().map(number).unwrap_or_default(),
-                r.model.high().map(number).unwrap_or_default(),
-                number(r.live),
-                number(r.difference_pct())
-            );
+            w.write_record([
+                name.clone(),
+                r.statistic.clone(),
+                r.model.k.to_string(),
+                cell(Some(r.model.mean)),
+                cell(r.model.low()),
+                cell(r.model.high()),
+                cell(Some(r.live)),
+                cell(Some(r.difference_pct())),
+            ])?;
         }
     }
-    out
+    w.into_inner().map_err(|e| e.into_error().into())
 }
 
 /// Writes `live.csv`, the figures and `index.html` into `out` for each variant's networks;
@@ -380,7 +383,11 @@ pub fn write_live_page(
     let rows: Vec<(String, Vec<LiveRow>)> = (samples.iter())
         .map(|(name, networks)| (name.clone(), compare(networks, live)))
         .collect();
-    dir.write_bytes(LIVE_CSV, rows_csv(&rows).as_bytes())?;
+    let csv = rows_csv(&rows).map_err(|source| ReportError::Csv {
+        path: out.join(LIVE_CSV),
+        source,
+    })?;
+    dir.write_bytes(LIVE_CSV, &csv)?;
     let raster = Rasterizer::new();
     let (_, figures_html) = write_figures(&figures(&samples, live), &dir, &raster)?;
     let mut html = page_start(title);
@@ -488,10 +495,10 @@ mod tests {
         assert!(close(rows[3].model.mean, 1.75) && close(rows[3].live, 2.0));
         // Errors: 1/6 and 0/5, against 10 of 100 live requests.
         assert!(close(rows[4].model.mean, 1.0 / 12.0) && close(rows[4].live, 0.1));
-        let csv = rows_csv(&[("as-generated".into(), rows)]);
+        let csv = String::from_utf8(rows_csv(&[("as-generated".into(), rows)]).unwrap()).unwrap();
         assert!(
             csv.contains(
-                "\"as-generated\",\"time to last byte, 1000 B, median (s)\",2,4.0000,-8.706"
+                "as-generated,\"time to last byte, 1000 B, median (s)\",2,4.000000,-8.706"
             ),
             "{csv}"
         );

@@ -105,6 +105,10 @@ struct Mapping {
     convert: fn(i64) -> SettingValue,
 }
 
+/// tor's `KIST_SCHED_RUN_INTERVAL_DEFAULT` (scheduler.h), 10 ms from 0.3.2 through 0.4.7: the
+/// interval where the consensus sets none, and the one KISTLite runs at when it sets 0.
+const KIST_SCHED_RUN_INTERVAL_DEFAULT: i64 = 10;
+
 fn whole(v: i64) -> SettingValue {
     SettingValue::Whole(v.max(0) as u64)
 }
@@ -403,47 +407,33 @@ pub fn period_settings(
 
     // The scheduler: KISTSchedRunInterval=0 tells tor not to use KIST, and tor then takes
     // the next scheduler in its list, KISTLite, at the code's interval.
-    match params.get("KISTSchedRunInterval").copied() {
-        Some(0) => {
-            out.push(PeriodSetting {
-                key: "scheduler",
-                value: SettingValue::Word("kist_lite"),
-                source: "KISTSchedRunInterval=0 disables KIST; tor falls back to KISTLite".into(),
-            });
-            out.push(code_default(
-                "kist_run_interval_ms",
-                10,
-                era,
-                "KIST_SCHED_RUN_INTERVAL_DEFAULT",
-            ));
+    let interval = params.get("KISTSchedRunInterval").copied();
+    out.push(PeriodSetting {
+        key: "scheduler",
+        value: SettingValue::Word(if interval == Some(0) {
+            "kist_lite"
+        } else {
+            "kist"
+        }),
+        source: if interval == Some(0) {
+            "KISTSchedRunInterval=0 disables KIST; tor falls back to KISTLite".into()
+        } else {
+            "tor's first scheduler choice on Linux".into()
+        },
+    });
+    out.push(match interval {
+        Some(v) if v > 0 => {
+            from_consensus("kist_run_interval_ms", "KISTSchedRunInterval", v, whole)
         }
-        Some(v) => {
-            out.push(PeriodSetting {
-                key: "scheduler",
-                value: SettingValue::Word("kist"),
-                source: "tor's first scheduler choice on Linux".into(),
-            });
-            out.push(from_consensus(
-                "kist_run_interval_ms",
-                "KISTSchedRunInterval",
-                v,
-                whole,
-            ));
-        }
-        None => {
-            out.push(PeriodSetting {
-                key: "scheduler",
-                value: SettingValue::Word("kist"),
-                source: "tor's first scheduler choice on Linux".into(),
-            });
-            out.push(code_default(
-                "kist_run_interval_ms",
-                10,
-                era,
-                "KIST_SCHED_RUN_INTERVAL_DEFAULT",
-            ));
-        }
-    }
+        _ => PeriodSetting {
+            key: "kist_run_interval_ms",
+            value: whole(KIST_SCHED_RUN_INTERVAL_DEFAULT),
+            source: format!(
+                "not in params: {}'s KIST_SCHED_RUN_INTERVAL_DEFAULT",
+                era.release()
+            ),
+        },
+    });
 
     // Flow control: tor before 0.4.7 had none but SENDME windows, and 0.4.7's own default
     // (`CC_ALG_DFLT`) is SENDME too; only `cc_alg=2` turns Vegas on.
@@ -496,14 +486,6 @@ fn from_consensus(
         key,
         value: convert(v),
         source: format!("{param}={v}"),
-    }
-}
-
-fn code_default(key: &'static str, v: i64, era: TorEra, name: &str) -> PeriodSetting {
-    PeriodSetting {
-        key,
-        value: whole(v),
-        source: format!("not in params: {}'s {name}", era.release()),
     }
 }
 
