@@ -84,7 +84,7 @@ fn expected_opt(field: &str) -> Option<String> {
         if let Some(r) = TorParams::range_of(tor) {
             return Some(r.expected());
         }
-        if tor == "cc_cwnd_full_per_cwnd" {
+        if tor == "cc_cwnd_full_per_cwnd" || tor == "link_handshake" {
             return Some("true or false".into());
         }
     }

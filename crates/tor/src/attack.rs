@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
+use crate::link::LinkHandshake;
 use crate::wire::{Wire, INITIATOR_BIT};
 use crate::world::{TorWorld, OR_PORT};
 
@@ -49,11 +50,19 @@ impl TimerEvent for AttackTimer {
     }
 }
 
+/// One of the attacker's connections to the victim: its cells wait for the link handshake,
+/// as a tor client's do.
+struct AttackConn {
+    socket: SocketId,
+    link: LinkHandshake,
+    waiting: Vec<Cell>,
+}
+
 pub struct Attacker {
     world: Arc<TorWorld>,
     plan: AttackPlan,
     /// The attacker's connections to the victim (one per identity).
-    sockets: Vec<SocketId>,
+    sockets: Vec<AttackConn>,
     next_circ_id: u32,
     /// Circuits launched so far; with the plan it fixes when the next one leaves.
     launched: u64,
@@ -88,19 +97,53 @@ impl Attacker {
         self.plan.start.saturating_add(period).saturating_add(slot)
     }
 
-    /// The attacker ignores what comes back, apart from noticing refused connections.
+    /// The attacker runs the link handshake and otherwise ignores what comes back, apart
+    /// from noticing refused connections.
     fn drain(&mut self, io: &mut impl Io<AttackTimer>) {
+        let bytes = self.world.cell_wire_bytes();
         while let Some(event) = io.poll_event() {
-            if let SocketEvent::Reset(socket)
-            | SocketEvent::TimedOut(socket)
-            | SocketEvent::PeerClosed(socket) = event
-            {
-                if let Some(i) = self.sockets.iter().position(|&s| s == socket) {
-                    self.sockets.swap_remove(i);
-                    self.refused += 1;
+            match event {
+                SocketEvent::Reset(socket)
+                | SocketEvent::TimedOut(socket)
+                | SocketEvent::PeerClosed(socket) => {
+                    if let Some(i) = self.sockets.iter().position(|c| c.socket == socket) {
+                        self.sockets.swap_remove(i);
+                        self.refused += 1;
+                    }
                 }
+                SocketEvent::Connected(socket) => {
+                    if let Some(c) = self.sockets.iter_mut().find(|c| c.socket == socket) {
+                        if let Some(hello) = c.link.connected() {
+                            io.write_message(socket, hello.wire_bytes(), Wire::Link(hello));
+                        }
+                        Self::send_waiting(io, c, bytes);
+                    }
+                }
+                SocketEvent::Message {
+                    socket,
+                    message: Wire::Link(flight),
+                    ..
+                } => {
+                    if let Some(c) = self.sockets.iter_mut().find(|c| c.socket == socket) {
+                        if let Ok(Some(reply)) = c.link.on_flight(flight) {
+                            io.write_message(socket, reply.wire_bytes(), Wire::Link(reply));
+                        }
+                        Self::send_waiting(io, c, bytes);
+                    }
+                }
+                _ => {}
             }
         }
+    }
+
+    /// Writes the cells that waited for `c`'s handshake, once it is done.
+    fn send_waiting(io: &mut impl Io<AttackTimer>, c: &mut AttackConn, bytes: u64) {
+        if c.link.is_open() {
+            for cell in c.waiting.drain(..) {
+                io.write_message(c.socket, bytes, Wire::Cell(cell));
+            }
+        }
+        io.flush(c.socket);
     }
 
     /// Builds one circuit through the victim.
@@ -109,14 +152,20 @@ impl Attacker {
         let relays = self.world.relay_hosts.len();
         let one_identity = self.world.params.channel == ChannelDesign::Pctcp;
         let bytes = self.world.cell_wire_bytes();
-        let socket = match self.sockets.last() {
-            Some(&s) if one_identity => s,
-            _ => {
-                let s = io.connect(victim, OR_PORT);
-                self.sockets.push(s);
-                s
-            }
-        };
+        if !one_identity || self.sockets.is_empty() {
+            let socket = io.connect(victim, OR_PORT);
+            let link = if self.world.params.link_handshake {
+                LinkHandshake::initiator(false)
+            } else {
+                LinkHandshake::skipped()
+            };
+            self.sockets.push(AttackConn {
+                socket,
+                link,
+                waiting: Vec::new(),
+            });
+        }
+        let conn = self.sockets.last_mut().expect("a connection was just made");
         let circ_id = self.next_circ_id | INITIATOR_BIT;
         self.next_circ_id = (self.next_circ_id + 1) & !INITIATOR_BIT;
         let mut create = Cell::new(circ_id, CellCommand::Create2);
@@ -129,9 +178,11 @@ impl Attacker {
         let mut extend = Cell::relay(circ_id, RelayCommand::Extend2, 1, 0);
         extend.command = CellCommand::RelayEarly;
         extend.arg = self.world.relay_hosts[next];
-        io.write_message(socket, bytes, Wire::Cell(create));
-        io.write_message(socket, bytes, Wire::Cell(extend));
-        io.flush(socket);
+        conn.waiting.extend([create, extend]);
+        if conn.link.is_open() {
+            // Without the handshake cells queue in the socket until TCP connects.
+            Self::send_waiting(io, conn, bytes);
+        }
         self.circuits_built += 1;
     }
 }
@@ -159,8 +210,8 @@ impl Machine for Attacker {
             AttackTimer::Launch => {}
             AttackTimer::Stop => {
                 self.stopped = true;
-                for socket in std::mem::take(&mut self.sockets) {
-                    io.close(socket);
+                for conn in std::mem::take(&mut self.sockets) {
+                    io.close(conn.socket);
                 }
             }
         }

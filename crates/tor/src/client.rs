@@ -36,6 +36,7 @@ use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
+use crate::link::{LinkHandshake, LinkMessage};
 use crate::measure::{Census, CircuitLog, CircuitOutcome, DownloadLog, DownloadOutcome};
 use crate::wire::{Wire, REQUEST_BYTES, UPLOAD_RESPONSE_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT};
@@ -88,7 +89,10 @@ struct Channel {
     relay: usize,
     /// Which of the host's users opened it (see `Client::guards`).
     user: u32,
+    /// TCP has connected.
     open: bool,
+    /// The link handshake with the guard; cells wait in `out` until it completes.
+    link: LinkHandshake,
     /// Cells the socket could not take yet.
     out: VecDeque<Cell>,
     /// Its circuits by id: the client is the initiating side, like a relay that opened a
@@ -288,8 +292,22 @@ impl Client {
             match event {
                 SocketEvent::Connected(socket) => {
                     if let Some(ch) = self.channel_of(socket) {
-                        self.channels[ch].open = true;
+                        let chan = &mut self.channels[ch];
+                        chan.open = true;
+                        if let Some(hello) = chan.link.connected() {
+                            io.write_message(socket, hello.wire_bytes(), Wire::Link(hello));
+                            io.flush(socket);
+                        }
                         self.flush_channel(io, ch);
+                    }
+                }
+                SocketEvent::Message {
+                    socket,
+                    message: Wire::Link(flight),
+                    ..
+                } => {
+                    if let Some(ch) = self.channel_of(socket) {
+                        self.link_flight(io, ch, flight);
                     }
                 }
                 SocketEvent::Writable(socket) => {
@@ -613,6 +631,11 @@ impl Client {
                     relay: path[0],
                     user,
                     open: false,
+                    link: if world.params.link_handshake {
+                        LinkHandshake::initiator(false)
+                    } else {
+                        LinkHandshake::skipped()
+                    },
                     out: VecDeque::new(),
                     circs: ChannelCircuits::new(true),
                     uploads_blocked: false,
@@ -704,10 +727,27 @@ impl Client {
         self.flush_channel(io, ch);
     }
 
+    /// A flight of the link handshake with the guard arrived: answer it, and once the
+    /// handshake is complete send the cells that waited for it. A flight out of order
+    /// breaks the channel.
+    fn link_flight(&mut self, io: &mut impl Io<ClientTimer>, ch: usize, flight: LinkMessage) {
+        let chan = &mut self.channels[ch];
+        match chan.link.on_flight(flight) {
+            Ok(reply) => {
+                if let Some(reply) = reply {
+                    io.write_message(chan.socket, reply.wire_bytes(), Wire::Link(reply));
+                    io.flush(chan.socket);
+                }
+                self.flush_channel(io, ch);
+            }
+            Err(_) => self.channel_failed(io, ch),
+        }
+    }
+
     fn flush_channel(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
         let bytes = self.world.cell_wire_bytes();
         let chan = &mut self.channels[ch];
-        if !chan.open {
+        if !chan.open || !chan.link.is_open() {
             return;
         }
         let mut wrote = false;

@@ -13,7 +13,9 @@
 //! them. [`transport`] makes the channel designs' decisions apart from any socket (IMUX's
 //! connection count and choice, Torchestra's classes, reordering), [`attack`] is the socket
 //! exhaustion attacker, [`cpu`] the relay's CPU, and [`world`] what every host may consult
-//! (the consensus, path selection, host names, the parameters).
+//! (the consensus, path selection, host names, the parameters). [`link`] is the link
+//! handshake (TLS and Tor's VERSIONS, CERTS, AUTH_CHALLENGE and NETINFO) that opens every
+//! connection between Tor nodes before its first cell.
 //!
 //! # Not in this crate
 //!
@@ -30,7 +32,7 @@
 //! `tests/upload.rs` (clients that upload), `tests/cpu.rs` (the relay CPU model),
 //! `tests/memory.rs` (memory flat over a long run) and `tests/robustness.rs` (clients that
 //! never get a circuit, absurd timers, injected failures), with shared set-up in
-//! `tests/common/`. Unit tests sit in `host`, `circ_ids`, `transport` and `relay/tests.rs`.
+//! `tests/common/`. Unit tests sit in `host`, `circ_ids`, `link`, `transport` and `relay/tests.rs`.
 //! `examples/memory.rs` prints the memory per element of a simulated network
 //! (`cargo run --release -p onionlab-tor --example memory`).
 
@@ -42,6 +44,7 @@ pub mod cpu;
 mod flow;
 pub mod host;
 pub mod io;
+pub mod link;
 pub mod measure;
 pub mod relay;
 pub mod server;

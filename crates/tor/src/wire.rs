@@ -4,9 +4,13 @@
 
 use onionlab_torcore::Cell;
 
+use crate::link::LinkMessage;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wire {
     Cell(Cell),
+    /// A flight of the link handshake that opens every connection between Tor nodes.
+    Link(LinkMessage),
     /// A cell of a channel whose circuits' cells may travel over different connections
     /// (IMUX, Torchestra): its position in its circuit's direction, for the receiver to
     /// restore the order.

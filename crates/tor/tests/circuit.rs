@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use onionlab_engine::time::{as_secs_f64, secs};
+use onionlab_tor::build::build;
 use onionlab_tor::measure::DownloadOutcome;
 use onionlab_torcore::{FlowControl, TorParams};
 use onionlab_traffic::Workload;
@@ -65,4 +66,55 @@ fn a_5_mib_download_goes_guard_middle_exit_and_arrives_whole_under_vegas() {
 #[test]
 fn a_5_mib_download_goes_guard_middle_exit_and_arrives_whole_under_sendme() {
     one_bulk_download(FlowControl::Sendme);
+}
+
+/// The build time of the first circuit, in seconds, on the three-relay network (every host
+/// 10 ms one way from every other, links of 100 Mbit/s, no CPU model), with `TCP_NODELAY`
+/// so that no segment waits on Nagle's rule for a delayed ACK.
+fn first_build(link_handshake: bool) -> f64 {
+    let params = TorParams {
+        link_handshake,
+        ..TorParams::default()
+    };
+    let web = Workload::Bulk {
+        size_bytes: 50 * 1024,
+        timeout: secs(60),
+    };
+    let relays = guard_middle_exit_relays();
+    let mut spec = network_spec(
+        params,
+        relays,
+        vec![(100 * MIB, 100 * MBIT); 3],
+        vec![web],
+        1,
+    );
+    spec.net.tcp.nodelay = true;
+    let mut sim = build(spec).expect("network builds").0;
+    sim.run_until(secs(5));
+    let first = &client(&sim, 4).finished[0];
+    assert_eq!(first.outcome, DownloadOutcome::Ok, "{first:?}");
+    as_secs_f64(first.circuit_build.unwrap())
+}
+
+/// A circuit's build time against the closed form, with every connection new. With the link
+/// handshake each hop's connection takes TCP's round trip and two of the handshake before
+/// its CREATE2, and the CREATE2 one more: 4 RTT for the first hop, and for the second and
+/// third the EXTEND2's way to the extending relay and back (1 and 2 RTT) on top, so
+/// 4 + 5 + 6 = 15 round trips of 20 ms. Without it, each connection costs TCP's round trip
+/// alone: 2 + 3 + 4 = 9. What is left over is transmission, the stacks' processing and the
+/// relays' KIST runs (every 3 ms), a few milliseconds.
+#[test]
+fn circuit_build_time_matches_the_closed_form_with_and_without_the_link_handshake() {
+    let with = first_build(true);
+    let without = first_build(false);
+    eprintln!("build: {with:.4} s with the link handshake, {without:.4} s without");
+    let rtt = 0.020;
+    assert!(
+        with >= 15.0 * rtt && with < 15.0 * rtt + 0.012,
+        "with the handshake: {with}"
+    );
+    assert!(
+        without >= 9.0 * rtt && without < 9.0 * rtt + 0.012,
+        "without the handshake: {without}"
+    );
 }

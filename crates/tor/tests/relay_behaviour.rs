@@ -254,8 +254,11 @@ fn kist_keeps_cells_in_circuit_queues_not_in_the_kernel() {
         v_kernel > v_circ,
         "vanilla: kernel {v_kernel} vs circuits {v_circ}"
     );
+    // How much vanilla leaves in the kernel is its sockets' send buffers, which autotuning
+    // sizes at twice the largest congestion window each reached (about 240 KB here with the
+    // link handshake, 320 KB without it, the windows' slow starts differing).
     assert!(
-        k_kernel * 2.0 < v_kernel,
+        k_kernel * 1.5 < v_kernel,
         "KIST kernel {k_kernel} vs vanilla {v_kernel}"
     );
 }

@@ -169,6 +169,11 @@ pub struct TorParams {
     pub conn_limit: u32,
     /// Bytes Tor counts per cell for TLS framing (its own estimate).
     pub tls_overhead_per_cell: u32,
+    /// Every new connection between Tor nodes runs the link handshake (TLS 1.3, then
+    /// VERSIONS, CERTS, AUTH_CHALLENGE and NETINFO) before its first cell, as tor's do;
+    /// `false` lets cells go as soon as TCP connects (the model before the handshake, for
+    /// comparison).
+    pub link_handshake: bool,
 
     // --- clients ---
     pub max_circuit_dirtiness_s: u64,
@@ -248,6 +253,7 @@ impl Default for TorParams {
             token_bucket_refill_ms: 100,
             conn_limit: 4096,
             tls_overhead_per_cell: 29,
+            link_handshake: true,
             max_circuit_dirtiness_s: 600,
             new_circuit_period_s: 30,
             max_client_circuits_pending: 32,

@@ -105,11 +105,21 @@ impl Relay {
         stream: bool,
     ) -> u32 {
         let now = io.now();
+        // A QUIC stream rides a connection already handshaken; a TCP connection runs the
+        // handshake as the end that accepted it or as the relay that opened it.
+        let link = if stream || !self.world.params.link_handshake {
+            LinkHandshake::skipped()
+        } else if open {
+            LinkHandshake::responder()
+        } else {
+            LinkHandshake::initiator(true)
+        };
         let conn = Conn {
             socket,
             chan: ch,
             open,
             confirmed: true,
+            link,
             state: ConnState::Active,
             blocked: false,
             read_blocked: false,
@@ -354,21 +364,68 @@ impl Relay {
             self.update_conn(k, |c| c.confirmed = false);
         }
         self.channel_stats.conns_opened += 1;
-        if self.design != ChannelDesign::Vanilla {
-            let token = self.channels[ch as usize].token;
-            let cell_bytes = self.world.cell_wire_bytes();
-            // Queued in the socket until the handshake completes, so it is the first message.
-            self.write_conn(
-                io,
-                k,
-                cell_bytes,
-                Wire::Join {
-                    channel: token,
-                    heavy: role == 1,
-                },
-            );
+        if !self.conns[k as usize].link.is_open() {
+            // The Join follows the link handshake (`link_flight`).
+            return Some(k);
         }
+        self.send_join(io, k, role == 1);
         Some(k)
+    }
+
+    /// A connection we opened names its channel to the peer (multi-connection designs):
+    /// the first message after the link handshake, or the first on the socket without one.
+    fn send_join(&mut self, io: &mut impl Io<RelayTimer>, k: u32, heavy: bool) {
+        if self.design == ChannelDesign::Vanilla {
+            return;
+        }
+        let ch = self.conns[k as usize].chan;
+        let token = self.channels[ch as usize].token;
+        let cell_bytes = self.world.cell_wire_bytes();
+        self.write_conn(
+            io,
+            k,
+            cell_bytes,
+            Wire::Join {
+                channel: token,
+                heavy,
+            },
+        );
+    }
+
+    /// A flight of connection `k`'s link handshake arrived: answer it, and once the
+    /// handshake is complete let the channel's cells go (after the Join, on a connection we
+    /// opened of a multi-connection channel). A flight out of order breaks the connection.
+    pub(super) fn link_flight(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        k: u32,
+        flight: LinkMessage,
+    ) {
+        let mut answer = Ok(None);
+        self.update_conn(k, |c| answer = c.link.on_flight(flight));
+        let Ok(reply) = answer else {
+            self.conn_lost(io, k);
+            return;
+        };
+        if let Some(reply) = reply {
+            self.write_conn(io, k, reply.wire_bytes(), Wire::Link(reply));
+        }
+        let conn = &self.conns[k as usize];
+        if conn.link.is_open() {
+            let ch = conn.chan;
+            if flight == LinkMessage::ResponderCells {
+                // We opened it.
+                let heavy = matches!(
+                    self.channels[ch as usize].multi.as_deref(),
+                    Some(m) if m.heavy == k
+                );
+                self.send_join(io, k, heavy);
+            }
+            self.mark_pending(io, ch);
+        }
+        if reply.is_some() {
+            self.flush_conn(io, k);
+        }
     }
 
     /// Removes a connection from its channel and frees its slot (the socket is closed or
@@ -505,8 +562,8 @@ impl Relay {
         if conn.state != ConnState::Active {
             return;
         }
-        if !conn.open {
-            // Not connected yet: nothing was sent on it, nothing to hand over.
+        if !conn.open || !conn.link.is_open() {
+            // Not connected or handshaken yet: no cell was sent on it, nothing to hand over.
             let socket = conn.socket;
             self.drop_conn(k);
             io.abort(socket);
@@ -760,7 +817,7 @@ impl Relay {
                 ages.extend(chan.conns.iter().map(|&k| {
                     let c = &self.conns[k as usize];
                     ConnAge {
-                        open: c.open && c.confirmed,
+                        open: c.carries_cells(),
                         created: c.created,
                         last_used: c.last_used,
                     }

@@ -40,6 +40,7 @@ use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
+use crate::link::{LinkHandshake, LinkMessage};
 use crate::measure::{Census, RelaySample};
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
 use crate::wire::{Wire, REQUEST_BYTES};
@@ -266,6 +267,9 @@ struct Conn {
     /// A QUIC stream (the `quic` design), not a socket of its own: it costs no socket, and
     /// what it may take in a scheduler run is its channel's QUIC connection's to share.
     stream: bool,
+    /// The link handshake (TLS and Tor's own) that must complete before cells flow; its
+    /// three bytes fill what would be padding before `circuits`.
+    link: LinkHandshake,
     /// Circuits pinned to this connection.
     circuits: u32,
     /// Order of creation, and when a cell last left (IMUX's closing rule).
@@ -280,9 +284,13 @@ struct Conn {
 }
 
 impl Conn {
+    /// Whether cells may go on it: connected, handshaken and taken into its channel.
+    fn carries_cells(&self) -> bool {
+        self.open && self.link.is_open() && self.confirmed
+    }
+
     fn usable(&self) -> bool {
-        self.open
-            && self.confirmed
+        self.carries_cells()
             && !self.blocked
             && self.state == ConnState::Active
             && self.socket.slot != NONE
@@ -800,7 +808,15 @@ impl Relay {
             }
             SocketEvent::Connected(socket) => {
                 if let Some(k) = self.conn_of(socket) {
-                    self.update_conn(k, |c| c.open = true);
+                    let mut first = None;
+                    self.update_conn(k, |c| {
+                        c.open = true;
+                        first = c.link.connected();
+                    });
+                    if let Some(hello) = first {
+                        self.write_conn(io, k, hello.wire_bytes(), Wire::Link(hello));
+                        self.flush_conn(io, k);
+                    }
                     let ch = self.conns[k as usize].chan;
                     self.mark_pending(io, ch);
                 } else if let Some(st) = self.stream_of(socket) {
@@ -907,6 +923,9 @@ impl Relay {
         let Some(k) = self.conn_of(socket) else {
             return false;
         };
+        if !self.conns[k as usize].link.is_open() {
+            return false;
+        }
         let ch = self.conns[k as usize].chan;
         let Some(circ) = self.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return false;
@@ -933,6 +952,12 @@ impl Relay {
     }
 
     fn on_message(&mut self, io: &mut impl Io<RelayTimer>, k: u32, message: Wire) {
+        if !self.conns[k as usize].link.is_open() && !matches!(message, Wire::Link(_)) {
+            // Nothing but the handshake may come before it completes (tor closes such a
+            // connection as a protocol violation).
+            self.conn_lost(io, k);
+            return;
+        }
         match message {
             Wire::Cell(cell) => {
                 self.now_counters.cells_in += 1;
@@ -945,6 +970,7 @@ impl Relay {
                 self.work.cells += 1;
                 self.sequenced_cell(io, k, cell, seq);
             }
+            Wire::Link(flight) => self.link_flight(io, k, flight),
             Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
             Wire::Joined => {
                 self.update_conn(k, |c| c.confirmed = true);
@@ -1296,11 +1322,7 @@ impl Relay {
                 *pinned = pinned.saturating_sub(1);
             }
             let sequenced_chan = chan.sequenced;
-            if notify
-                && conn != NONE
-                && self.conns[conn as usize].open
-                && self.conns[conn as usize].confirmed
-            {
+            if notify && conn != NONE && self.conns[conn as usize].carries_cells() {
                 let mut destroy = Cell::new(side.circ_id, CellCommand::Destroy);
                 destroy.arg = reason;
                 let message = if sequenced_chan {

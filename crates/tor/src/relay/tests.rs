@@ -43,8 +43,17 @@ fn guard(channel: ChannelDesign, conn_limit: u32) -> (Relay, ScriptIo<RelayTimer
     })
 }
 
-/// The guard (consensus relay 0) under `params`, started.
+/// The guard (consensus relay 0) under `params`, started. Its scripted peers send cells
+/// without the link handshake, so it runs none (`handshaking_guard` runs it).
 fn guard_with(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
+    started_guard(TorParams {
+        link_handshake: false,
+        ..params
+    })
+}
+
+/// The guard under `params` as they are.
+fn started_guard(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
     let relays = vec![
         descriptor("guard", 1, RelayFlags::GUARD),
         descriptor("middle", 2, RelayFlags::default()),
@@ -222,6 +231,88 @@ fn an_extend2_opens_a_channel_to_the_next_relay_and_reports_extended2() {
             (CellCommand::Relay, RelayCommand::Extended2)
         ]
     );
+}
+
+fn link(flight: LinkMessage) -> Wire {
+    Wire::Link(flight)
+}
+
+fn flights(written: &[Wire]) -> Vec<LinkMessage> {
+    written
+        .iter()
+        .filter_map(|w| match w {
+            Wire::Link(f) => Some(*f),
+            _ => None,
+        })
+        .collect()
+}
+
+/// With the link handshake, a relay answers a connecting client flight by flight and takes
+/// its CREATE2 only behind its NETINFO; a connection it opens to extend carries the
+/// ClientHello first and the CREATE2 only after the responder's cells came back, two round
+/// trips after TCP's.
+#[test]
+fn a_new_connections_first_cell_waits_for_the_link_handshake() {
+    let (mut relay, mut io) = started_guard(TorParams::default());
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, 517, link(LinkMessage::ClientHello));
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(io.written(client), [link(LinkMessage::ServerHello)]);
+    io.arrive(client, 113, link(LinkMessage::Versions));
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(
+        flights(&io.written(client)),
+        [LinkMessage::ServerHello, LinkMessage::ResponderCells]
+    );
+    let netinfo = LinkMessage::InitiatorCells {
+        authenticated: false,
+    };
+    io.arrive(client, netinfo.wire_bytes(), link(netinfo));
+    io.arrive(client, bytes(), create(5));
+    io.arrive(client, bytes(), extend(5, MIDDLE));
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(
+        commands(&io.written(client)),
+        [(CellCommand::Created2, RelayCommand::None)]
+    );
+    let next = connects(&io)[0].0;
+    io.establish(next);
+    settle(&mut relay, &mut io, 20);
+    // TCP is up: the ClientHello, no cell.
+    assert_eq!(io.written(next), [link(LinkMessage::ClientHello)]);
+    io.arrive(next, 1140, link(LinkMessage::ServerHello));
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(
+        flights(&io.written(next)),
+        [LinkMessage::ClientHello, LinkMessage::Versions]
+    );
+    io.arrive(next, 2195, link(LinkMessage::ResponderCells));
+    settle(&mut relay, &mut io, 20);
+    // A relay authenticates, and its CREATE2 follows in the same flight.
+    let sent = io.written(next);
+    assert_eq!(
+        sent[2],
+        link(LinkMessage::InitiatorCells {
+            authenticated: true
+        })
+    );
+    assert_eq!(sent.len(), 4);
+    assert_eq!(
+        commands(&sent),
+        [(CellCommand::Create2, RelayCommand::None)]
+    );
+}
+
+/// A cell before the handshake is done breaks the protocol: the connection is dropped.
+#[test]
+fn a_cell_before_the_link_handshake_ends_the_connection() {
+    let (mut relay, mut io) = started_guard(TorParams::default());
+    let client = io.accept(CLIENT, OR_PORT);
+    io.arrive(client, bytes(), create(5));
+    settle(&mut relay, &mut io, 20);
+    assert!(io.written(client).is_empty());
+    assert!(io.asked.contains(&Asked::Abort(client)), "{:?}", io.asked);
+    assert_eq!(relay.open_sockets(), 0);
 }
 
 /// The guard with circuit 5 from the client through it to the middle built: the client's
