@@ -1,11 +1,13 @@
 //! From a resolved scenario (its plan) to the hosts of a Tor network simulation.
 
+use onionlab_net::tcp::TcpConfig;
 use onionlab_net::topology::Graph;
 use onionlab_net::{HostPlacement, Impairment, NetworkConfig};
 use onionlab_netdir::{Consensus, Relay, RelayFlags};
 use onionlab_scenario::{Plan, PlanHost, Scenario};
 use onionlab_tor::attack::AttackPlan;
 use onionlab_tor::build::{HostRole, HostSpec, TorNetwork};
+use onionlab_tor::client::ClientOptions;
 use onionlab_tor::RelayLimits;
 
 fn place(node: usize, up: u64, down: u64) -> HostPlacement {
@@ -83,6 +85,10 @@ pub fn tor_network(
                     .clone()
                     .unwrap_or_else(|| onionlab_tor::build::ALL_SERVERS.to_string()),
                 start: c.start,
+                options: ClientOptions {
+                    use_entry_guards: c.use_entry_guards,
+                    max_circuit_dirtiness: c.max_circuit_dirtiness,
+                },
             },
         });
     }
@@ -129,6 +135,10 @@ pub fn tor_network(
             lookahead_floor: scenario.network.lookahead_floor.0,
             down_queue_time: scenario.network.down_queue.0,
             segment_offload: scenario.network.segment_offload,
+            tcp: TcpConfig {
+                quickack: scenario.network.tcp_quickack,
+                ..TcpConfig::default()
+            },
             quic: quic_config(&scenario.tor),
             impairments,
             ..NetworkConfig::default()

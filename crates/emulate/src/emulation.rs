@@ -423,6 +423,7 @@ fn measure(
             workload,
             server_group,
             start,
+            ..
         } = &node.role
         else {
             continue;

@@ -39,6 +39,10 @@ pub enum Role {
         workload: ClientWorkload,
         server_group: Option<String>,
         start: u64,
+        /// tor's `UseEntryGuards`.
+        use_entry_guards: bool,
+        /// tor's `MaxCircuitDirtiness` (ns), where the group sets its own.
+        max_circuit_dirtiness: Option<u64>,
     },
 }
 
@@ -210,6 +214,8 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
             workload: c.workload.clone(),
             server_group: c.server_group.clone(),
             start: c.start,
+            use_entry_guards: c.use_entry_guards,
+            max_circuit_dirtiness: c.max_circuit_dirtiness,
         };
         push(&c.host.name, &c.host.group, role, up, down, g);
     }

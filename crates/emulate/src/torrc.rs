@@ -190,16 +190,22 @@ pub fn torrc(
                 }
             }
         }
-        Role::Client { .. } => {
+        Role::Client {
+            use_entry_guards,
+            max_circuit_dirtiness,
+            ..
+        } => {
             line(format!("SocksPort 127.0.0.1:{SOCKS_PORT}"));
             line("ClientOnly 1".into());
             // The model has no conflux (multipath circuits, on by default since tor 0.4.8):
             // like for like, every download uses one ordinary three-hop circuit.
             line("ConfluxEnabled 0".into());
-            line(format!(
-                "MaxCircuitDirtiness {} seconds",
-                params.max_circuit_dirtiness_s
-            ));
+            let dirtiness_s = max_circuit_dirtiness
+                .map_or(params.max_circuit_dirtiness_s, |ns| ns / 1_000_000_000);
+            line(format!("MaxCircuitDirtiness {dirtiness_s} seconds"));
+            if !use_entry_guards {
+                line("UseEntryGuards 0".into());
+            }
             line(format!(
                 "NewCircuitPeriod {} seconds",
                 params.new_circuit_period_s

@@ -145,6 +145,10 @@ pub struct NetworkSection {
     /// `true`.
     #[serde(default = "default_graph_loss")]
     pub graph_loss: bool,
+    /// Linux's quick-ACK and ping-pong modes in every host's TCP (on by default, as in
+    /// Linux): `false` holds every ACK of a small segment for the delayed-ACK timeout.
+    #[serde(default = "default_tcp_quickack")]
+    pub tcp_quickack: bool,
     /// Extra loss between chosen hosts (one link of a circuit), on top of the paths' own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub impairments: Vec<ImpairmentSpec>,
@@ -173,6 +177,10 @@ fn default_graph_loss() -> bool {
     true
 }
 
+fn default_tcp_quickack() -> bool {
+    true
+}
+
 fn default_down_queue() -> Duration {
     Duration::from_millis(100)
 }
@@ -186,6 +194,7 @@ impl Default for NetworkSection {
             down_queue: default_down_queue(),
             segment_offload: default_segment_offload(),
             graph_loss: default_graph_loss(),
+            tcp_quickack: default_tcp_quickack(),
             impairments: Vec::new(),
         }
     }
@@ -505,6 +514,18 @@ pub struct ClientGroup {
     pub bandwidth_down: Option<Rate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
+    /// tor's `UseEntryGuards`: `false` picks each circuit's first hop afresh by guard weight,
+    /// as OnionPerf's and tornettools' measurement clients run.
+    #[serde(default = "yes")]
+    pub use_entry_guards: bool,
+    /// tor's `MaxCircuitDirtiness` for this group's clients (10 s to 30 days); without it,
+    /// `tor.max_circuit_dirtiness_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_circuit_dirtiness: Option<Duration>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 macro_rules! link_of {

@@ -191,6 +191,10 @@ pub struct PlannedClient {
     pub server_group: Option<String>,
     /// Simulated time (ns) of the client's first activity, drawn from the group's `start`.
     pub start: u64,
+    /// tor's `UseEntryGuards`.
+    pub use_entry_guards: bool,
+    /// tor's `MaxCircuitDirtiness` for this client (ns); `None`: the network's.
+    pub max_circuit_dirtiness: Option<u64>,
 }
 
 /// Purposes of the per-host random streams; distinct so that one kind of draw never shifts
@@ -664,6 +668,8 @@ impl Resolver<'_> {
                     workload: workload.clone(),
                     server_group: g.servers.clone(),
                     start,
+                    use_entry_guards: g.use_entry_guards,
+                    max_circuit_dirtiness: g.max_circuit_dirtiness.map(|d| d.0),
                 });
             }
         }

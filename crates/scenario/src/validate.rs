@@ -953,6 +953,16 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
                 }
             }
         }
+        if let Some(d) = g.max_circuit_dirtiness {
+            // tor's own range for MaxCircuitDirtiness.
+            duration_in(
+                cx,
+                &format!("{p}.max_circuit_dirtiness"),
+                d,
+                Duration::from_secs(10),
+                MAX_DURATION,
+            )?;
+        }
         match &g.servers {
             Some(target) if !s.servers.iter().any(|sg| &sg.name == target) => {
                 let defined: Vec<&str> = s.servers.iter().map(|sg| sg.name.as_str()).collect();

@@ -106,7 +106,7 @@ fn expected_opt(field: &str) -> Option<String> {
         "address" => "an IPv4 address such as 20.0.0.1".into(),
         "flags" => "a list of flags such as [guard, fast, stable]".into(),
         "stop_time" | "bootstrap" | "latency" | "lookahead_floor" | "down_queue" | "timeout"
-        | "interval" => DURATION.into(),
+        | "interval" | "max_circuit_dirtiness" => DURATION.into(),
         "pause" | "start" => DURATION_OR_RANGE.into(),
         "size" => SIZE.into(),
         "bandwidth" | "bandwidth_up" | "bandwidth_down" | "link" | "link_up" | "link_down"

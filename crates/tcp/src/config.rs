@@ -22,6 +22,12 @@ pub struct TcpConfig {
     /// Longest an ACK for in-order data may be held back. Every second full-sized segment, any
     /// out-of-order arrival and any hole fill is acknowledged at once regardless.
     pub delayed_ack: SimDuration,
+    /// Linux's quick-ACK and ping-pong modes around the delayed ACK: the first data segments
+    /// of a connection, and those after a silence longer than the RTO, are acknowledged at
+    /// once (up to 16), unless the connection is interactive (it sent data within a delayed
+    /// ACK of receiving some), where the ACK waits to ride on the reply. Without them every
+    /// small segment's ACK waits `delayed_ack`, and a Nagle-held segment behind it as long.
+    pub quickack: bool,
     pub rto_initial: SimDuration,
     pub rto_min: SimDuration,
     pub rto_max: SimDuration,
@@ -55,6 +61,7 @@ impl Default for TcpConfig {
             sack: true,
             tail_loss_probe: true,
             delayed_ack: 40 * NANOS_PER_MILLI,
+            quickack: true,
             rto_initial: NANOS_PER_SEC,
             rto_min: 200 * NANOS_PER_MILLI,
             rto_max: 120 * NANOS_PER_SEC,

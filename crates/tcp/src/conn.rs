@@ -643,6 +643,10 @@ impl TcpConnection {
                     return;
                 }
                 let mss = self.mss();
+                let quickack = self
+                    .cfg
+                    .quickack
+                    .then(|| self.rtt.rto(self.cfg.rto_max).max(self.cfg.rto_min));
                 let out = self.rcv.on_data(
                     now,
                     seg.seq,
@@ -650,6 +654,7 @@ impl TcpConnection {
                     fin,
                     mss,
                     self.cfg.delayed_ack,
+                    quickack,
                 );
                 if out.readable {
                     self.emit(TcpEvent::Readable);
@@ -708,8 +713,7 @@ impl TcpConnection {
             return;
         }
         if self.rcv.delack_at <= now {
-            self.rcv.delack_at = NEVER;
-            self.rcv.ack_now = true;
+            self.rcv.delack_fired();
         }
         if self.timer(Timer::Rto) <= now {
             self.cancel_timer(Timer::Rto);
@@ -921,6 +925,9 @@ impl TcpConnection {
         self.last_send = now;
         self.rtt.start_timing(now, self.snd.nxt);
         self.note_flight(self.cc.cwnd);
+        if self.cfg.quickack && len > 0 {
+            self.rcv.on_data_sent(now, self.cfg.delayed_ack);
+        }
         let flags = if fin { TcpFlags::FIN } else { TcpFlags::NONE };
         self.build(seq, len, flags)
     }

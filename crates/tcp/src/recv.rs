@@ -9,6 +9,16 @@ use onionlab_engine::time::{SimDuration, SimTime};
 
 pub(crate) const NEVER: SimTime = u64::MAX;
 
+/// The interactive bit of `Receiver::quick`: data went out within a delayed ACK of data
+/// arriving, so ACKs wait to ride on replies; a delayed ACK that had to go out on its own
+/// ends it.
+const PINGPONG: u8 = 0x80;
+
+/// Whole milliseconds of a time, held below `u32::MAX` (49 days; later times read as that).
+fn millis_of(t: SimTime) -> u32 {
+    (t / onionlab_engine::time::NANOS_PER_MILLI).min(u64::from(u32::MAX - 1)) as u32
+}
+
 /// What the caller must do after a data segment was processed.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct DataOutcome {
@@ -35,8 +45,9 @@ pub(crate) struct Receiver {
     ooo: LazyVec<(u64, u64, u32)>,
     /// Sequence number of the peer's FIN, `NEVER` until seen.
     pub fin_seq: u64,
-    /// In-order bytes received since the last ACK went out.
-    unacked: u32,
+    /// In-order bytes received since the last ACK went out, saturating: it is only compared
+    /// with two segments' worth.
+    unacked: u16,
     /// An ACK must go out at the next transmission opportunity.
     pub ack_now: bool,
     /// A segment that arrived entirely duplicated, reported once as a D-SACK block (RFC
@@ -44,6 +55,14 @@ pub(crate) struct Receiver {
     dsack: (u64, u64),
     /// Deadline of the delayed-ACK timer.
     pub delack_at: SimTime,
+    /// Quick ACKs left (Linux's `icsk_ack.quick`, at most 16) in the low bits, and
+    /// [`PINGPONG`] (Linux's ping-pong mode). While quick ACKs are left and the connection is
+    /// not interactive, in-order data is acknowledged at once. One byte, so that the receiver
+    /// keeps its size.
+    quick: u8,
+    /// When in-order data last arrived, in whole milliseconds as Linux keeps it in jiffies
+    /// (`lrcvtime`), so that it fits beside the flags; `u32::MAX` before the first.
+    last_data_ms: u32,
     /// Dynamic right-sizing: bytes received per RTT, measured from `drs_seq` at `drs_time`.
     drs_seq: u64,
     drs_time: SimTime,
@@ -65,6 +84,8 @@ impl Receiver {
             unacked: 0,
             ack_now: false,
             delack_at: NEVER,
+            quick: 0,
+            last_data_ms: u32::MAX,
             drs_seq: 0,
             drs_time: NEVER,
             drs_space: 10 * mss,
@@ -120,7 +141,51 @@ impl Receiver {
         n
     }
 
-    /// Processes the payload (and FIN) of an acceptable segment.
+    /// Most quick ACKs granted at once (Linux's `TCP_MAX_QUICKACKS`).
+    const MAX_QUICKACKS: u64 = 16;
+
+    /// In-order data arrived at `now`: Linux's `tcp_event_data_recv` for the quick-ACK mode.
+    /// The first data of a connection, and data after a silence longer than `rto`, grant
+    /// quick ACKs: one per two segments the window holds, at least 2 and at most 16.
+    fn note_data(&mut self, now: SimTime, rto: SimDuration, mss: u64) {
+        let now_ms = millis_of(now);
+        let silent = self.last_data_ms == u32::MAX
+            || u64::from(now_ms.saturating_sub(self.last_data_ms)) > millis_of(rto).into();
+        if silent {
+            let grant = (self.buf_size / (2 * mss.max(1))).clamp(2, Self::MAX_QUICKACKS) as u8;
+            let left = self.quick & !PINGPONG;
+            self.quick = (self.quick & PINGPONG) | left.max(grant);
+        }
+        self.last_data_ms = now_ms;
+    }
+
+    /// Whether in-order data is acknowledged at once (Linux's `tcp_in_quickack_mode`).
+    fn quick_mode(&self) -> bool {
+        self.quick & !PINGPONG > 0 && self.quick & PINGPONG == 0
+    }
+
+    /// Data is going out at `now`: within `ato` of data arriving, the connection is
+    /// interactive (Linux's `tcp_event_data_sent`).
+    pub fn on_data_sent(&mut self, now: SimTime, ato: SimDuration) {
+        if self.last_data_ms != u32::MAX
+            && u64::from(millis_of(now)) < u64::from(self.last_data_ms) + u64::from(millis_of(ato))
+        {
+            self.quick |= PINGPONG;
+        }
+    }
+
+    /// The delayed-ACK timer fired: the ACK goes out on its own, and an interactive
+    /// connection stops counting on replies to carry its ACKs.
+    pub fn delack_fired(&mut self) {
+        self.delack_at = NEVER;
+        self.ack_now = true;
+        self.quick &= !PINGPONG;
+    }
+
+    /// Processes the payload (and FIN) of an acceptable segment. With `quickack`, Linux's
+    /// quick-ACK and ping-pong modes decide whether in-order data waits for the delayed ACK
+    /// (`rto` bounds the silence after which quick ACKs come back).
+    #[allow(clippy::too_many_arguments)]
     pub fn on_data(
         &mut self,
         now: SimTime,
@@ -129,6 +194,7 @@ impl Receiver {
         fin: bool,
         mss: u64,
         delack: SimDuration,
+        quickack: Option<SimDuration>,
     ) -> DataOutcome {
         let mut out = DataOutcome::default();
         if self.fin_received() {
@@ -166,13 +232,15 @@ impl Receiver {
                     }
                 }
                 out.readable = true;
+                if let Some(rto) = quickack {
+                    self.note_data(now, rto, mss);
+                }
                 if had_holes {
                     self.ack_now = true;
                 } else {
-                    self.unacked = self
-                        .unacked
-                        .saturating_add((end - start).min(u64::from(u32::MAX)) as u32);
-                    if u64::from(self.unacked) >= 2 * mss {
+                    let max = u64::from(u16::MAX);
+                    self.unacked = self.unacked.saturating_add((end - start).min(max) as u16);
+                    if u64::from(self.unacked) >= (2 * mss).min(max) || self.quick_mode() {
                         self.ack_now = true;
                     } else if self.delack_at == NEVER {
                         self.delack_at = now + delack;
@@ -266,6 +334,11 @@ impl Receiver {
 
     /// An ACK carrying the current state is going out.
     pub fn on_ack_sent(&mut self) {
+        if self.unacked > 0 {
+            // An ACK of new data spends a quick ACK (Linux's `tcp_dec_quickack_mode`).
+            let left = self.quick & !PINGPONG;
+            self.quick = (self.quick & PINGPONG) | left.saturating_sub(1);
+        }
         self.ack_now = false;
         self.dsack = (0, 0);
         self.unacked = 0;
@@ -334,17 +407,17 @@ mod tests {
     #[test]
     fn reassembles_and_counts_once() {
         let mut r = rx();
-        r.on_data(0, 1001, 1000, false, 1000, 40);
-        r.on_data(0, 3001, 1000, false, 1000, 40);
-        r.on_data(0, 2501, 1000, false, 1000, 40);
+        r.on_data(0, 1001, 1000, false, 1000, 40, None);
+        r.on_data(0, 3001, 1000, false, 1000, 40, None);
+        r.on_data(0, 2501, 1000, false, 1000, 40, None);
         assert_eq!(r.ooo, vec![(1001, 2001, 1), (2501, 4001, 3)]);
         assert_eq!(r.sack_blocks(), ([(2501, 4001), (1001, 2001), (0, 0)], 2));
-        r.on_data(0, 1, 1000, false, 1000, 40);
+        r.on_data(0, 1, 1000, false, 1000, 40, None);
         assert_eq!(r.delivered(), 2000);
-        r.on_data(0, 1, 2600, false, 1000, 40);
+        r.on_data(0, 1, 2600, false, 1000, 40, None);
         assert_eq!(r.delivered(), 4000);
         assert!(r.ooo.is_empty());
-        r.on_data(0, 1, 4000, false, 1000, 40);
+        r.on_data(0, 1, 4000, false, 1000, 40, None);
         assert_eq!(r.delivered(), 4000);
         r.check();
     }
@@ -353,13 +426,13 @@ mod tests {
     fn sack_blocks_most_recent_first() {
         let mut r = rx();
         for s in [2001, 4001, 6001, 8001] {
-            r.on_data(0, s, 1000, false, 1000, 40);
+            r.on_data(0, s, 1000, false, 1000, 40, None);
         }
         let (b, n) = r.sack_blocks();
         assert_eq!(n, 3);
         assert_eq!(b, [(8001, 9001), (6001, 7001), (4001, 5001)]);
         // Inside a range already held: a D-SACK block for it first, then its range.
-        r.on_data(0, 2500, 100, false, 1000, 40);
+        r.on_data(0, 2500, 100, false, 1000, 40, None);
         let (b, _) = r.sack_blocks();
         assert_eq!(b[..2], [(2500, 2600), (2001, 3001)]);
         r.on_ack_sent();
@@ -370,9 +443,9 @@ mod tests {
     #[test]
     fn fin_after_hole() {
         let mut r = rx();
-        let o = r.on_data(0, 501, 500, true, 1000, 40);
+        let o = r.on_data(0, 501, 500, true, 1000, 40, None);
         assert!(!o.fin);
-        let o = r.on_data(0, 1, 500, false, 1000, 40);
+        let o = r.on_data(0, 1, 500, false, 1000, 40, None);
         assert!(o.fin && r.fin_received());
         assert_eq!(r.delivered(), 1000);
         assert_eq!(r.nxt, 1002);
@@ -381,12 +454,69 @@ mod tests {
     #[test]
     fn delayed_ack_rules() {
         let mut r = rx();
-        r.on_data(0, 1, 100, false, 1000, 40);
+        r.on_data(0, 1, 100, false, 1000, 40, None);
         assert!(!r.ack_now);
         assert_eq!(r.delack_at, 40);
-        r.on_data(0, 101, 1000, false, 1000, 40);
+        r.on_data(0, 101, 1000, false, 1000, 40, None);
         assert!(!r.ack_now);
-        r.on_data(0, 1101, 1000, false, 1000, 40);
+        r.on_data(0, 1101, 1000, false, 1000, 40, None);
+        assert!(r.ack_now);
+    }
+
+    const MS: SimTime = onionlab_engine::time::NANOS_PER_MILLI;
+    const RTO: SimDuration = 200 * MS;
+
+    /// A connection's first data is acknowledged at once, up to 16 segments (100,000-byte
+    /// window / 2,000 is 50, capped at 16); after them a lone segment waits for the delayed
+    /// ACK, and after a silence longer than the RTO quick ACKs come back.
+    #[test]
+    fn quick_acks_for_the_first_segments_and_after_a_silence() {
+        let mut r = rx();
+        let mut seq = 1;
+        let mut at = 0;
+        let mut segment = |r: &mut Receiver, at: SimTime| {
+            r.on_data(at, seq, 100, false, 1000, 40 * MS, Some(RTO));
+            seq += 100;
+            let now = r.ack_now;
+            r.on_ack_sent();
+            now
+        };
+        for _ in 0..16 {
+            at += 10 * MS;
+            assert!(segment(&mut r, at), "a quick ACK");
+        }
+        at += 10 * MS;
+        assert!(!segment(&mut r, at), "the 17th waits");
+        at += RTO + MS;
+        assert!(segment(&mut r, at), "after a silence, quick again");
+        // Without the mode every small segment waits.
+        let mut plain = rx();
+        plain.on_data(0, 1, 100, false, 1000, 40 * MS, None);
+        assert!(!plain.ack_now && plain.delack_at == 40 * MS);
+    }
+
+    /// Data sent within a delayed ACK of data arriving makes the connection interactive: its
+    /// ACKs wait to ride on replies, until a delayed ACK has to go out alone.
+    #[test]
+    fn an_interactive_connection_delays_its_acks_until_one_goes_alone() {
+        let mut r = rx();
+        let ato = 40 * MS;
+        r.on_data(0, 1, 100, false, 1000, ato, Some(RTO));
+        assert!(r.ack_now);
+        r.on_data_sent(5 * MS, ato);
+        r.on_ack_sent();
+        r.on_data(20 * MS, 101, 100, false, 1000, ato, Some(RTO));
+        assert!(!r.ack_now, "interactive: the ACK waits for a reply");
+        assert_eq!(r.delack_at, 60 * MS);
+        r.delack_fired();
+        assert!(r.ack_now);
+        r.on_ack_sent();
+        r.on_data(100 * MS, 201, 100, false, 1000, ato, Some(RTO));
+        assert!(r.ack_now, "no longer interactive: quick again");
+        // Data sent long after the last arrival does not make it interactive.
+        r.on_ack_sent();
+        r.on_data_sent(500 * MS, ato);
+        r.on_data(510 * MS, 301, 100, false, 1000, ato, Some(RTO));
         assert!(r.ack_now);
     }
 }

@@ -129,6 +129,7 @@ fn simulate(shape: Shape, until: SimTime) -> (Simulation<TorHost>, [Vec<HostId>;
                 } else {
                     secs(100_000)
                 },
+                options: Default::default(),
             },
         });
     }

@@ -11,6 +11,7 @@ use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
 
 use crate::attack::{AttackPlan, Attacker};
+use crate::client::ClientOptions;
 use crate::cpu::CpuConfig;
 use crate::host::{Driven, Ev, TorHost};
 use crate::relay::{Relay, RelayLimits};
@@ -34,6 +35,8 @@ pub enum HostRole {
         servers: String,
         /// When the client starts its workload.
         start: SimTime,
+        /// Its own tor settings.
+        options: ClientOptions,
     },
     Server {
         group: String,
@@ -122,6 +125,7 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                 workload,
                 servers,
                 start,
+                options,
             } => {
                 let hosts = world
                     .servers(&servers)
@@ -135,7 +139,7 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                 }
                 TorHost::Client(Box::new(Driven::new(
                     stack,
-                    Client::new(world.clone(), workload, hosts, start),
+                    Client::new(world.clone(), workload, hosts, start, options),
                 )))
             }
             HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),

@@ -193,8 +193,28 @@ impl Download {
     }
 }
 
+/// A client's own tor settings, beside the network's `TorParams`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// tor's `UseEntryGuards`: `false` chooses each circuit's first hop afresh by guard
+    /// weight (OnionPerf's clients run so), and so opens a new connection for most circuits.
+    pub use_entry_guards: bool,
+    /// tor's `MaxCircuitDirtiness` for this client; `None`: the network's.
+    pub max_circuit_dirtiness: Option<SimDuration>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            use_entry_guards: true,
+            max_circuit_dirtiness: None,
+        }
+    }
+}
+
 pub struct Client {
     world: Arc<TorWorld>,
+    options: ClientOptions,
     servers: Vec<HostId>,
     schedule: ClientSchedule,
     wake_at: Option<SimTime>,
@@ -252,11 +272,13 @@ impl Client {
         workload: Workload,
         servers: Vec<HostId>,
         start: SimTime,
+        options: ClientOptions,
     ) -> Self {
         let p = &world.params;
         let cbt = BuildTimeEstimator::new(p);
         let uploads = workload.is_upload();
         Client {
+            options,
             servers,
             schedule: ClientSchedule::new(workload, start),
             wake_at: None,
@@ -445,7 +467,7 @@ impl Client {
     /// again within a second; it never fails here.
     fn attach(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
         let now = io.now();
-        let dirtiness = secs(self.world.params.max_circuit_dirtiness_s);
+        let dirtiness = self.dirtiness();
         let key = self.downloads[dl as usize].as_ref().unwrap().isolation;
         let usable = |c: &Circuit| {
             c.first_used
@@ -508,6 +530,7 @@ impl Client {
 
     fn begin(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, dl: u32) {
         let now = io.now();
+        let dirtiness = self.dirtiness();
         let c = self.circuits[circ as usize].as_mut().unwrap();
         let was_clean = c.first_used.is_none();
         c.first_used.get_or_insert(now);
@@ -519,7 +542,7 @@ impl Client {
                 circuit: circ,
                 generation: c.generation,
             };
-            let at = now.saturating_add(secs(self.world.params.max_circuit_dirtiness_s));
+            let at = now.saturating_add(dirtiness);
             io.arm_at(at, expire);
         }
         c.next_stream = c.next_stream.wrapping_add(1).max(1);
@@ -562,13 +585,13 @@ impl Client {
         let mut path = None;
         let mut build = None;
         let mut circuit = None;
+        let dirtiness = self.dirtiness();
         if let Some(circ) = d.circ {
             if let Some(c) = self.circuits[circ as usize].as_mut() {
                 c.downloads.retain(|&(x, _)| x != dl);
                 path = Some(c.path);
                 build = c.build;
                 circuit = Some(c.id);
-                let dirtiness = secs(self.world.params.max_circuit_dirtiness_s);
                 let expired = c.downloads.is_empty()
                     && c.first_used
                         .is_some_and(|t| now >= t.saturating_add(dirtiness));
@@ -1128,6 +1151,12 @@ impl Client {
         census.streams += self.downloads.iter().filter(|d| d.is_some()).count() as u64;
     }
 
+    /// How long a circuit takes new streams after its first (`MaxCircuitDirtiness`).
+    fn dirtiness(&self) -> SimDuration {
+        (self.options.max_circuit_dirtiness)
+            .unwrap_or_else(|| secs(self.world.params.max_circuit_dirtiness_s))
+    }
+
     pub fn build_timeout(&self) -> f64 {
         self.cbt.timeout() as f64 / secs_f64(1.0) as f64
     }
@@ -1137,7 +1166,12 @@ impl Machine for Client {
     type Timer = ClientTimer;
 
     fn start(&mut self, io: &mut impl Io<ClientTimer>) {
-        let n = self.world.params.num_primary_guards as usize;
+        // Without entry guards a user has none, and each path takes its own first hop.
+        let n = if self.options.use_entry_guards {
+            self.world.params.num_primary_guards as usize
+        } else {
+            0
+        };
         let world = self.world.clone();
         self.guards = (0..self.schedule.workload().users())
             .map(|_| world.selector.choose_guards(&world.consensus, n, io.rng()))

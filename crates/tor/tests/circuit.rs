@@ -118,3 +118,48 @@ fn circuit_build_time_matches_the_closed_form_with_and_without_the_link_handshak
         "without the handshake: {without}"
     );
 }
+
+/// The first hops of a perf client's downloads over 5 minutes on a network of six guards, a
+/// middle and an exit, with and without entry guards (circuits dirty after 10 s, a download
+/// every 20 s, so every download takes a fresh circuit).
+fn first_hops(use_entry_guards: bool) -> std::collections::BTreeSet<usize> {
+    use onionlab_netdir::RelayFlags;
+    use onionlab_tor::build::HostRole;
+    use onionlab_tor::client::ClientOptions;
+    let mut relays: Vec<_> = (0..6)
+        .map(|i| relay(&format!("guard{i}"), 10 + i, RelayFlags::GUARD, 1000))
+        .collect();
+    relays.push(relay("middle", 30, RelayFlags::default(), 1000));
+    relays.push(relay("exit", 31, RelayFlags::EXIT, 1000));
+    let perf = Workload::Perf {
+        size_bytes: 50 * 1024,
+        interval: secs(20),
+        timeout: secs(15),
+    };
+    let links = vec![(100 * MIB, 100 * MBIT); relays.len()];
+    let mut spec = network_spec(TorParams::default(), relays, links, vec![perf], 1);
+    let client = spec.hosts.len() - 1;
+    if let HostRole::Client { options, .. } = &mut spec.hosts[client].role {
+        *options = ClientOptions {
+            use_entry_guards,
+            max_circuit_dirtiness: Some(secs(10)),
+        };
+    }
+    let mut sim = build(spec).expect("network builds").0;
+    sim.run_until(secs(300));
+    let done = &common::client(&sim, client as u32).finished;
+    assert!(done.len() >= 12, "{} downloads", done.len());
+    assert!(done.iter().all(|d| d.outcome == DownloadOutcome::Ok));
+    done.iter().map(|d| d.path.unwrap()[0]).collect()
+}
+
+/// With entry guards every circuit starts at one of the client's two primary guards; without
+/// them (OnionPerf's clients) each circuit draws its first hop, and a dozen circuits reach
+/// most of six equal guards.
+#[test]
+fn a_client_without_entry_guards_spreads_its_first_hops() {
+    let with = first_hops(true);
+    let without = first_hops(false);
+    assert!(with.len() <= 2, "{with:?}");
+    assert!(without.len() >= 4, "{without:?}");
+}

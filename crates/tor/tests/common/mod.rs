@@ -150,6 +150,7 @@ pub fn network_spec(
                 workload: w,
                 servers: "web".into(),
                 start: secs(1),
+                options: Default::default(),
             },
         });
     }
