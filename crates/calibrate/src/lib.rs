@@ -152,6 +152,16 @@ pub fn calibrate(opts: &Options, progress: &mut dyn FnMut(&str)) -> CpuCalibrati
     progress("ntor: server side of the ntor handshake");
     measured.insert("ntor", Summary::of(&timer.samples(ops::ntor_op())));
 
+    progress("link_responder, link_initiator: the public-key work of a link handshake");
+    measured.insert(
+        "link_responder",
+        Summary::of(&timer.samples(ops::link_responder_op())),
+    );
+    measured.insert(
+        "link_initiator",
+        Summary::of(&timer.samples(ops::link_initiator_op())),
+    );
+
     progress("user_packet: frame copy and header checksum in user space");
     measured.insert(
         "user_packet",
@@ -176,6 +186,8 @@ fn assemble(measured: &BTreeMap<&'static str, Summary>, opts: &Options) -> CpuCa
         soft_ctr_byte: median("soft_ctr_byte"),
         sha1_byte: median("sha1_byte"),
         ntor: median("ntor"),
+        link_responder: median("link_responder"),
+        link_initiator: median("link_initiator"),
         cell_other: opts.cell_other_ns,
         user_packet: median("user_packet"),
         offload_call: syscall,
@@ -219,6 +231,8 @@ fn notes(opts: &Options) -> BTreeMap<String, String> {
         ("soft_ctr_byte", format!("per byte of counter mode built by hand: one Aes128::encrypt_block call per 16-byte counter block of a {CELL_BYTES}-byte cell, XORed in; time per cell / {CELL_BYTES}")),
         ("sha1_byte", format!("per byte of the running SHA-1 digest (sha1 crate): update with {CELL_BYTES}-byte cells, no finalization")),
         ("ntor", "server side of one ntor handshake: X25519 key pair generation, EXP(X,y) and EXP(X,b) (x25519-dalek), verify and AUTH HMAC-SHA256, HKDF-SHA256 of 72 bytes of keys".to_string()),
+        ("link_responder", "the responding relay's public-key work in one link handshake with a relay: X25519 key pair and shared secret (x25519-dalek); an RSA-PSS-SHA256 signature with a 2048-bit key (TLS 1.3 CertificateVerify, ring); two RSA-1024 PKCS#1 verifications and three Ed25519 verifications (the initiator's CERTS and AUTHENTICATE, ring). TLS's key schedule and transcript hashes are left out (a few microseconds)".to_string()),
+        ("link_initiator", "the initiating relay's public-key work in one link handshake: X25519 key pair and shared secret (x25519-dalek); an RSA-PSS-SHA256 verification with a 2048-bit key (the responder's CertificateVerify), three RSA-1024 PKCS#1 and two Ed25519 verifications (its CERTS), one Ed25519 signature (its own AUTHENTICATE) (ring)".to_string()),
         ("cell_other", format!("given, not measured: tor's own per-cell work (queues, scheduler, buffers) cannot be measured without tor; {} ns was passed to calibrate", opts.cell_other_ns)),
         ("user_packet", format!("a floor: copy of a {FRAME_BYTES}-byte frame out of a 1 MiB receive ring into an application buffer plus the IPv4 header checksum (20 bytes); a real user-space stack does more per packet, so kernel-bypass results are an upper bound of its gain")),
         ("offload_call", "not measurable without a crypto unit: set to the measured syscall (handing a job to the unit's driver and taking the result back costs about one kernel crossing)".to_string()),
@@ -255,6 +269,8 @@ mod tests {
             "soft_ctr_byte",
             "sha1_byte",
             "ntor",
+            "link_responder",
+            "link_initiator",
             "cell_other",
             "user_packet",
             "offload_call",

@@ -312,6 +312,160 @@ pub(crate) fn ntor_op() -> impl FnMut(u64) {
     }
 }
 
+/// Keys of the sizes tor's link handshake uses (see `keys/README.md`; they protect nothing).
+const RSA2048_PKCS1: &[u8] = include_bytes!("../keys/rsa2048-pkcs1.der");
+const RSA1024_PUBLIC: &[u8] = include_bytes!("../keys/rsa1024-public.der");
+const RSA1024_SIGNATURE: &[u8] = include_bytes!("../keys/rsa1024-sha256.sig");
+const RSA1024_MESSAGE: &[u8] = b"onionlab calibration: an RSA-1024 signature as in a CERTS cell";
+
+/// Bytes an Ed25519 certificate signs (tor-spec's cert-spec: version to extensions) and an
+/// AUTHENTICATE cell's body signs (its 352 bytes less the 64-byte signature).
+const ED_CERT_BYTES: usize = 104;
+const AUTHENTICATE_SIGNED_BYTES: usize = 288;
+
+/// The public-key work both ends of a link handshake share: an ephemeral X25519 key pair and
+/// the shared secret (TLS 1.3's key exchange).
+fn x25519_exchange(rng: &mut SplitMix, peer: &PublicKey) -> [u8; 32] {
+    let e = StaticSecret::from(rng.bytes32());
+    black_box(PublicKey::from(&e));
+    *e.diffie_hellman(peer).as_bytes()
+}
+
+/// What both link ops need: an RSA-2048 link key, the RSA-1024 signature of a certificate,
+/// Ed25519 certificates and an AUTHENTICATE body with their signatures.
+struct LinkKeys {
+    random: ring::rand::SystemRandom,
+    link: ring::rsa::KeyPair,
+    link_public: Vec<u8>,
+    transcript: [u8; 130],
+    transcript_signature: Vec<u8>,
+    ed: ring::signature::Ed25519KeyPair,
+    ed_cert: [u8; ED_CERT_BYTES],
+    ed_cert_signature: Vec<u8>,
+    authenticate: [u8; AUTHENTICATE_SIGNED_BYTES],
+    peer: PublicKey,
+}
+
+impl LinkKeys {
+    fn new(rng: &mut SplitMix) -> Self {
+        use ring::signature::{Ed25519KeyPair, RSA_PSS_SHA256};
+        let random = ring::rand::SystemRandom::new();
+        let link =
+            ring::rsa::KeyPair::from_der(RSA2048_PKCS1).expect("the shipped RSA-2048 test key");
+        // TLS 1.3's CertificateVerify signs 64 spaces, a context string and the transcript
+        // hash: 130 bytes with SHA-256.
+        let transcript = [0x20u8; 130];
+        let mut transcript_signature = vec![0; link.public().modulus_len()];
+        link.sign(
+            &RSA_PSS_SHA256,
+            &random,
+            &transcript,
+            &mut transcript_signature,
+        )
+        .expect("RSA-PSS signing with a valid key");
+        let ed = Ed25519KeyPair::from_seed_unchecked(&rng.bytes32()).expect("any 32-byte seed");
+        let ed_cert = [0x04u8; ED_CERT_BYTES];
+        let ed_cert_signature = ed.sign(&ed_cert).as_ref().to_vec();
+        LinkKeys {
+            link_public: link.public().as_ref().to_vec(),
+            random,
+            link,
+            transcript,
+            transcript_signature,
+            ed_cert,
+            ed_cert_signature,
+            authenticate: [0x41u8; AUTHENTICATE_SIGNED_BYTES],
+            peer: PublicKey::from(&StaticSecret::from(rng.bytes32())),
+            ed,
+        }
+        .checked()
+    }
+
+    /// Fails loudly if a verification the ops time would fail (and so return early).
+    fn checked(self) -> Self {
+        assert!(self.rsa1024_verify() && self.ed_verify() && self.link_verify());
+        self
+    }
+
+    fn rsa1024_verify(&self) -> bool {
+        use ring::signature::{UnparsedPublicKey, RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY};
+        let key = UnparsedPublicKey::new(
+            &RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY,
+            RSA1024_PUBLIC,
+        );
+        key.verify(black_box(RSA1024_MESSAGE), RSA1024_SIGNATURE)
+            .is_ok()
+    }
+
+    fn ed_verify(&self) -> bool {
+        use ring::signature::{KeyPair, UnparsedPublicKey, ED25519};
+        let key = UnparsedPublicKey::new(&ED25519, self.ed.public_key().as_ref());
+        key.verify(black_box(&self.ed_cert), &self.ed_cert_signature)
+            .is_ok()
+    }
+
+    fn link_verify(&self) -> bool {
+        use ring::signature::{UnparsedPublicKey, RSA_PSS_2048_8192_SHA256};
+        let key = UnparsedPublicKey::new(&RSA_PSS_2048_8192_SHA256, &self.link_public);
+        key.verify(black_box(&self.transcript), &self.transcript_signature)
+            .is_ok()
+    }
+}
+
+/// The responding relay's public-key work in one link handshake with a relay: TLS 1.3's
+/// X25519 exchange and CertificateVerify (an RSA-PSS-SHA256 signature with the RSA-2048 link
+/// key); then the initiator's CERTS (its RSA-1024 identity certificate and RSA-to-Ed25519
+/// cross-certificate, two RSA verifications; its Ed25519 signing-key and authentication-key
+/// certificates, two Ed25519 verifications) and its AUTHENTICATE (one Ed25519 verification).
+pub(crate) fn link_responder_op() -> impl FnMut(u64) {
+    let mut rng = SplitMix(0x6c69_6e6b_7265_7370);
+    let keys = LinkKeys::new(&mut rng);
+    let mut signature = vec![0; keys.link.public().modulus_len()];
+    move |n| {
+        for _ in 0..n {
+            black_box(x25519_exchange(&mut rng, &keys.peer));
+            keys.link
+                .sign(
+                    &ring::signature::RSA_PSS_SHA256,
+                    &keys.random,
+                    black_box(&keys.transcript),
+                    &mut signature,
+                )
+                .expect("RSA-PSS signing with a valid key");
+            black_box(&signature);
+            for _ in 0..2 {
+                black_box(keys.rsa1024_verify());
+            }
+            for _ in 0..3 {
+                black_box(keys.ed_verify());
+            }
+        }
+    }
+}
+
+/// The initiating relay's public-key work in one link handshake: TLS 1.3's X25519 exchange
+/// and the check of the responder's CertificateVerify (an RSA-2048 verification); the
+/// responder's CERTS (its link certificate, identity certificate and cross-certificate, three
+/// RSA-1024 verifications; its Ed25519 signing-key and link-key certificates, two Ed25519
+/// verifications); and its own AUTHENTICATE (one Ed25519 signature).
+pub(crate) fn link_initiator_op() -> impl FnMut(u64) {
+    let mut rng = SplitMix(0x6c69_6e6b_696e_6974);
+    let keys = LinkKeys::new(&mut rng);
+    move |n| {
+        for _ in 0..n {
+            black_box(x25519_exchange(&mut rng, &keys.peer));
+            black_box(keys.link_verify());
+            for _ in 0..3 {
+                black_box(keys.rsa1024_verify());
+            }
+            for _ in 0..2 {
+                black_box(keys.ed_verify());
+            }
+            black_box(keys.ed.sign(black_box(&keys.authenticate)));
+        }
+    }
+}
+
 /// Slots in the simulated receive ring: 1 MiB of frames, more than a core's private caches
 /// hold, as a NIC's ring is filled by DMA rather than by the core that reads it.
 const RING_SLOTS: usize = 512;

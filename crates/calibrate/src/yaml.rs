@@ -8,7 +8,7 @@ use std::fmt::Write;
 use onionlab_torcore::cpu::{CpuCalibration, Spread};
 
 /// What each cost stands for, one line each, for the file's header.
-const MEANINGS: [(&str, &str); 13] = [
+const MEANINGS: [(&str, &str); 15] = [
     (
         "syscall",
         "one system call that moves little data (read, write, epoll_wait)",
@@ -41,6 +41,14 @@ const MEANINGS: [(&str, &str); 13] = [
     (
         "ntor",
         "the server side of one ntor handshake (X25519 and HMAC-SHA256)",
+    ),
+    (
+        "link_responder",
+        "a responding relay's public-key work in one link handshake",
+    ),
+    (
+        "link_initiator",
+        "an initiating relay's public-key work in one link handshake",
     ),
     (
         "cell_other",

@@ -59,7 +59,7 @@ fn refused(cpu: &str) -> String {
 /// A calibration as `onionlab calibrate` writes it, with `aes_byte` set to `aes_byte`.
 fn calibration(aes_byte: &str) -> String {
     format!(
-        "format: 1
+        "format: 2
 machine: \"test machine\"
 measured: \"2026-11-23\"
 costs:
@@ -72,6 +72,8 @@ costs:
   soft_ctr_byte: 4
   sha1_byte: 0.6
   ntor: 150000
+  link_responder: 1200000
+  link_initiator: 380000
   cell_other: 300
   user_packet: 40
   offload_call: 500
@@ -166,8 +168,13 @@ fn malformed_calibration_files_are_refused_naming_the_file() {
         ("nan.yaml", calibration(".nan"), "costs.aes_byte"),
         (
             "format.yaml",
-            calibration("0.25").replace("format: 1", "format: 7"),
-            "format: expected 1, got 7",
+            calibration("0.25").replace("format: 2", "format: 7"),
+            "format: expected 2, got 7",
+        ),
+        (
+            "old.yaml",
+            calibration("0.25").replace("format: 2", "format: 1"),
+            "run `onionlab calibrate` again",
         ),
         (
             "missing.yaml",

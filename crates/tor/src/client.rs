@@ -55,6 +55,12 @@ pub enum ClientTimer {
     },
     /// Try again to attach the streams waiting without a circuit.
     RetryPending,
+    /// A stream's BEGIN has had no answer for tor's retry timeout: try another circuit.
+    BeginTimeout {
+        download: u32,
+        generation: u32,
+        retries: u8,
+    },
     /// The circuit has been dirty for `MaxCircuitDirtiness`: close it once no stream uses it.
     Expire {
         circuit: u32,
@@ -71,6 +77,13 @@ impl TimerEvent for ClientTimer {
 /// How often streams waiting without a circuit are tried again (tor's once-a-second
 /// `connection_ap_attach_pending`).
 const PENDING_RETRY: SimDuration = secs(1);
+
+/// How long a stream waits for its CONNECTED before tor tries it on another circuit
+/// (`compute_retry_timeout`: 10 s for the first two tries, 15 s after), and the most retries
+/// counted (tor stops counting at 250).
+const BEGIN_TIMEOUT_EARLY: SimDuration = secs(10);
+const BEGIN_TIMEOUT_LATE: SimDuration = secs(15);
+const MAX_BEGIN_RETRIES: u8 = 250;
 
 /// Why no circuit could be launched.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -176,6 +189,9 @@ struct Download {
     request_sent: bool,
     /// Its isolation key: it shares a circuit only with streams of the same key.
     isolation: u32,
+    /// Times its BEGIN went unanswered and it moved to another circuit (tor's
+    /// `num_socks_retries`).
+    retries: u8,
     sent: u64,
     /// As `Circuit::packaged` and `acked`, for stream SENDMEs.
     packaged: u64,
@@ -441,6 +457,7 @@ impl Client {
             packaged: 0,
             acked: 0,
             isolation,
+            retries: 0,
         };
         let idx = match self.free_downloads.pop() {
             Some(i) => {
@@ -556,10 +573,47 @@ impl Client {
         d.state = DlState::Connecting;
         let mut begin = Cell::relay(0, RelayCommand::Begin, 3, stream_id);
         begin.arg = d.server;
+        let wait = if d.retries < 2 {
+            BEGIN_TIMEOUT_EARLY
+        } else {
+            BEGIN_TIMEOUT_LATE
+        };
+        let timer = ClientTimer::BeginTimeout {
+            download: dl,
+            generation: d.generation,
+            retries: d.retries,
+        };
+        io.arm_in(wait, timer);
         self.send_on_circuit(io, circ, begin);
         if was_clean {
             self.keep_preemptive(io);
         }
+    }
+
+    /// A stream's BEGIN went unanswered for tor's retry timeout
+    /// (`connection_ap_expire_beginning`): end it on its circuit, make the circuit take no new
+    /// streams (those on it may still finish), and attach the stream anew, to another circuit.
+    fn retry_stream(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
+        let now = io.now();
+        let dirtiness = self.dirtiness();
+        let d = self.downloads[dl as usize].as_mut().unwrap();
+        let stream_id = d.stream_id;
+        d.retries = (d.retries + 1).min(MAX_BEGIN_RETRIES);
+        d.state = DlState::Waiting;
+        let Some(circ) = d.circ.take() else {
+            return;
+        };
+        let end = Cell::relay(0, RelayCommand::End, 3, stream_id);
+        self.send_on_circuit(io, circ, end);
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        c.downloads.retain(|&(x, _)| x != dl);
+        // Dirty for the whole MaxCircuitDirtiness already, as tor's
+        // `mark_circuit_unusable_for_new_conns` makes it.
+        c.first_used = Some(now.saturating_sub(dirtiness));
+        if c.downloads.is_empty() {
+            self.close_circuit(io, circ, CircuitOutcome::Built, true);
+        }
+        self.attach(io, dl);
     }
 
     /// Keeps the configured number of clean circuits open or being built.
@@ -1214,6 +1268,20 @@ impl Machine for Client {
             ClientTimer::RetryPending => {
                 self.retry_armed = false;
                 self.attach_pending(io);
+            }
+            ClientTimer::BeginTimeout {
+                download,
+                generation,
+                retries,
+            } => {
+                let waiting = self.downloads[download as usize].as_ref().is_some_and(|d| {
+                    d.generation == generation
+                        && d.retries == retries
+                        && d.state == DlState::Connecting
+                });
+                if waiting {
+                    self.retry_stream(io, download);
+                }
             }
             ClientTimer::Expire {
                 circuit,

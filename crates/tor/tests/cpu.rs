@@ -49,6 +49,8 @@ fn measured_like() -> UnitCosts {
         soft_ctr_byte: 4.0,
         sha1_byte: 1.5,
         ntor: 60_000.0,
+        link_responder: 700_000.0,
+        link_initiator: 250_000.0,
         cell_other: 3_000.0,
         user_packet: 150.0,
         offload_call: 200.0,
@@ -371,6 +373,48 @@ fn onion_skins_queue_for_the_worker_threads_and_delay_circuit_builds() {
     assert!(
         spread2 < spread * 3 / 4,
         "two workers: {two:?}, one: {one:?}"
+    );
+}
+
+/// A link handshake's public-key work keeps the relay's main thread busy: at 100 ms for each
+/// handshake the middle answers, the first circuit through it (whose connection from the
+/// guard is new) is built about 100 ms later than with the work free. The middle sends its
+/// ServerHello as it starts the work, and the guard's next flight waits for the thread.
+#[test]
+fn link_handshakes_keep_the_main_thread_busy() {
+    let build = |link_responder: f64| {
+        let mut costs = per_cell(0.0);
+        costs.link_responder = link_responder;
+        let sim = run_with(
+            guard_middle_exit_relays(),
+            vec![bulk_of(100 * 1024)],
+            1 << 30,
+            |spec| {
+                set_cpu(
+                    spec,
+                    MIDDLE as usize,
+                    cpu(&costs, CpuProfile::NativeCtr, 1, 1, vec![]),
+                )
+            },
+            secs(5),
+            1,
+        );
+        let first = &client(&sim, 4).finished[0];
+        let crypto: u64 = relay_host(&sim, MIDDLE)
+            .samples
+            .iter()
+            .filter_map(|s| s.cpu.map(|c| c.crypto))
+            .sum();
+        (first.circuit_build.expect("built"), crypto)
+    };
+    let (free, free_crypto) = build(0.0);
+    let (dear, dear_crypto) = build(100e6);
+    assert_eq!(free_crypto, 0);
+    // One handshake answered: the guard's.
+    assert_eq!(dear_crypto, 100_000_000, "{dear_crypto} ns of crypto");
+    assert!(
+        dear >= free + millis(90) && dear <= free + millis(110),
+        "{dear} vs {free}"
     );
 }
 

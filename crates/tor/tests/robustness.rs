@@ -1,5 +1,6 @@
-//! Clients that can never get a circuit, limits on circuits being built, absurd timer
-//! settings, and injected model failures: the model keeps time moving and fails cleanly.
+//! Clients that can never get a circuit, streams whose BEGIN is never answered, limits on
+//! circuits being built, absurd timer settings, and injected model failures: the model keeps
+//! time moving and fails cleanly.
 
 mod common;
 
@@ -333,4 +334,46 @@ fn an_injected_fault_surfaces_from_run_until_on_two_threads() {
     // On worker 0's hosts too: a client and the guard.
     assert_eq!(run_with_fault(2, 4, at).0, INJECTED_FAULT);
     assert_eq!(run_with_fault(2, 0, at).0, INJECTED_FAULT);
+}
+
+/// A stream whose BEGIN goes unanswered moves to another circuit after 10 s, again after 10 s
+/// and then every 15 s (tor's `connection_ap_expire_beginning`), each time closing the
+/// circuit it left (no other stream uses it). Here the exit cannot reach the server: nearly
+/// every packet between them is lost.
+#[test]
+fn a_stream_without_an_answer_to_its_begin_tries_other_circuits() {
+    let bulk = Workload::Bulk {
+        size_bytes: 50 * 1024,
+        timeout: secs(60),
+    };
+    let relays = guard_middle_exit_relays();
+    let mut spec = network_spec(
+        TorParams::default(),
+        relays,
+        vec![(MIB, 100 * MBIT); 3],
+        vec![bulk],
+        1,
+    );
+    // Hosts: relays 0 to 2, the server 3, the client 4.
+    spec.net.impairments = vec![onionlab_net::Impairment {
+        a: vec![2],
+        b: vec![3],
+        loss: 0.999,
+    }];
+    let mut sim = onionlab_tor::build::build(spec).expect("network builds").0;
+    sim.run_until(secs(60));
+    let c = client(&sim, 4);
+    assert!(c.finished.is_empty(), "{:?}", c.finished);
+    let left: Vec<f64> = c
+        .circuit_log
+        .iter()
+        .filter(|l| l.streams > 0)
+        .filter_map(|l| l.closed)
+        .map(|t| t as f64 / 1e9)
+        .collect();
+    assert_eq!(left.len(), 4, "circuits left: {left:?}");
+    let gaps: Vec<f64> = left.windows(2).map(|w| w[1] - w[0]).collect();
+    for (gap, want) in gaps.iter().zip([10.0, 15.0, 15.0]) {
+        assert!((gap - want).abs() < 0.5, "gaps {gaps:?}");
+    }
 }

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The version of the calibration file format ([`CpuCalibration::format`]).
-pub const CALIBRATION_FORMAT: u32 = 1;
+pub const CALIBRATION_FORMAT: u32 = 2;
 
 /// Bytes of a relay cell that relay crypto encrypts (the cell less its circuit id and
 /// command: what one AES-CTR layer and the running digest cover).
@@ -50,6 +50,13 @@ pub struct UnitCosts {
     /// The server side of one ntor handshake (X25519 key generation and two
     /// scalar multiplications, plus its hashing).
     pub ntor: f64,
+    /// The responding relay's public-key work in one link handshake with a relay (TLS 1.3's
+    /// X25519 exchange and RSA-2048 CertificateVerify signature, the initiator's
+    /// certificates and AUTHENTICATE checked).
+    pub link_responder: f64,
+    /// The initiating relay's public-key work in one link handshake (X25519, the responder's
+    /// signature and certificates checked, its own AUTHENTICATE signed).
+    pub link_initiator: f64,
     /// tor's own work per cell beyond what is priced above (queues, scheduler, buffers).
     pub cell_other: f64,
     /// Kernel bypass: a user-space network stack's work per packet (replaces `syscall` and
@@ -63,7 +70,7 @@ pub struct UnitCosts {
 
 impl UnitCosts {
     /// Every cost by its name in files, for validation and reports.
-    pub fn named(&self) -> [(&'static str, f64); 13] {
+    pub fn named(&self) -> [(&'static str, f64); 15] {
         [
             ("syscall", self.syscall),
             ("kernel_packet", self.kernel_packet),
@@ -74,6 +81,8 @@ impl UnitCosts {
             ("soft_ctr_byte", self.soft_ctr_byte),
             ("sha1_byte", self.sha1_byte),
             ("ntor", self.ntor),
+            ("link_responder", self.link_responder),
+            ("link_initiator", self.link_initiator),
             ("cell_other", self.cell_other),
             ("user_packet", self.user_packet),
             ("offload_call", self.offload_call),
@@ -93,6 +102,8 @@ impl UnitCosts {
             "soft_ctr_byte" => &mut self.soft_ctr_byte,
             "sha1_byte" => &mut self.sha1_byte,
             "ntor" => &mut self.ntor,
+            "link_responder" => &mut self.link_responder,
+            "link_initiator" => &mut self.link_initiator,
             "cell_other" => &mut self.cell_other,
             "user_packet" => &mut self.user_packet,
             "offload_call" => &mut self.offload_call,
@@ -216,6 +227,9 @@ pub struct Work {
     pub cells: u64,
     /// TLS bytes written since the last flush (they go out in the flush's records).
     pub unflushed: u64,
+    /// Link handshakes answered and opened (their public-key work).
+    pub link_responses: u64,
+    pub link_initiations: u64,
 }
 
 impl Work {
@@ -231,6 +245,8 @@ impl Work {
             digest_bytes: self.digest_bytes - earlier.digest_bytes,
             cells: self.cells - earlier.cells,
             unflushed: 0,
+            link_responses: self.link_responses - earlier.link_responses,
+            link_initiations: self.link_initiations - earlier.link_initiations,
         }
     }
 
@@ -279,7 +295,7 @@ impl Work {
 /// CPU time by where it goes, in picoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuSplit {
-    /// Relay-cell crypto (AES-CTR, the digest) and onion-skin handshakes.
+    /// Relay-cell crypto (AES-CTR, the digest), onion-skin handshakes and link handshakes.
     pub crypto: u64,
     /// System calls and the kernel's (or a user-space stack's) packet work.
     pub kernel: u64,
@@ -331,6 +347,8 @@ pub struct CostTable {
     pub digest_byte: u64,
     pub cell: u64,
     pub ntor: u64,
+    pub link_responder: u64,
+    pub link_initiator: u64,
 }
 
 impl CostTable {
@@ -354,6 +372,8 @@ impl CostTable {
             digest_byte: ps(costs.sha1_byte),
             cell: ps(costs.cell_other),
             ntor: ps(costs.ntor),
+            link_responder: ps(costs.link_responder),
+            link_initiator: ps(costs.link_initiator),
         }
     }
 
@@ -362,7 +382,9 @@ impl CostTable {
         CpuSplit {
             crypto: w.cipher_calls * self.cipher_call
                 + w.cipher_bytes * self.cipher_byte
-                + w.digest_bytes * self.digest_byte,
+                + w.digest_bytes * self.digest_byte
+                + w.link_responses * self.link_responder
+                + w.link_initiations * self.link_initiator,
             kernel: w.syscalls * self.syscall + w.packets * self.packet,
             tls: w.tls_records * self.tls_record + w.tls_bytes * self.tls_byte,
             other: w.cells * self.cell,
@@ -385,6 +407,8 @@ mod tests {
             soft_ctr_byte: 2.0,
             sha1_byte: 1.5,
             ntor: 100_000.0,
+            link_responder: 900_000.0,
+            link_initiator: 300_000.0,
             cell_other: 7.0,
             user_packet: 0.5,
             offload_call: 9.0,
@@ -405,6 +429,13 @@ mod tests {
         assert_eq!(s.tls, 2 * 3_000 + 20_000 * 500);
         assert_eq!(s.crypto, 4_000 + 509 * 250 + 509 * 1_500);
         assert_eq!(s.other, 7_000);
+        // Link handshakes go to crypto, each side at its own price.
+        let w = Work {
+            link_responses: 2,
+            link_initiations: 1,
+            ..Work::default()
+        };
+        assert_eq!(t.price(&w).crypto, 2 * 900_000_000 + 300_000_000);
     }
 
     #[test]

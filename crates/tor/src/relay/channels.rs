@@ -407,6 +407,14 @@ impl Relay {
             self.conn_lost(io, k);
             return;
         };
+        match reply {
+            // The public-key work of each end falls where its TLS handshake does it: the
+            // responder signs before its ServerHello flight, the initiator checks and
+            // authenticates before its last flight.
+            Some(LinkMessage::ServerHello) => self.work.link_responses += 1,
+            Some(LinkMessage::InitiatorCells { .. }) => self.work.link_initiations += 1,
+            _ => {}
+        }
         if let Some(reply) = reply {
             self.write_conn(io, k, reply.wire_bytes(), Wire::Link(reply));
         }
