@@ -215,9 +215,14 @@ fn rto_backs_off_exponentially_and_recovers() {
     );
 }
 
+/// The delayed-ACK timer alone, without Linux's quick-ACK mode (which would acknowledge a
+/// connection's first segments at once: `the_first_segments_are_acknowledged_at_once`).
 #[test]
 fn delayed_ack_timing() {
-    let cfg = TcpConfig::default();
+    let cfg = TcpConfig {
+        quickack: false,
+        ..TcpConfig::default()
+    };
     let mut s = sim(&cfg, 100_000_000, 10);
     s.eps[1].record = true;
     s.start();
@@ -245,6 +250,36 @@ fn delayed_ack_timing() {
     let acks: Vec<u64> = s.eps[1].sent[base..].iter().map(|&(t, _)| t - t0).collect();
     assert_eq!(acks.len(), 1, "{acks:?}");
     assert!(acks[0] < 11 * MS, "ack after {} ns", acks[0]);
+}
+
+/// With Linux's quick-ACK mode a connection's first small data segments are acknowledged as
+/// they arrive, and after 16 quick ACKs a lone small segment waits for the delayed ACK again.
+#[test]
+fn the_first_segments_are_acknowledged_at_once() {
+    let cfg = TcpConfig::default();
+    let mut s = sim(&cfg, 100_000_000, 10);
+    s.eps[1].record = true;
+    s.start();
+    s.run_until(SEC);
+    let arrival = 10 * MS + 20_000;
+    let mut delays = Vec::new();
+    for i in 0..17 {
+        let base = s.eps[1].sent.len();
+        let t0 = s.now;
+        s.conn_mut(0).send(100);
+        s.pump(0);
+        // 60 ms apart: shorter than the RTO, so no silence grants quick ACKs anew, and long
+        // enough for a delayed ACK.
+        s.run_until(t0 + 60 * MS);
+        let acks: Vec<u64> = s.eps[1].sent[base..].iter().map(|&(t, _)| t - t0).collect();
+        assert_eq!(acks.len(), 1, "segment {i}: {acks:?}");
+        delays.push(acks[0]);
+    }
+    assert!(
+        delays[..16].iter().all(|&d| d <= arrival + MS),
+        "quick ACKs: {delays:?}"
+    );
+    assert!(delays[16] >= 50 * MS, "the 17th waits: {delays:?}");
 }
 
 #[test]
