@@ -36,8 +36,8 @@ pub enum LinkMessage {
     ServerHello,
     /// Flight 3: the initiator's TLS Finished and its VERSIONS cell.
     Versions,
-    /// Flight 4: the responder's VERSIONS, CERTS, AUTH_CHALLENGE and NETINFO cells (and the
-    /// session tickets TLS 1.3 sends after the handshake).
+    /// Flight 4: the responder's VERSIONS, CERTS, AUTH_CHALLENGE and NETINFO cells, in their
+    /// TLS records.
     ResponderCells,
     /// Flight 5: the initiator's NETINFO, after CERTS and AUTHENTICATE if it is a relay
     /// (clients do not authenticate).
