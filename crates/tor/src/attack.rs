@@ -154,14 +154,9 @@ impl Attacker {
         let bytes = self.world.cell_wire_bytes();
         if !one_identity || self.sockets.is_empty() {
             let socket = io.connect(victim, OR_PORT);
-            let link = if self.world.params.link_handshake {
-                LinkHandshake::initiator(false)
-            } else {
-                LinkHandshake::skipped()
-            };
             self.sockets.push(AttackConn {
                 socket,
-                link,
+                link: LinkHandshake::opening(self.world.params.link_handshake, false),
                 waiting: Vec::new(),
             });
         }

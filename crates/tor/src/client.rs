@@ -708,11 +708,7 @@ impl Client {
                     relay: path[0],
                     user,
                     open: false,
-                    link: if world.params.link_handshake {
-                        LinkHandshake::initiator(false)
-                    } else {
-                        LinkHandshake::skipped()
-                    },
+                    link: LinkHandshake::opening(world.params.link_handshake, false),
                     out: VecDeque::new(),
                     circs: ChannelCircuits::new(true),
                     uploads_blocked: false,

@@ -109,6 +109,16 @@ impl LinkHandshake {
         }
     }
 
+    /// The end that connects when the network runs the handshake (`tor.link_handshake`), and
+    /// a connection that carries cells at once when it does not.
+    pub fn opening(handshake: bool, authenticate: bool) -> Self {
+        if handshake {
+            Self::initiator(authenticate)
+        } else {
+            Self::skipped()
+        }
+    }
+
     /// The end that accepted the connection: it waits for the ClientHello.
     pub fn responder() -> Self {
         LinkHandshake {
