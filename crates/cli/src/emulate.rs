@@ -107,6 +107,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
     let info = RunInfo {
         plot_relays: crate::run::plot_relays(&scenario),
         transport: None,
+        directory: None,
         cpu: None,
         state: Vec::new(),
         scenario_name: scenario.name.clone(),

@@ -3,8 +3,8 @@
 use onionlab_engine::time::{as_secs_f64, SimTime, NANOS_PER_SEC};
 use onionlab_engine::{HostId, Simulation};
 use onionlab_report::{
-    rss_bytes, CircuitRecord, CpuRecord, CpuShare, DownloadRecord, Outcome, RelaySample,
-    StateSample, TransportRecord,
+    rss_bytes, CircuitRecord, CpuRecord, CpuShare, DirectoryRecord, DownloadRecord, Outcome,
+    RelaySample, StateSample, TransportRecord,
 };
 use onionlab_tor::measure::{Census, CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
@@ -179,6 +179,25 @@ pub fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord
         }
     }
     t
+}
+
+/// What the clients' users fetched from their directory guards, when the network has
+/// directory traffic.
+pub fn directory(sim: &Simulation<TorHost>, world: &TorWorld) -> Option<DirectoryRecord> {
+    if !world.params.directory_traffic {
+        return None;
+    }
+    let mut d = DirectoryRecord::default();
+    for id in 0..sim.host_count() {
+        if let TorHost::Client(c) = sim.host(id as u32) {
+            let s = c.directory_stats();
+            d.users += s.users;
+            d.fetches += s.fetches;
+            d.failures += s.failures;
+            d.bytes += s.bytes;
+        }
+    }
+    Some(d)
 }
 
 /// A relay's CPU second as fractions of the (one-second) sample.

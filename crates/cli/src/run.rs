@@ -426,6 +426,7 @@ pub(crate) fn run_one(
     let mut info = RunInfo {
         plot_relays: plot_relays(scenario),
         transport: None,
+        directory: None,
         cpu: plan.cpu.as_ref().map(results::cpu_record),
         state: Vec::new(),
         scenario_name: scenario.name.clone(),
@@ -542,6 +543,7 @@ pub(crate) fn run_one(
     record_totals(&mut info, &totals, sim_time, wall);
     if failure.is_none() {
         info.transport = Some(results::transport(&sim, &world));
+        info.directory = results::directory(&sim, &world);
     }
     info.spans = sim.span_counts().to_vec();
     info.complete = complete;

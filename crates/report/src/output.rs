@@ -684,6 +684,7 @@ mod tests {
             emulation: None,
             plot_relays: Vec::new(),
             transport: None,
+            directory: None,
             cpu: None,
             state: Vec::new(),
         }

@@ -236,6 +236,9 @@ pub struct RunInfo {
     /// How the relays carried their channels (simulations; left out of older run.json files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<TransportRecord>,
+    /// The users' directory fetches (simulations with directory traffic; left out otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<DirectoryRecord>,
     /// The CPU model the relays ran on (simulations with one; left out otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuRecord>,
@@ -298,6 +301,20 @@ pub struct CpuRecord {
     pub cores: u64,
     /// `cpu.share_window`, in milliseconds.
     pub share_window_ms: f64,
+}
+
+/// What the clients' users fetched from their directory guards over a simulated run: consensus
+/// diffs and microdescriptors on tor's client schedule (`onionlab_tor::directory`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DirectoryRecord {
+    /// Users over all client hosts.
+    pub users: u64,
+    /// Fetches completed (a consensus diff and the microdescriptors it called for).
+    pub fetches: u64,
+    /// Requests that failed (each fetch is then tried again a minute later).
+    pub failures: u64,
+    /// Response bytes the users received, headers included.
+    pub bytes: u64,
 }
 
 /// How the relays of a simulated run carried their channels, from their counters at its end:

@@ -91,6 +91,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
         emulation: None,
         plot_relays: Vec::new(),
         transport: None,
+        directory: None,
         cpu: None,
         state: Vec::new(),
     }

@@ -84,7 +84,10 @@ fn expected_opt(field: &str) -> Option<String> {
         if let Some(r) = TorParams::range_of(tor) {
             return Some(r.expected());
         }
-        if tor == "cc_cwnd_full_per_cwnd" || tor == "link_handshake" {
+        if matches!(
+            tor,
+            "cc_cwnd_full_per_cwnd" | "link_handshake" | "directory_traffic"
+        ) {
             return Some("true or false".into());
         }
     }

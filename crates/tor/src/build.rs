@@ -64,6 +64,10 @@ pub struct TorNetwork {
     pub threads: usize,
 }
 
+/// The random stream of clients' directory schedules, apart from the host's main stream so
+/// that switching directory traffic off leaves every other draw as it was.
+const PURPOSE_DIRECTORY: u32 = 0x70_0001;
+
 /// Builds the simulation; every host gets its `Start` event at time 0.
 pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>), String> {
     let placements: Vec<HostPlacement> =
@@ -139,7 +143,14 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                 }
                 TorHost::Client(Box::new(Driven::new(
                     stack,
-                    Client::new(world.clone(), workload, hosts, start, options),
+                    Client::new(
+                        world.clone(),
+                        workload,
+                        hosts,
+                        start,
+                        options,
+                        onionlab_engine::host_rng(network.seed, id as HostId, PURPOSE_DIRECTORY),
+                    ),
                 )))
             }
             HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),

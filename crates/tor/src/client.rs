@@ -33,6 +33,7 @@ use onionlab_traffic::{Action, ClientSchedule, Workload};
 use rand::RngExt;
 
 use crate::circ_ids::ChannelCircuits;
+use crate::directory::{DirRequest, DirectoryClient, DirectoryStats, REQUEST_TIMEOUT};
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
@@ -66,6 +67,8 @@ pub enum ClientTimer {
         circuit: u32,
         generation: u32,
     },
+    /// A user's directory fetch is due (see `directory.rs`).
+    Directory(SimTime),
 }
 
 impl TimerEvent for ClientTimer {
@@ -130,6 +133,9 @@ struct Circuit {
     chan: u32,
     circ_id: u32,
     path: [usize; 3],
+    /// Its length: 3, or 1 for a one-hop directory circuit to the guard (whose `path` holds
+    /// the guard alone, the rest `usize::MAX`). Cells for the last hop carry this as `hop`.
+    hops: u8,
     state: CircState,
     started: SimTime,
     build: Option<SimDuration>,
@@ -196,6 +202,23 @@ struct Download {
     /// As `Circuit::packaged` and `acked`, for stream SENDMEs.
     packaged: u64,
     acked: u64,
+    /// A directory request (BEGIN_DIR to the user's directory guard), not the workload's.
+    dir: Option<DirPart>,
+}
+
+/// Which part of a user's directory fetch a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DirPart {
+    Consensus { user: u32 },
+    Microdescs { user: u32 },
+}
+
+impl DirPart {
+    fn user(self) -> u32 {
+        match self {
+            DirPart::Consensus { user } | DirPart::Microdescs { user } => user,
+        }
+    }
 }
 
 impl Download {
@@ -280,6 +303,10 @@ pub struct Client {
     pub max_stream_in_flight: u32,
     /// SENDMEs for upload cells never sent: the exit's protocol violation (must stay 0).
     pub sendme_violations: u64,
+    /// The users' directory fetches, when the network has directory traffic.
+    directory: Option<DirectoryClient>,
+    /// The `Directory` timer is armed for this time.
+    directory_wake: Option<SimTime>,
 }
 
 impl Client {
@@ -289,10 +316,14 @@ impl Client {
         servers: Vec<HostId>,
         start: SimTime,
         options: ClientOptions,
+        directory_rng: onionlab_engine::HostRng,
     ) -> Self {
         let p = &world.params;
         let cbt = BuildTimeEstimator::new(p);
         let uploads = workload.is_upload();
+        let directory = p
+            .directory_traffic
+            .then(|| DirectoryClient::new(workload.users(), directory_rng));
         Client {
             options,
             servers,
@@ -322,6 +353,8 @@ impl Client {
             max_circuit_in_flight: 0,
             max_stream_in_flight: 0,
             sendme_violations: 0,
+            directory,
+            directory_wake: None,
         }
     }
 
@@ -437,6 +470,20 @@ impl Client {
         isolation: u32,
     ) {
         let server = self.servers[io.rng().random_range(0..self.servers.len())];
+        let dl = self.new_download(io, size, server, timeout, isolation, None);
+        self.attach(io, dl);
+    }
+
+    /// Adds a download (or directory request) waiting for a circuit, with its timeout armed.
+    fn new_download(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        size: u64,
+        server: HostId,
+        timeout: SimDuration,
+        isolation: u32,
+        dir: Option<DirPart>,
+    ) -> u32 {
         self.download_generation += 1;
         let d = Download {
             generation: self.download_generation,
@@ -450,7 +497,6 @@ impl Client {
             first_byte: None,
             state: DlState::Waiting,
             no_path: false,
-            upload: self.uploads,
             sender: StreamSender::new(&self.world.params),
             request_sent: false,
             sent: 0,
@@ -458,6 +504,8 @@ impl Client {
             acked: 0,
             isolation,
             retries: 0,
+            upload: self.uploads && dir.is_none(),
+            dir,
         };
         let idx = match self.free_downloads.pop() {
             Some(i) => {
@@ -476,7 +524,7 @@ impl Client {
                 generation: self.download_generation,
             },
         );
-        self.attach(io, idx);
+        idx
     }
 
     /// Puts a waiting download on a circuit: an open one young enough, one being built, or a
@@ -485,11 +533,19 @@ impl Client {
     fn attach(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
         let now = io.now();
         let dirtiness = self.dirtiness();
-        let key = self.downloads[dl as usize].as_ref().unwrap().isolation;
+        let d = self.downloads[dl as usize].as_ref().unwrap();
+        let (key, dir_user) = (d.isolation, d.dir.map(DirPart::user));
+        let channels = &self.channels;
+        // A directory request goes on its user's one-hop circuit to the directory guard; a
+        // workload's stream on a three-hop circuit of its isolation.
+        let fits = |c: &Circuit| match dir_user {
+            Some(user) => c.hops == 1 && channels[c.chan as usize].user == user,
+            None => c.hops == 3 && c.isolation.is_none_or(|k| k == key),
+        };
         let usable = |c: &Circuit| {
             c.first_used
                 .is_none_or(|t| now < t.saturating_add(dirtiness))
-                && c.isolation.is_none_or(|k| k == key)
+                && fits(c)
         };
         let open = self.circuits.iter().position(|c| {
             c.as_ref()
@@ -497,15 +553,13 @@ impl Client {
         });
         let building = || {
             self.circuits.iter().position(|c| {
-                c.as_ref().is_some_and(|c| {
-                    matches!(c.state, CircState::Building { .. })
-                        && c.isolation.is_none_or(|k| k == key)
-                })
+                c.as_ref()
+                    .is_some_and(|c| matches!(c.state, CircState::Building { .. }) && fits(c))
             })
         };
         let circ = match open.or_else(building) {
             Some(c) => c as u32,
-            None => match self.launch_circuit(io) {
+            None => match self.launch(io, dir_user) {
                 Ok(c) => c,
                 Err(why) => {
                     self.downloads[dl as usize].as_mut().unwrap().no_path =
@@ -571,7 +625,11 @@ impl Client {
         let d = self.downloads[dl as usize].as_mut().unwrap();
         d.stream_id = stream_id;
         d.state = DlState::Connecting;
-        let mut begin = Cell::relay(0, RelayCommand::Begin, 3, stream_id);
+        let (command, hop) = match d.dir {
+            Some(_) => (RelayCommand::BeginDir, 1),
+            None => (RelayCommand::Begin, 3),
+        };
+        let mut begin = Cell::relay(0, command, hop, stream_id);
         begin.arg = d.server;
         let wait = if d.retries < 2 {
             BEGIN_TIMEOUT_EARLY
@@ -585,7 +643,7 @@ impl Client {
         };
         io.arm_in(wait, timer);
         self.send_on_circuit(io, circ, begin);
-        if was_clean {
+        if was_clean && hop == 3 {
             self.keep_preemptive(io);
         }
     }
@@ -603,7 +661,8 @@ impl Client {
         let Some(circ) = d.circ.take() else {
             return;
         };
-        let end = Cell::relay(0, RelayCommand::End, 3, stream_id);
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let end = Cell::relay(0, RelayCommand::End, c.hops, stream_id);
         self.send_on_circuit(io, circ, end);
         let c = self.circuits[circ as usize].as_mut().unwrap();
         c.downloads.retain(|&(x, _)| x != dl);
@@ -622,7 +681,7 @@ impl Client {
             .circuits
             .iter()
             .flatten()
-            .filter(|c| c.first_used.is_none())
+            .filter(|c| c.hops == 3 && c.first_used.is_none())
             .count() as u32;
         let want = self.world.params.preemptive_circuits;
         for _ in clean..want {
@@ -651,13 +710,17 @@ impl Client {
                         .is_some_and(|t| now >= t.saturating_add(dirtiness));
                 if outcome != DownloadOutcome::Ok && d.state != DlState::Waiting {
                     // Tell the exit to stop sending.
-                    let end = Cell::relay(0, RelayCommand::End, 3, d.stream_id);
+                    let end = Cell::relay(0, RelayCommand::End, c.hops, d.stream_id);
                     self.send_on_circuit(io, circ, end);
                 }
                 if expired {
                     self.close_circuit(io, circ, CircuitOutcome::Built, true);
                 }
             }
+        }
+        if let Some(part) = d.dir {
+            self.directory_done(io, part, d.received, outcome == DownloadOutcome::Ok);
+            return;
         }
         self.finished.push(DownloadLog {
             size: d.size,
@@ -678,14 +741,30 @@ impl Client {
 
     // --- circuits ---
 
-    fn launch_circuit(&mut self, io: &mut impl Io<ClientTimer>) -> Result<u32, NoCircuit> {
+    /// Launches a circuit: a user's one-hop directory circuit, or a workload's three-hop one.
+    fn launch(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        dir_user: Option<u32>,
+    ) -> Result<u32, NoCircuit> {
+        match dir_user {
+            Some(user) => self.launch_dir_circuit(io, user),
+            None => self.launch_circuit(io),
+        }
+    }
+
+    fn too_many_pending(&self) -> bool {
         let pending = self
             .circuits
             .iter()
             .flatten()
             .filter(|c| matches!(c.state, CircState::Building { .. }))
             .count() as u32;
-        if pending >= self.world.params.max_client_circuits_pending {
+        pending >= self.world.params.max_client_circuits_pending
+    }
+
+    fn launch_circuit(&mut self, io: &mut impl Io<ClientTimer>) -> Result<u32, NoCircuit> {
+        if self.too_many_pending() {
             return Err(NoCircuit::TooManyPending);
         }
         let world = self.world.clone();
@@ -696,16 +775,46 @@ impl Client {
             .selector
             .choose_path(&world.consensus, guards, HTTP_PORT, false, io.rng())
             .ok_or(NoCircuit::NoPath)?;
-        let now = io.now();
-        let guard_host = world.relay_hosts[path[0]];
-        let ours = |c: &Channel| c.relay == path[0] && c.user == user;
-        let ch = match self.channels.iter().position(ours) {
+        let ch = self.channel_for(io, path[0], user);
+        Ok(self.create_circuit(io, ch, path, 3))
+    }
+
+    /// A one-hop circuit to `user`'s directory guard: the first of its primary guards (tor
+    /// 0.4 draws directory guards from the same sample), or without entry guards a relay
+    /// chosen by guard weight for this circuit.
+    fn launch_dir_circuit(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        user: u32,
+    ) -> Result<u32, NoCircuit> {
+        if self.too_many_pending() {
+            return Err(NoCircuit::TooManyPending);
+        }
+        let world = self.world.clone();
+        let guard = match self.guards.get(user as usize).and_then(|g| g.first()) {
+            Some(&g) => g,
+            None => *world
+                .selector
+                .choose_guards(&world.consensus, 1, io.rng())
+                .first()
+                .ok_or(NoCircuit::NoPath)?,
+        };
+        let ch = self.channel_for(io, guard, user);
+        Ok(self.create_circuit(io, ch, [guard, usize::MAX, usize::MAX], 1))
+    }
+
+    /// The user's channel to `relay`, opened if it has none.
+    fn channel_for(&mut self, io: &mut impl Io<ClientTimer>, relay: usize, user: u32) -> usize {
+        let world = self.world.clone();
+        let guard_host = world.relay_hosts[relay];
+        let ours = |c: &Channel| c.relay == relay && c.user == user;
+        match self.channels.iter().position(ours) {
             Some(ch) => ch,
             None => {
                 let socket = io.connect(guard_host, OR_PORT);
                 let chan = Channel {
                     socket,
-                    relay: path[0],
+                    relay,
                     user,
                     open: false,
                     link: LinkHandshake::opening(world.params.link_handshake, false),
@@ -733,7 +842,19 @@ impl Client {
                 self.channel_by_slot[slot] = ch as u32;
                 ch
             }
-        };
+        }
+    }
+
+    /// Starts building a circuit of `hops` hops along `path` on channel `ch`.
+    fn create_circuit(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        ch: usize,
+        path: [usize; 3],
+        hops: u8,
+    ) -> u32 {
+        let now = io.now();
+        let world = self.world.clone();
         self.circuit_generation += 1;
         self.next_circuit_id += 1;
         let circuit = Circuit {
@@ -742,6 +863,7 @@ impl Client {
             chan: ch as u32,
             circ_id: 0,
             path,
+            hops,
             state: CircState::Building { hops: 0 },
             started: now,
             build: None,
@@ -785,7 +907,7 @@ impl Client {
                 generation: self.circuit_generation,
             },
         );
-        Ok(idx)
+        idx
     }
 
     fn send_on_circuit(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, mut cell: Cell) {
@@ -885,7 +1007,7 @@ impl Client {
         if c.state != (CircState::Building { hops: hops - 1 }) {
             return;
         }
-        if hops < 3 {
+        if hops < c.hops {
             c.state = CircState::Building { hops };
             let target = self.world.relay_hosts[c.path[hops as usize]];
             let mut extend = Cell::relay(0, RelayCommand::Extend2, hops, 0);
@@ -897,7 +1019,10 @@ impl Client {
         c.state = CircState::Open;
         let took = now - c.started;
         c.build = Some(took);
-        self.cbt.add(took);
+        // tor learns its build timeout from full-length circuits only.
+        if c.hops == 3 {
+            self.cbt.add(took);
+        }
         for (dl, _) in c.downloads.clone() {
             self.begin(io, circ, dl);
         }
@@ -926,7 +1051,8 @@ impl Client {
             return;
         }
         d.state = DlState::Receiving;
-        let mut request = Cell::relay(0, RelayCommand::Data, 3, stream_id);
+        let hops = self.circuits[circ as usize].as_ref().unwrap().hops;
+        let mut request = Cell::relay(0, RelayCommand::Data, hops, stream_id);
         request.length = REQUEST_BYTES as u16;
         request.arg = d.size.min(u32::MAX as u64) as u32;
         self.send_on_circuit(io, circ, request);
@@ -935,9 +1061,10 @@ impl Client {
     fn data(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, cell: Cell) {
         let now = io.now();
         let c = self.circuits[circ as usize].as_mut().unwrap();
+        let hops = c.hops;
         match c.receiver.on_data() {
             Ok(true) => {
-                let sendme = Cell::relay(0, RelayCommand::Sendme, 3, 0);
+                let sendme = Cell::relay(0, RelayCommand::Sendme, hops, 0);
                 self.send_on_circuit(io, circ, sendme);
             }
             Ok(false) => {}
@@ -953,7 +1080,7 @@ impl Client {
         d.received += cell.length as u64;
         match d.receiver.on_data() {
             Ok(true) => {
-                let sendme = Cell::relay(0, RelayCommand::Sendme, 3, cell.stream_id);
+                let sendme = Cell::relay(0, RelayCommand::Sendme, hops, cell.stream_id);
                 self.send_on_circuit(io, circ, sendme);
             }
             Ok(false) => {}
@@ -1119,19 +1246,22 @@ impl Client {
             self.send_cell(io, c.chan as usize, destroy);
         }
         let built = c.state == CircState::Open;
-        self.circuit_log.push(CircuitLog {
-            id: c.id,
-            path: c.path,
-            start: c.started,
-            build: c.build,
-            outcome: if built {
-                CircuitOutcome::Built
-            } else {
-                outcome
-            },
-            streams: c.streams_opened,
-            closed: Some(now),
-        });
+        // One-hop directory circuits are not the circuits a measurement reports.
+        if c.hops == 3 {
+            self.circuit_log.push(CircuitLog {
+                id: c.id,
+                path: c.path,
+                start: c.started,
+                build: c.build,
+                outcome: if built {
+                    CircuitOutcome::Built
+                } else {
+                    outcome
+                },
+                streams: c.streams_opened,
+                closed: Some(now),
+            });
+        }
         for (dl, _) in c.downloads {
             let Some(d) = self.downloads[dl as usize].as_mut() else {
                 continue;
@@ -1165,7 +1295,7 @@ impl Client {
 
     /// Records circuits still open at the end of the run.
     pub fn close_log(&mut self) {
-        for c in self.circuits.iter().flatten() {
+        for c in self.circuits.iter().flatten().filter(|c| c.hops == 3) {
             self.circuit_log.push(CircuitLog {
                 id: c.id,
                 path: c.path,
@@ -1187,7 +1317,86 @@ impl Client {
         self.downloads
             .iter()
             .flatten()
+            .filter(|d| d.dir.is_none())
             .map(|d| (d.size, d.start, d.first_byte))
+    }
+
+    /// What the users' directory fetches amounted to (zero without directory traffic).
+    pub fn directory_stats(&self) -> DirectoryStats {
+        self.directory.as_ref().map(|d| d.stats).unwrap_or_default()
+    }
+
+    /// Starts the directory fetches that are due and arms the timer for the next.
+    fn poll_directory(&mut self, io: &mut impl Io<ClientTimer>) {
+        let now = io.now();
+        let Some(d) = self.directory.as_mut() else {
+            return;
+        };
+        let mut due = Vec::new();
+        while let Some(request) = d.take_due(now) {
+            due.push(request);
+        }
+        let next = d.next_due();
+        for request in due {
+            let user = request.user;
+            self.dir_request(io, request, DirPart::Consensus { user });
+        }
+        if let Some(at) = next {
+            if self.directory_wake.is_none_or(|w| w > at || w < now) {
+                self.directory_wake = Some(at);
+                io.arm_at(at.max(now), ClientTimer::Directory(at));
+            }
+        }
+    }
+
+    fn dir_request(&mut self, io: &mut impl Io<ClientTimer>, r: DirRequest, part: DirPart) {
+        // The guard's host is the BEGIN_DIR's destination only nominally; `attach` finds the
+        // user's directory circuit.
+        let server = self.servers[0];
+        let dl = self.new_download(io, r.bytes, server, REQUEST_TIMEOUT, u32::MAX, Some(part));
+        self.attach(io, dl);
+    }
+
+    /// A directory request ended, with `received` bytes of response.
+    fn directory_done(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        part: DirPart,
+        received: u64,
+        ok: bool,
+    ) {
+        let now = io.now();
+        let Some(d) = self.directory.as_mut() else {
+            return;
+        };
+        let user = part.user();
+        if !ok {
+            if !d.fetching(user) {
+                return;
+            }
+            d.failed(user, now);
+            // The fetch starts over: its other requests still out are abandoned.
+            let others: Vec<u32> = (0..self.downloads.len() as u32)
+                .filter(|&i| {
+                    self.downloads[i as usize]
+                        .as_ref()
+                        .is_some_and(|x| x.dir.is_some_and(|p| p.user() == user))
+                })
+                .collect();
+            for dl in others {
+                self.finish(io, dl, DownloadOutcome::Error("directory fetch failed"));
+            }
+        } else {
+            match part {
+                DirPart::Consensus { user } => {
+                    for r in d.consensus_done(user, received) {
+                        self.dir_request(io, r, DirPart::Microdescs { user });
+                    }
+                }
+                DirPart::Microdescs { user } => d.microdescs_done(user, received),
+            }
+        }
+        self.poll_directory(io);
     }
 
     /// Adds what this client holds to `census`.
@@ -1231,6 +1440,7 @@ impl Machine for Client {
         }
         self.workload_due = true;
         self.run_workload(io);
+        self.poll_directory(io);
         self.pump(io);
     }
 
@@ -1298,8 +1508,16 @@ impl Machine for Client {
                     c.generation == generation && matches!(c.state, CircState::Building { .. })
                 });
                 if building {
-                    self.cbt.add_timeout();
+                    if self.circuits[circuit as usize].as_ref().unwrap().hops == 3 {
+                        self.cbt.add_timeout();
+                    }
                     self.close_circuit(io, circuit, CircuitOutcome::Timeout, true);
+                }
+            }
+            ClientTimer::Directory(at) => {
+                if self.directory_wake == Some(at) {
+                    self.directory_wake = None;
+                    self.poll_directory(io);
                 }
             }
         }

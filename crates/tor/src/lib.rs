@@ -41,6 +41,7 @@ pub mod build;
 mod circ_ids;
 pub mod client;
 pub mod cpu;
+pub mod directory;
 mod flow;
 pub mod host;
 pub mod io;

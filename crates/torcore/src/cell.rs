@@ -27,6 +27,8 @@ pub enum RelayCommand {
     /// Not a relay cell.
     None,
     Begin,
+    /// Opens a stream to the relay's own directory cache (tor's RELAY_BEGIN_DIR).
+    BeginDir,
     Data,
     End,
     Connected,

@@ -176,6 +176,10 @@ pub struct TorParams {
     pub link_handshake: bool,
 
     // --- clients ---
+    /// Every user's tor fetches consensus diffs and microdescriptors from its directory guard
+    /// on tor's client schedule, over a one-hop circuit (see `onionlab_tor::directory`);
+    /// `false` leaves the directory bytes out.
+    pub directory_traffic: bool,
     pub max_circuit_dirtiness_s: u64,
     pub new_circuit_period_s: u64,
     pub max_client_circuits_pending: u32,
@@ -254,6 +258,7 @@ impl Default for TorParams {
             conn_limit: 4096,
             tls_overhead_per_cell: 29,
             link_handshake: true,
+            directory_traffic: true,
             max_circuit_dirtiness_s: 600,
             new_circuit_period_s: 30,
             max_client_circuits_pending: 32,

@@ -1,5 +1,7 @@
 //! The exit edge: streams from exit circuits to file servers, packaging their responses into
 //! DATA cells within the circuit's and stream's windows and the read bucket, and SENDMEs.
+//! A BEGIN_DIR stream (a client's one-hop directory circuit ending here) is the same edge with
+//! the relay's own directory cache in the server's place.
 //!
 //! Uploads run the other way: the client packages DATA cells within its windows, and the exit
 //! is the receiving end. It writes each cell's bytes to the server connection as far as the
@@ -55,10 +57,7 @@ impl Relay {
         let relay = &self.world.consensus.relays[self.relay];
         let c = self.circuits[circ as usize].as_ref().unwrap();
         if c.next.is_some() || !relay.exit_policy.allows_port(HTTP_PORT) {
-            let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
-            self.work.originate();
-            end.arg = 1;
-            self.queue_towards(io, circ, false, end);
+            self.refuse_stream(io, circ, cell.stream_id);
             return;
         }
         // Tor's own ConnLimit, not IMUX's share of it: the share (`ConnLimit * tau`, which
@@ -68,32 +67,30 @@ impl Relay {
         // exit whose channels had filled it refuse its clients' streams.
         if self.open_sockets >= self.conn_limit {
             self.now_counters.conn_limit_refusals += 1;
-            let mut end = Cell::relay(0, RelayCommand::End, c.hop, cell.stream_id);
-            self.work.originate();
-            end.arg = 1;
-            self.queue_towards(io, circ, false, end);
+            self.refuse_stream(io, circ, cell.stream_id);
             return;
         }
         let now = io.now();
         let socket = io.connect(cell.arg as HostId, HTTP_PORT);
         io.set_auto_read(socket, false);
         self.note_socket_opened();
-        let params = &self.world.params;
-        let stream = ExitStream {
-            circ,
-            stream_id: cell.stream_id,
-            socket,
-            sender: StreamSender::new(params),
-            receiver: StreamReceiver::new(params),
-            connected: false,
-            request: None,
-            server_done: false,
-            packaged: 0,
-            acked: 0,
-            requested: false,
-            upload: UploadEdge::default(),
-        };
-        let st = match self.free_streams.pop() {
+        let stream = ExitStream::new(&self.world.params, circ, cell.stream_id, Some(socket));
+        let st = self.add_exit_stream(stream);
+        Self::map_socket(&mut self.stream_by_socket, socket, st);
+        self.exit_circuit(circ, now).streams.push(st);
+    }
+
+    /// Answers a BEGIN (or BEGIN_DIR) this relay will not serve with an END.
+    fn refuse_stream(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, stream_id: u16) {
+        let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
+        let mut end = Cell::relay(0, RelayCommand::End, hop, stream_id);
+        self.work.originate();
+        end.arg = 1;
+        self.queue_towards(io, circ, false, end);
+    }
+
+    fn add_exit_stream(&mut self, stream: ExitStream) -> u32 {
+        match self.free_streams.pop() {
             Some(i) => {
                 self.streams[i as usize] = Some(stream);
                 i
@@ -102,9 +99,28 @@ impl Relay {
                 self.streams.push(Some(stream));
                 (self.streams.len() - 1) as u32
             }
-        };
-        Self::map_socket(&mut self.stream_by_socket, socket, st);
+        }
+    }
+
+    /// A BEGIN_DIR: a stream to this relay's directory cache, which every relay of the model
+    /// runs (in 2019 nearly all relays were caches). It connects at once; the response is
+    /// packaged like a server's but from the cache, without the read bucket, since tor does
+    /// not rate-limit its linked directory connections (the cells still leave through the
+    /// rate-limited channel).
+    pub(super) fn begin_dir(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+        let now = io.now();
+        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let hop = c.hop;
+        if c.next.is_some() {
+            self.refuse_stream(io, circ, cell.stream_id);
+            return;
+        }
+        let stream = ExitStream::new(&self.world.params, circ, cell.stream_id, None);
+        let st = self.add_exit_stream(stream);
         self.exit_circuit(circ, now).streams.push(st);
+        let connected = Cell::relay(0, RelayCommand::Connected, hop, cell.stream_id);
+        self.work.originate();
+        self.queue_towards(io, circ, false, connected);
     }
 
     pub(super) fn server_connected(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
@@ -162,6 +178,16 @@ impl Relay {
         // beyond the window is the client's protocol violation, which the model's clients
         // never commit.
         let _ = s.receiver.on_received();
+        if s.dir_left.is_some() {
+            // The request names the response; a cache reads nothing more from the stream.
+            if !s.requested {
+                s.requested = true;
+                s.dir_left = Some(cell.arg);
+                s.server_done = true;
+            }
+            self.package(io, circ);
+            return;
+        }
         if s.requested {
             s.upload.waiting += u64::from(cell.length);
         } else {
@@ -318,7 +344,10 @@ impl Relay {
                 if !s.connected || !s.sender.can_send() {
                     continue;
                 }
-                let waiting = io.readable(s.socket);
+                let waiting = match s.dir_left {
+                    Some(left) => u64::from(left),
+                    None => io.readable(s.socket),
+                };
                 if waiting == 0 {
                     if s.server_done {
                         self.end_stream(io, st, false);
@@ -327,7 +356,10 @@ impl Relay {
                     }
                     continue;
                 }
-                let allowance = self.buckets.read_allowance(now, false);
+                let allowance = match s.dir_left {
+                    Some(_) => u64::MAX,
+                    None => self.buckets.read_allowance(now, false),
+                };
                 if allowance == 0 {
                     if !self.package_waiting.contains(&circ) {
                         self.package_waiting.push(circ);
@@ -346,8 +378,17 @@ impl Relay {
                         .max_stream_in_flight
                         .max(in_flight.min(u32::MAX as u64) as u32);
                 }
-                let n = io.read(socket, want);
-                self.buckets.note_read(n, false);
+                let n = match s.dir_left.as_mut() {
+                    Some(left) => {
+                        *left -= want as u32;
+                        want
+                    }
+                    None => {
+                        let n = io.read(socket, want);
+                        self.buckets.note_read(n, false);
+                        n
+                    }
+                };
                 let mut data = Cell::relay(0, RelayCommand::Data, hop, stream_id);
                 self.work.originate();
                 data.length = n as u16;
@@ -379,10 +420,12 @@ impl Relay {
             return;
         };
         self.free_streams.push(st);
-        self.stream_by_socket[s.socket.slot as usize] = NONE;
-        self.open_sockets -= 1;
-        if io.is_open(s.socket) {
-            io.close(s.socket);
+        if s.dir_left.is_none() {
+            self.stream_by_socket[s.socket.slot as usize] = NONE;
+            self.open_sockets -= 1;
+            if io.is_open(s.socket) {
+                io.close(s.socket);
+            }
         }
         let Some(c) = self.circuits[s.circ as usize].as_mut() else {
             return;

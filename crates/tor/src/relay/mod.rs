@@ -221,6 +221,39 @@ struct ExitStream {
     requested: bool,
     /// An upload's body on its way to the server (see `exit.rs`).
     upload: exit::UploadEdge,
+    /// A BEGIN_DIR stream, answered by the relay's own directory cache instead of a server
+    /// (`socket` is unused): the response bytes still to package, once the request came.
+    dir_left: Option<u32>,
+}
+
+impl ExitStream {
+    /// A stream to a server through `socket` (connecting), or with `None` a BEGIN_DIR
+    /// stream to the relay's own cache (connected at once).
+    fn new(
+        params: &onionlab_torcore::TorParams,
+        circ: u32,
+        stream_id: u16,
+        socket: Option<SocketId>,
+    ) -> Self {
+        ExitStream {
+            circ,
+            stream_id,
+            socket: socket.unwrap_or(SocketId {
+                slot: u32::MAX,
+                generation: u32::MAX,
+            }),
+            sender: StreamSender::new(params),
+            receiver: StreamReceiver::new(params),
+            connected: socket.is_none(),
+            request: None,
+            server_done: false,
+            packaged: 0,
+            acked: 0,
+            requested: false,
+            upload: exit::UploadEdge::default(),
+            dir_left: socket.is_none().then_some(0),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1161,6 +1194,7 @@ impl Relay {
         match cell.relay {
             RelayCommand::Extend2 => self.extend(io, circ, cell.arg as HostId),
             RelayCommand::Begin => self.begin(io, circ, cell),
+            RelayCommand::BeginDir => self.begin_dir(io, circ, cell),
             RelayCommand::Data => self.exit_data(io, circ, cell),
             RelayCommand::Sendme => self.exit_sendme(io, circ, cell),
             RelayCommand::End => {
@@ -1363,8 +1397,10 @@ impl Relay {
             for st in exit.streams {
                 if let Some(s) = self.streams[st as usize].take() {
                     self.free_streams.push(st);
-                    io.abort(s.socket);
-                    self.open_sockets -= 1;
+                    if s.dir_left.is_none() {
+                        io.abort(s.socket);
+                        self.open_sockets -= 1;
+                    }
                 }
             }
         }
