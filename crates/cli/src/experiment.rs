@@ -78,6 +78,10 @@ pub struct ReproduceArgs {
     /// keeps, 0 < F <= 1 (default 0.1; 1 is the whole network).
     #[arg(long, value_name = "F")]
     pub scale: Option<f64>,
+    /// live-network only: run only these of its variants, comma-separated (as-generated,
+    /// graph-loss, vegas; default: all three).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub variants: Option<Vec<String>>,
     #[command(flatten)]
     pub options: ExperimentOptions,
 }
@@ -136,11 +140,16 @@ pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
     if name == crate::live::NAME {
         return crate::live::reproduce(args);
     }
-    if args.scale.is_some() {
-        return Err(Failure::input(format!(
-            "--scale: only `reproduce {}` takes it",
-            crate::live::NAME
-        )));
+    for (flag, given) in [
+        ("--scale", args.scale.is_some()),
+        ("--variants", args.variants.is_some()),
+    ] {
+        if given {
+            return Err(Failure::input(format!(
+                "{flag}: only `reproduce {}` takes it",
+                crate::live::NAME
+            )));
+        }
     }
     let entry = REPRODUCTIONS
         .iter()

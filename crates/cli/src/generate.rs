@@ -198,14 +198,55 @@ pub(crate) fn scenario_for(args: &GenerateArgs) -> Result<String, Failure> {
     };
     let period =
         onionlab_torcore::period_settings(&consensus.params, consensus.valid_after.as_deref());
+    let capacity = capacity_of(&consensus)?;
     scenario_text(
         args,
         &consensus_ref,
         consensus.relays.len(),
         consensus.valid_after.as_deref(),
         &period,
+        &capacity,
         stop,
     )
+}
+
+/// How the relays' capacity follows from their weights.
+struct Capacity {
+    /// The consensus's day (its valid-after date), if it has one.
+    date: Option<String>,
+    weight_sum: u64,
+    /// What the live relays advertised that day, Gbit/s, where the shipped live data has it.
+    advertised_gbit_s: Option<f64>,
+}
+
+impl Capacity {
+    /// `relays.sample.rate_per_weight`: what makes the whole network's rates add up to the
+    /// advertised bandwidth (bytes/s per unit of weight), rounded to a whole byte.
+    fn rate_per_weight(&self) -> Option<f64> {
+        let advertised = self.advertised_gbit_s?;
+        (self.weight_sum > 0).then(|| (advertised * 1e9 / 8.0 / self.weight_sum as f64).round())
+    }
+}
+
+/// Relay capacities as tornettools takes them, from what relays advertise in their descriptors
+/// (the least of BandwidthRate, BandwidthBurst and observed bandwidth), at the level of the
+/// whole network: Tor Metrics' daily sum of advertised bandwidth for the consensus's day, in
+/// the shipped live data. Consensus weights are a measured share of the network, not a
+/// capacity: read as kB/s, those of 2019-12-15 add up to 577 Gbit/s against the 415.5 Gbit/s
+/// advertised that day.
+fn capacity_of(consensus: &Consensus) -> Result<Capacity, Failure> {
+    let date = (consensus.valid_after.as_deref()).and_then(|v| v.get(..10).map(str::to_string));
+    let live = crate::live::live_data()?;
+    let advertised_gbit_s = date.as_ref().and_then(|d| {
+        (live.daily_relay_bandwidth_gbit_s.iter())
+            .find(|day| &day.date == d)
+            .map(|day| day.advertised)
+    });
+    Ok(Capacity {
+        date,
+        weight_sum: consensus.relays.iter().map(|r| r.bandwidth).sum(),
+        advertised_gbit_s,
+    })
 }
 
 fn scenario_text(
@@ -214,6 +255,7 @@ fn scenario_text(
     consensus_relays: usize,
     valid_after: Option<&str>,
     period: &[onionlab_torcore::PeriodSetting],
+    capacity: &Capacity,
     stop: onionlab_scenario::Duration,
 ) -> Result<String, Failure> {
     let relays = if args.scale >= 1.0 {
@@ -338,8 +380,44 @@ fn scenario_text(
         let _ = writeln!(w, "{line:<40} # {}", s.source);
     }
     let _ = writeln!(w, "authorities: 3");
+    let rate_per_weight = capacity.rate_per_weight();
+    let day = capacity.date.as_deref().unwrap_or("its day");
+    match (rate_per_weight, capacity.advertised_gbit_s) {
+        (Some(per), Some(advertised)) => {
+            let _ = writeln!(
+                w,
+                "# Relay capacity: BandwidthRate = consensus weight x {per} B/s, so that the whole network's"
+            );
+            let _ = writeln!(
+                w,
+                "# rates add up to the {advertised} Gbit/s its relays advertised on {day} (Tor Metrics, as"
+            );
+            let _ = writeln!(
+                w,
+                "# tornettools takes capacities from descriptors); its weights sum to {}.",
+                capacity.weight_sum
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                w,
+                "# Relay capacity: BandwidthRate = consensus weight read as kB/s (the advertised bandwidth"
+            );
+            let _ = writeln!(w, "# of {day} does not ship with onionlab).");
+        }
+    }
     let _ = writeln!(w, "relays:");
-    let _ = writeln!(w, "  sample: {{ consensus: {consensus}, count: {relays} }}");
+    match rate_per_weight {
+        Some(per) => {
+            let _ = writeln!(
+                w,
+                "  sample: {{ consensus: {consensus}, count: {relays}, rate_per_weight: {per} }}"
+            );
+        }
+        None => {
+            let _ = writeln!(w, "  sample: {{ consensus: {consensus}, count: {relays} }}");
+        }
+    }
     let _ = writeln!(w, "servers:");
     for (country, n) in SERVER_COUNTRIES.iter().zip(&by_server_country) {
         if *n > 0 {

@@ -43,17 +43,36 @@ const VARIANTS: [(&str, &str); 3] = [
     ("vegas", "tor.flow_control: vegas"),
 ];
 
-fn experiment_text() -> String {
+/// The variants `--variants` names (all of them without it), in the order of [`VARIANTS`].
+fn chosen_variants(names: Option<&[String]>) -> Result<Vec<(&'static str, &'static str)>, Failure> {
+    let Some(names) = names else {
+        return Ok(VARIANTS.to_vec());
+    };
+    let known: Vec<&str> = VARIANTS.iter().map(|(n, _)| *n).collect();
+    if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+        return Err(Failure::input(format!(
+            "--variants: no variant {bad:?}; expected one or more of {}, comma-separated",
+            known.join(", ")
+        )));
+    }
+    Ok(VARIANTS
+        .iter()
+        .copied()
+        .filter(|(n, _)| names.iter().any(|x| x == n))
+        .collect())
+}
+
+fn experiment_text(variants: &[(&str, &str)]) -> String {
     let mut t = String::from(
-        "# Written by onionlab reproduce live-network: the generated network, and the same\n\
-         # with the graph's own loss kept, and with today's congestion control.\n\
+        "# Written by onionlab reproduce live-network: the generated network as generated, and\n\
+         # with one of generate's period choices undone per variant.\n\
          name: live-network\n\
          scenario: network.yaml\n\
          trials: 3\n\
          stop_time: 8m\n\
          variants:\n",
     );
-    for (name, set) in VARIANTS {
+    for &(name, set) in variants {
         if set.is_empty() {
             t.push_str(&format!("  - name: {name}\n"));
         } else {
@@ -64,7 +83,7 @@ fn experiment_text() -> String {
 }
 
 /// The shipped live measurements.
-fn live_data() -> Result<LiveData, Failure> {
+pub(crate) fn live_data() -> Result<LiveData, Failure> {
     let file = onionlab_data::embedded(LIVE_FILE)
         .ok_or_else(|| Failure::internal(format!("data/{LIVE_FILE} is not compiled in")))?;
     let text = std::str::from_utf8(file.bytes)
@@ -75,6 +94,7 @@ fn live_data() -> Result<LiveData, Failure> {
 pub(crate) fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
     let live = live_data()?;
     let scale = args.scale.unwrap_or(DEFAULT_SCALE);
+    let chosen = chosen_variants(args.variants.as_deref())?;
     let text = scenario_for(&GenerateArgs {
         consensus: CONSENSUS.into(),
         scale,
@@ -89,7 +109,10 @@ pub(crate) fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| PathBuf::from("out").join(format!("reproduce-{NAME}")));
     fs::create_dir_all(&root)
         .map_err(|e| Failure::input(format!("{}: cannot create it: {e}", root.display())))?;
-    for (file, contents) in [(NETWORK_FILE, text), (EXPERIMENT_FILE, experiment_text())] {
+    for (file, contents) in [
+        (NETWORK_FILE, text),
+        (EXPERIMENT_FILE, experiment_text(&chosen)),
+    ] {
         let path = root.join(file);
         fs::write(&path, contents)
             .map_err(|e| Failure::input(format!("{}: cannot write: {e}", path.display())))?;
@@ -108,7 +131,7 @@ pub(crate) fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let mut variants: Vec<(String, Vec<RunData>)> = Vec::new();
-    for (name, _) in VARIANTS {
+    for &(name, _) in &chosen {
         let input = onionlab_report::load_input(&root.join(name))
             .map_err(|e| Failure::internal(e.to_string()))?;
         variants.push((name.to_string(), input.runs().to_vec()));

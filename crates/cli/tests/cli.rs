@@ -989,10 +989,20 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
         "  circuit_window: 1000 ",
         // OnionPerf's sites of the time, on hosted links.
         "name: perf-5m-hk, count: 1, country: HK, bandwidth_down: 1 Gbit, bandwidth_up: 1 Gbit",
+        // Capacities add up to what the relays advertised that day: 415.506 Gbit/s over a
+        // weight sum of 72,116,976 is 720 B/s per unit.
+        "count: 32, rate_per_weight: 720 }",
+        "the 415.506 Gbit/s its relays advertised on 2019-12-15",
     ] {
         assert!(text_2019.contains(needle), "{needle:?} not in {text_2019}");
     }
     assert!(!text_2019.contains("vegas_"), "{text_2019}");
+    // No advertised bandwidth ships for 2023: weights are read as kB/s.
+    assert!(!text.contains("rate_per_weight"), "{text}");
+    assert!(
+        text.contains("of 2023-06-01 does not ship with onionlab"),
+        "{text}"
+    );
     assert!(!text_2019.contains("perf-5m-de"), "{text_2019}");
     assert!(
         text.contains("name: perf-50k-de, count: 1, country: DE"),

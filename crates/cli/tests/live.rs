@@ -96,7 +96,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
 }
 
 #[test]
-fn live_network_is_listed_checked_and_alone_in_taking_scale() {
+fn live_network_is_listed_checked_and_alone_in_taking_scale_and_variants() {
     let out = onionlab(&["reproduce", "--list"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("live-network "));
     let dir = tmp("check");
@@ -132,5 +132,35 @@ fn live_network_is_listed_checked_and_alone_in_taking_scale() {
     let out = onionlab(&["reproduce", "schedulers", "--scale", "0.1", "--check"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only `reproduce live-network`"));
+    let out = onionlab(&["reproduce", "imux", "--variants", "vegas", "--check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--variants: only `reproduce"));
+    // --variants picks among the three, and names the three when it is given another.
+    let d = dir.to_str().unwrap();
+    let base = [
+        "reproduce",
+        "live-network",
+        "--check",
+        "--scale",
+        "0.01",
+        "-o",
+        d,
+    ];
+    let out = onionlab(&[&base[..], &["--variants", "vegas,as-generated"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let experiment = fs::read_to_string(dir.join("live-network.yaml")).unwrap();
+    assert!(experiment.contains("- name: as-generated"), "{experiment}");
+    assert!(experiment.contains("name: vegas") && !experiment.contains("graph-loss"));
+    let out = onionlab(&[&base[..], &["--variants", "as-generated,loss"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no variant \"loss\"") && err.contains("graph-loss"),
+        "{err}"
+    );
     let _ = fs::remove_dir_all(&dir);
 }

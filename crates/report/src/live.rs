@@ -58,6 +58,16 @@ pub struct LiveDay {
     pub failures: u64,
 }
 
+/// The relays' bandwidth on one day, Gbit/s: what they advertised (the sum over relays of the
+/// least of BandwidthRate, BandwidthBurst and observed bandwidth) and what their bandwidth
+/// histories say they used.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct LiveBandwidthDay {
+    pub date: String,
+    pub advertised: f64,
+    pub consumed: f64,
+}
+
 /// What the live network measured in a period (the format of `data/live/*.json`).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct LiveData {
@@ -68,6 +78,8 @@ pub struct LiveData {
     pub time_to_last_byte_s: BTreeMap<String, LiveDistribution>,
     pub circuit_build_time_s: LiveDistribution,
     pub daily_downloads: Vec<LiveDay>,
+    #[serde(default)]
+    pub daily_relay_bandwidth_gbit_s: Vec<LiveBandwidthDay>,
 }
 
 impl LiveData {

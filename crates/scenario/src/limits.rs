@@ -72,6 +72,10 @@ pub const MAX_RELAY_RATE_BYTES: u64 = 1 << 31;
 /// The largest burst factor: a burst of more than 100 times the rate is no longer a burst.
 pub const MAX_BURST_FACTOR: f64 = 100.0;
 
+/// `relays.sample.rate_per_weight`'s range, bytes/s per unit of consensus weight: a thousandth
+/// to a thousand times the weight read as kB/s.
+pub const RATE_PER_WEIGHT_RANGE: std::ops::RangeInclusive<f64> = 1.0..=1_000_000.0;
+
 /// The largest consensus weight: tor keeps weights in 32-bit unsigned integers.
 pub const MAX_CONSENSUS_WEIGHT: u64 = u32::MAX as u64;
 

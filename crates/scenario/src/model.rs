@@ -371,6 +371,9 @@ pub struct GenerateRelays {
 /// 1.25 and 2.0); a third of them set burst = rate.
 pub const DEFAULT_BURST_FACTOR: f64 = 1.67;
 
+/// A sampled relay's `BandwidthRate` per unit of consensus weight: weights are nominally kB/s.
+pub const DEFAULT_RATE_PER_WEIGHT: f64 = 1000.0;
+
 /// How generated relays get their `BandwidthRate`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -463,6 +466,11 @@ pub struct SampleRelays {
     /// Replaces every sampled relay's `BandwidthRate` (default: its consensus weight).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_rate: Option<Rate>,
+    /// Bytes per second of `BandwidthRate` per unit of consensus weight (default 1000: the
+    /// weight read as kB/s). `generate` sets it so that the relays' rates add up to the
+    /// bandwidth the live relays advertised on the consensus's day, where that is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_weight: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_factor: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -981,7 +981,10 @@ impl Resolver<'_> {
             let rate = sm
                 .bandwidth_rate
                 .map(|x| x.bytes_per_sec())
-                .unwrap_or_else(|| relay_rate_in_range(r.bandwidth.saturating_mul(1000)));
+                .unwrap_or_else(|| {
+                    let per = sm.rate_per_weight.unwrap_or(DEFAULT_RATE_PER_WEIGHT);
+                    relay_rate_in_range((r.bandwidth as f64 * per).round() as u64)
+                });
             let link = sm.link.map_or_else(|| derived_link(rate), |l| l.0);
             let name = if seen.get(&r.nickname).copied().unwrap_or(0) > 1 {
                 let k = used.entry(r.nickname.clone()).or_default();

@@ -807,6 +807,27 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
             if let Some(r) = sm.bandwidth_rate {
                 relay_rate(cx, "relays.sample.bandwidth_rate".into(), r)?;
             }
+            if let Some(per) = sm.rate_per_weight {
+                let field = "relays.sample.rate_per_weight";
+                if sm.bandwidth_rate.is_some() {
+                    return Err(cx.err(
+                        field,
+                        "expected either bandwidth_rate (one rate for every relay) or \
+                         rate_per_weight (rates from the weights), not both"
+                            .to_string(),
+                    ));
+                }
+                if !RATE_PER_WEIGHT_RANGE.contains(&per) {
+                    return Err(cx.err(
+                        field,
+                        format!(
+                            "expected bytes per second per unit of consensus weight, from 1 to \
+                             1000000 (1000 reads the weight as kB/s), got {}",
+                            format_real(per)
+                        ),
+                    ));
+                }
+            }
             burst_factor(cx, "relays.sample.burst_factor", sm.burst_factor)?;
             link_rate(cx, "relays.sample.link".into(), sm.link)?;
             country(cx, s, "relays.sample.country".into(), &sm.country)?;

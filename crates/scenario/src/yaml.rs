@@ -118,6 +118,7 @@ fn expected_opt(field: &str) -> Option<String> {
         "loss" => "a probability between 0 and 1, such as 0.01".into(),
         "sigma" => "a number between 0 and 5".into(),
         "burst_factor" => "a number of at least 1.0, such as 1.67".into(),
+        "rate_per_weight" => "bytes per second per unit of weight, from 1 to 1000000, such as 1000".into(),
         "count" | "authorities" => hosts(),
         "guard" | "exit" | "guard_exit" | "middle" => format!("a whole number from 0 to {MAX_HOSTS}"),
         "threads" => format!("a whole number from 1 to {MAX_THREADS}"),

@@ -158,6 +158,32 @@ fn consensus_sample_keeps_real_relays() {
 }
 
 #[test]
+fn sampled_relays_take_their_rate_from_the_weight_times_rate_per_weight() {
+    let path = example("consensus-2023");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let with =
+        |line: &str| text.replacen("    count: 100\n", &format!("    count: 100\n{line}"), 1);
+    let s = parse(&with("    rate_per_weight: 720\n"), &path).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    for r in &plan.relays {
+        assert_eq!(r.bandwidth_rate, (r.consensus_weight * 720).max(75 * 1024));
+    }
+    for (line, expect) in [
+        ("    rate_per_weight: 0.5\n", "from 1 to 1000000"),
+        (
+            "    rate_per_weight: 720\n    bandwidth_rate: 1 MiB/s\n",
+            "not both",
+        ),
+    ] {
+        let err = parse(&with(line), &path).unwrap_err().to_string();
+        assert!(
+            err.contains("relays.sample.rate_per_weight") && err.contains(expect),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn resolution_is_deterministic_and_seeded() {
     let s = load(&example("large")).unwrap();
     let graph = load_graph(&s).unwrap();
