@@ -231,18 +231,22 @@ pub fn run_stats(run: &RunData) -> BTreeMap<Key, f64> {
         ] {
             out.insert(key(None, m), quantile(&f, q));
         }
-        let group_sizes: BTreeSet<u64> = ok_times(run)
-            .filter(|t| t.0 == group)
-            .map(|t| t.1)
-            .collect();
-        for size in group_sizes {
-            let l = ttlb(run, &|g, s| g == group && s == size);
-            for (m, q) in [
-                (Metric::TtlbP50, 0.5),
-                (Metric::TtlbP90, 0.9),
-                (Metric::TtlbP99, 0.99),
-            ] {
-                out.insert(key(Some(size), m), quantile(&l, q));
+        // One pass over the group's downloads: a `markov` group fetches thousands of sizes,
+        // and a pass per size was quadratic (hours on a 10% network). Like the summary's rows
+        // and the report's figures, such a group gets no statistics per size.
+        let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for t in ok_times(run).filter(|t| t.0 == group) {
+            by_size.entry(t.1).or_default().push(t.4);
+        }
+        if by_size.len() <= MAX_SIZES_PER_GROUP {
+            for (size, l) in by_size {
+                for (m, q) in [
+                    (Metric::TtlbP50, 0.5),
+                    (Metric::TtlbP90, 0.9),
+                    (Metric::TtlbP99, 0.99),
+                ] {
+                    out.insert(key(Some(size), m), quantile(&l, q));
+                }
             }
         }
     }

@@ -356,6 +356,40 @@ fn comparing_a_run_with_itself_shows_no_change() {
 }
 
 #[test]
+fn a_group_of_many_sizes_gets_no_statistics_per_size() {
+    // A `markov` group draws each download's size; like the summary and the figures, the
+    // comparison keeps its group-wide rows only, while a group of few sizes keeps its own.
+    let tmp = TempDir::new("sizes");
+    let run = tmp.0.join("run");
+    let mut data = write_run(&run, "toy", 7);
+    let mut many = data.downloads[0].clone();
+    many.group = "users".into();
+    many.bootstrap = false;
+    many.outcome = Outcome::Ok;
+    for i in 0..200u64 {
+        many.size_bytes = 1000 + i;
+        many.ttfb_s = Some(0.5);
+        many.ttlb_s = Some(1.0 + i as f64 / 100.0);
+        data.downloads.push(many.clone());
+    }
+    OutputDir::create(&run)
+        .unwrap()
+        .write_downloads(&data.downloads)
+        .unwrap();
+    let inputs = vec![("base".to_string(), load_input(&run).unwrap())];
+    let out = tmp.0.join("cmp");
+    write_comparison(&inputs, &out).unwrap();
+    let csv = fs::read_to_string(out.join(COMPARISON_CSV)).unwrap();
+    let users: Vec<&str> = csv.lines().filter(|l| l.starts_with("users,")).collect();
+    assert!(
+        users.iter().any(|l| l.starts_with("users,,ttfb_p50_s,")),
+        "{csv}"
+    );
+    assert!(users.iter().all(|l| l.starts_with("users,,")), "{users:?}");
+    assert!(csv.contains("perf,51200,ttlb_p50_s,"), "{csv}");
+}
+
+#[test]
 fn comparison_overlays_runs_and_trials() {
     let tmp = TempDir::new("overlay");
     write_run(&tmp.0.join("one"), "toy", 1);
