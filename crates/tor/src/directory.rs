@@ -7,8 +7,8 @@
 //! leaves the directory caches the first three quarters of an hour to fetch it first. It asks
 //! its directory guard (the first of its primary guards), over a one-hop circuit and a
 //! BEGIN_DIR stream, for a diff from the consensus it holds, then for the microdescriptors the
-//! new consensus lists that it lacks, split as tor splits them (at least 32 per request, in
-//! up to three requests, at most 500 per request).
+//! new consensus lists that it lacks, split as tor splits them (three requests where each
+//! then holds at least 32, fewer where it would not, and none over 500).
 //!
 //! The sizes are the live network's of December 2019, measured from two consensuses 16 hours
 //! apart and the microdescriptors a tor 0.4.1 client held then, compressed as a cache served
