@@ -661,8 +661,8 @@ impl Client {
         let Some(circ) = d.circ.take() else {
             return;
         };
-        let c = self.circuits[circ as usize].as_mut().unwrap();
-        let end = Cell::relay(0, RelayCommand::End, c.hops, stream_id);
+        let hops = self.circuits[circ as usize].as_ref().unwrap().hops;
+        let end = Cell::relay(0, RelayCommand::End, hops, stream_id);
         self.send_on_circuit(io, circ, end);
         let c = self.circuits[circ as usize].as_mut().unwrap();
         c.downloads.retain(|&(x, _)| x != dl);
@@ -1350,8 +1350,8 @@ impl Client {
     }
 
     fn dir_request(&mut self, io: &mut impl Io<ClientTimer>, r: DirRequest, part: DirPart) {
-        // The guard's host is the BEGIN_DIR's destination only nominally; `attach` finds the
-        // user's directory circuit.
+        // A BEGIN_DIR names no destination (the relay answers from its own cache), so the
+        // download's server is a placeholder; `attach` finds the user's directory circuit.
         let server = self.servers[0];
         let dl = self.new_download(io, r.bytes, server, REQUEST_TIMEOUT, u32::MAX, Some(part));
         self.attach(io, dl);
