@@ -70,6 +70,7 @@ pub fn tor_network(
             placement: place(s.node, s.link_up_bps, s.link_down_bps),
             role: HostRole::Server {
                 group: s.group.clone(),
+                shared: !plan.dedicated_server_groups.contains(&s.group),
             },
         });
     }

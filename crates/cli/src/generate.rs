@@ -329,7 +329,11 @@ fn scenario_text(
     );
     let _ = writeln!(
         w,
-        "# from then, on hosted {PERF_LINK}/s links, fetching 50 KiB, 1 MiB and 5 MiB every minute."
+        "# from then, on hosted {PERF_LINK}/s links, fetching 50 KiB, 1 MiB and 5 MiB every minute from"
+    );
+    let _ = writeln!(
+        w,
+        "# a server at their own site (perf-<site>), as OnionPerf fetches from its own host."
     );
     let _ = writeln!(
         w,
@@ -406,18 +410,21 @@ fn scenario_text(
             let _ = writeln!(w, "# of {day} does not ship with onionlab).");
         }
     }
+    let geoip = onionlab_scenario::nearest_geoip(valid_after);
+    let _ = writeln!(
+        w,
+        "# Relay placement: each relay in the country its address lies in, by {geoip} (tor's country"
+    );
+    let _ = writeln!(
+        w,
+        "# table nearest the consensus's day that onionlab ships), on that country's graph node."
+    );
     let _ = writeln!(w, "relays:");
-    match rate_per_weight {
-        Some(per) => {
-            let _ = writeln!(
-                w,
-                "  sample: {{ consensus: {consensus}, count: {relays}, rate_per_weight: {per} }}"
-            );
-        }
-        None => {
-            let _ = writeln!(w, "  sample: {{ consensus: {consensus}, count: {relays} }}");
-        }
-    }
+    let rate = rate_per_weight.map_or(String::new(), |per| format!(", rate_per_weight: {per}"));
+    let _ = writeln!(
+        w,
+        "  sample: {{ consensus: {consensus}, count: {relays}{rate}, place: address, geoip: {geoip} }}"
+    );
     let _ = writeln!(w, "servers:");
     for (country, n) in SERVER_COUNTRIES.iter().zip(&by_server_country) {
         if *n > 0 {
@@ -427,6 +434,15 @@ fn scenario_text(
                 country.to_lowercase()
             );
         }
+    }
+    // OnionPerf fetches from a TGen server on its own host, so the exit's leg of each
+    // measurement goes to the measuring site; users do not fetch from it.
+    for site in sites {
+        let _ = writeln!(
+            w,
+            "  - {{ name: perf-{}, count: 1, country: {site}, bandwidth: {PERF_LINK}, dedicated: true }}",
+            site.to_lowercase()
+        );
     }
     let _ = writeln!(w, "clients:");
     for (i, n) in by_country.iter().enumerate() {
@@ -453,8 +469,8 @@ fn scenario_text(
         for site in sites {
             let _ = writeln!(
                 w,
-                "  - {{ name: perf-{label}-{}, count: {perf_per_site}, country: {site}, bandwidth_down: {PERF_LINK}, bandwidth_up: {PERF_LINK}, workload: {{ perf: {{ size: {size}, interval: 60s }} }}, start: [0s, 60s], use_entry_guards: false, max_circuit_dirtiness: 60s }}",
-                site.to_lowercase()
+                "  - {{ name: perf-{label}-{site_l}, count: {perf_per_site}, country: {site}, bandwidth_down: {PERF_LINK}, bandwidth_up: {PERF_LINK}, workload: {{ perf: {{ size: {size}, interval: 60s }} }}, servers: perf-{site_l}, start: [0s, 60s], use_entry_guards: false, max_circuit_dirtiness: 60s }}",
+                site_l = site.to_lowercase()
             );
         }
     }

@@ -24,7 +24,8 @@ pub(crate) const NAME: &str = "live-network";
 /// One line for `reproduce --list`.
 pub(crate) const ABOUT: &str = "networks generated from the 2019 consensus \
     (consensus-2019-microdesc) at --scale (default 0.1) and the live load, as generated, with \
-    the graph's 0.5% loss, and with Vegas instead of the period's SENDME windows, 3 sampled \
+    the graph's 0.5% loss, with Vegas instead of the period's SENDME windows, and with relays \
+    placed at random instead of by address, 3 sampled \
     networks of 8 simulated minutes each, against Tor Metrics' 2019 OnionPerf measurements: \
     time to last byte per size, circuit build times and errors as means over networks with \
     95% intervals; index.html draws the distributions beside the live ones";
@@ -37,10 +38,14 @@ const EXPERIMENT_FILE: &str = "live-network.yaml";
 
 /// The experiment: the generated network and two of its period choices undone, one at a
 /// time, so the page shows what each is worth.
-const VARIANTS: [(&str, &str); 3] = [
+const VARIANTS: [(&str, &str); 4] = [
     ("as-generated", ""),
     ("graph-loss", "network.graph_loss: true"),
     ("vegas", "tor.flow_control: vegas"),
+    (
+        "random-placement",
+        "relays.sample.place: random, relays.sample.geoip: null",
+    ),
 ];
 
 /// The variants `--variants` names (all of them without it), in the order of [`VARIANTS`].

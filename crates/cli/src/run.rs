@@ -62,6 +62,14 @@ pub(crate) fn resolve(
         onionlab_scenario::load_graph(scenario).map_err(|e| Failure::input(e.to_string()))?;
     let plan =
         onionlab_scenario::resolve(scenario, &graph).map_err(|e| Failure::input(e.to_string()))?;
+    if plan.relays_placed_anywhere > 0 {
+        eprintln!(
+            "note: relays.sample.place: {} of {} relays have no country in the country table or \
+             no node of theirs in the graph; they sit on random nodes",
+            plan.relays_placed_anywhere,
+            plan.relays.len()
+        );
+    }
     Ok((graph, plan))
 }
 

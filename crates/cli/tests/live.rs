@@ -33,6 +33,8 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         "2m",
         "--threads",
         "2",
+        "--variants",
+        "as-generated,vegas,random-placement",
         "--quiet",
         "-o",
         d,
@@ -48,12 +50,33 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
     let network = fs::read_to_string(dir.join("network.yaml")).unwrap();
     assert!(network.contains("consensus-2019-microdesc"), "{network}");
     assert!(network.contains("graph_loss: false") && network.contains("flow_control: sendme"));
-    for variant in ["as-generated", "graph-loss", "vegas"] {
+    assert!(
+        network.contains("place: address, geoip: geoip-2021"),
+        "{network}"
+    );
+    assert!(network.contains("servers: perf-hk") && network.contains("dedicated: true"));
+    for variant in ["as-generated", "vegas", "random-placement"] {
         for trial in ["trial-1", "trial-2"] {
             let run = dir.join(variant).join(trial);
             assert!(run.join("downloads.csv").is_file(), "{}", run.display());
         }
     }
+    // Each site's perf clients fetch from its own server, and users never do.
+    let downloads = fs::read_to_string(dir.join("as-generated/trial-1/downloads.csv")).unwrap();
+    let mut perf_rows = 0;
+    for row in downloads.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        let (group, server) = (f[1], f[8]);
+        match group.strip_prefix("perf-") {
+            Some(g) => {
+                let site = g.rsplit('-').next().unwrap();
+                assert_eq!(server, format!("server-perf-{site}-1"), "{row}");
+                perf_rows += 1;
+            }
+            None => assert!(!server.starts_with("server-perf-"), "{row}"),
+        }
+    }
+    assert!(perf_rows > 0, "{downloads}");
     let vegas = fs::read_to_string(dir.join("vegas/trial-1/run.json")).unwrap();
     assert!(vegas.contains("\"flow_control\": \"vegas\""));
     // The table: every statistic of every variant, over both networks, beside the live value.
@@ -66,7 +89,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
     assert_eq!(rows.len(), 1 + 3 * (3 * 2 + 2 + 1), "{csv}");
     let median_1m = rows
         .iter()
-        .find(|r| r.starts_with("graph-loss,\"time to last byte, 1 MiB, median (s)\""))
+        .find(|r| r.starts_with("random-placement,\"time to last byte, 1 MiB, median (s)\""))
         .unwrap();
     assert!(median_1m.contains(",3.350000,"), "{median_1m}");
     let page = fs::read_to_string(dir.join("index.html")).unwrap();

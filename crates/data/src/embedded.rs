@@ -21,6 +21,18 @@ pub static FILES: &[DataFile] = &[
         bytes: include_bytes!("../../../data/cpu/calibration-epyc-2core-2026-11.yaml"),
     },
     DataFile {
+        path: "geoip/geoip-2021-03-12.xz",
+        bytes: include_bytes!("../../../data/geoip/geoip-2021-03-12.xz"),
+    },
+    DataFile {
+        path: "geoip/geoip-2022-12-06.xz",
+        bytes: include_bytes!("../../../data/geoip/geoip-2022-12-06.xz"),
+    },
+    DataFile {
+        path: "geoip/geoip-2023-06-01.xz",
+        bytes: include_bytes!("../../../data/geoip/geoip-2023-06-01.xz"),
+    },
+    DataFile {
         path: "live/tor-metrics-2019.json",
         bytes: include_bytes!("../../../data/live/tor-metrics-2019.json"),
     },

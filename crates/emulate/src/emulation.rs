@@ -264,7 +264,7 @@ fn run_in_lab(
 
     let stop = Arc::new(AtomicBool::new(false));
     for (i, node) in layout.nodes.iter().enumerate() {
-        if matches!(node.role, Role::Server) {
+        if matches!(node.role, Role::Server { .. }) {
             workload::start_server(&lab.node_ns(i), node.address, stop.clone())
                 .map_err(|e| Error::Setup(format!("server {}: {e}", node.name)))?;
         }
@@ -433,8 +433,10 @@ fn measure(
             .iter()
             .enumerate()
             .filter(|(_, s)| {
-                matches!(s.role, Role::Server)
-                    && server_group.as_ref().is_none_or(|g| *g == s.group)
+                let Role::Server { shared } = s.role else {
+                    return false;
+                };
+                server_group.as_ref().map_or(shared, |g| *g == s.group)
             })
             .map(|(j, s)| (j, s.address))
             .collect();
@@ -548,7 +550,7 @@ fn cpu_processes(lab: &Lab, layout: &Layout) -> Vec<cpu::Process> {
                 Role::Authority => "authority",
                 Role::Relay { .. } => "relay",
                 Role::Client { .. } => "client",
-                Role::Server => return None,
+                Role::Server { .. } => return None,
             };
             Some(cpu::Process {
                 name: node.name.clone(),

@@ -34,7 +34,11 @@ pub enum Role {
         exit: bool,
         family: Option<u32>,
     },
-    Server,
+    Server {
+        /// Whether clients that name no server group download from it (not so for a
+        /// dedicated group).
+        shared: bool,
+    },
     Client {
         workload: ClientWorkload,
         server_group: Option<String>,
@@ -63,7 +67,7 @@ pub struct Node {
 
 impl Node {
     pub fn runs_tor(&self) -> bool {
-        !matches!(self.role, Role::Server)
+        !matches!(self.role, Role::Server { .. })
     }
 
     /// A tor nickname (1-19 letters and digits) that stays unique by carrying the host index.
@@ -206,7 +210,8 @@ pub fn layout(plan: &Plan, graph: &Graph) -> Result<Layout, String> {
     }
     for s in &plan.servers {
         let (up, down, g) = host(s);
-        push(&s.name, &s.group, Role::Server, up, down, g);
+        let shared = !plan.dedicated_server_groups.contains(&s.group);
+        push(&s.name, &s.group, Role::Server { shared }, up, down, g);
     }
     for c in &plan.clients {
         let (up, down, g) = host(&c.host);
@@ -285,7 +290,7 @@ mod tests {
         let node = Node {
             name: "guard-exit-relay-number-17".into(),
             group: "relay".into(),
-            role: Role::Server,
+            role: Role::Server { shared: true },
             address: address(3),
             mac: mac(3),
             link_up_bps: 1,

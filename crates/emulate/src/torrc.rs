@@ -223,7 +223,7 @@ pub fn torrc(
                 .collect();
             line(format!("ExcludeNodes {}", auths.join(",")));
         }
-        Role::Server => unreachable!("servers run no tor"),
+        Role::Server { .. } => unreachable!("servers run no tor"),
     }
     t
 }

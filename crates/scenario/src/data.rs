@@ -31,6 +31,38 @@ pub(crate) const CONSENSUS_ALIASES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Tor's IPv4 country tables (`relays.sample.geoip`), named by year; each is the table tor
+/// shipped nearest the day of a shipped consensus (see data/SOURCES.md).
+pub(crate) const GEOIP_ALIASES: &[(&str, &str)] = &[
+    ("geoip-2021", "geoip/geoip-2021-03-12.xz"),
+    ("geoip-2022", "geoip/geoip-2022-12-06.xz"),
+    ("geoip-2023", "geoip/geoip-2023-06-01.xz"),
+];
+
+/// The shipped country table nearest a consensus's valid-after day (`YYYY-MM-DD...`); the
+/// newest when the day is missing or unreadable. Tables are named by their day, so the day is
+/// read from the path.
+pub(crate) fn nearest_geoip(valid_after: Option<&str>) -> &'static str {
+    let days = |text: &str| -> Option<i64> {
+        let y: i64 = text.get(..4)?.parse().ok()?;
+        let m: i64 = text.get(5..7)?.parse().ok()?;
+        let d: i64 = text.get(8..10)?.parse().ok()?;
+        Some(y * 372 + m * 31 + d)
+    };
+    let newest = GEOIP_ALIASES[GEOIP_ALIASES.len() - 1].0;
+    let Some(day) = valid_after.and_then(days) else {
+        return newest;
+    };
+    GEOIP_ALIASES
+        .iter()
+        .filter_map(|(alias, path)| {
+            let at = path.rfind("geoip-")? + "geoip-".len();
+            Some(((days(&path[at..])? - day).abs(), *alias))
+        })
+        .min()
+        .map_or(newest, |(_, alias)| alias)
+}
+
 /// The PrivCount traffic models (tmodel-ccs2018): the best stream and packet models the
 /// release names, and the initial models the learning started from.
 pub(crate) const STREAM_MODEL_ALIASES: &[(&str, &str)] = &[

@@ -239,6 +239,12 @@ pub fn consensus_input(spec: &str, source: &Path) -> Result<onionlab_data::Input
     data::resolve_file(spec, source, data::CONSENSUS_ALIASES)
 }
 
+/// The shipped country table nearest a consensus's valid-after day (`geoip-2021`, ...), which
+/// `relays.sample.place: address` reads when `geoip` is not set.
+pub fn nearest_geoip(valid_after: Option<&str>) -> &'static str {
+    data::nearest_geoip(valid_after)
+}
+
 /// Whether `spec` names a shipped file (an alias or `data:<path>`) rather than a path.
 pub fn is_shipped_consensus(spec: &str) -> bool {
     spec.starts_with("data:") || data::CONSENSUS_ALIASES.iter().any(|(a, _)| *a == spec)

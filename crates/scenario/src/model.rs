@@ -475,8 +475,28 @@ pub struct SampleRelays {
     pub burst_factor: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<Rate>,
+    /// Puts every sampled relay in this country.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
+    /// Where on the graph each sampled relay sits (default `random`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<RelayPlacement>,
+    /// The IPv4 country table `place: address` reads, in tor's geoip format: `geoip-2021`,
+    /// `geoip-2022`, `geoip-2023`, `data:<path>` or a path (tor-geoipdb's
+    /// `/usr/share/tor/geoip`, say). Default: the shipped table nearest the consensus's day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geoip: Option<String>,
+}
+
+/// Where `relays.sample` puts its relays on the graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelayPlacement {
+    /// A node drawn at random (among `country`'s nodes, when it is set).
+    Random,
+    /// A node of the country the relay's address lies in by the `geoip` table, as the live
+    /// relay was; a relay whose country the table or the graph lacks goes anywhere.
+    Address,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -495,6 +515,10 @@ pub struct ServerGroup {
     pub bandwidth_down: Option<Rate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
+    /// Serves only the client groups that name it in their `servers`, not those that name
+    /// none: a measurement's own server, as OnionPerf fetches from its own host.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dedicated: bool,
 }
 
 fn default_port() -> u16 {

@@ -34,6 +34,11 @@ pub struct Plan {
     pub impairments: Vec<PlannedImpairment>,
     /// The relays' CPU model, if the scenario has one.
     pub cpu: Option<crate::cpu::PlannedCpu>,
+    /// Server groups with `dedicated: true`: only clients that name them download from them.
+    pub dedicated_server_groups: Vec<String>,
+    /// Sampled relays placed by address that went to a random node: the country table has no
+    /// country for their address, or the graph no node in it.
+    pub relays_placed_anywhere: u32,
 }
 
 /// A host of a [`Plan`], by its list there and its position in that list.
@@ -271,6 +276,7 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
         seed,
         next_host: 0,
         countries: countries(graph),
+        placed_anywhere: 0,
         models: BTreeMap::new(),
     };
     let authorities = r.authorities()?;
@@ -335,6 +341,11 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
         attacks,
         impairments,
         cpu,
+        relays_placed_anywhere: r.placed_anywhere,
+        dedicated_server_groups: (s.servers.iter())
+            .filter(|g| g.dedicated)
+            .map(|g| g.name.clone())
+            .collect(),
     })
 }
 
@@ -444,6 +455,8 @@ struct Resolver<'a> {
     /// Position of the next host in plan order; selects its random streams.
     next_host: u32,
     countries: BTreeMap<String, Vec<usize>>,
+    /// Relays `place: address` put anywhere: the table or the graph has no country for them.
+    placed_anywhere: u32,
     /// Traffic models read so far, by reference and kind.
     models: BTreeMap<
         (String, onionlab_traffic::ModelKind),
@@ -485,13 +498,40 @@ impl Resolver<'_> {
     }
 
     fn place(&self, host: u32, country: Option<&str>, field: &str) -> Result<usize, ScenarioError> {
-        let cands = self.candidates(country, field)?;
+        Ok(self.place_among(host, self.candidates(country, field)?))
+    }
+
+    /// A node drawn from `cands`, or from the whole graph when `cands` is empty.
+    fn place_among(&self, host: u32, cands: &[usize]) -> usize {
         let mut rng = host_rng(self.seed, host, PURPOSE_PLACE);
-        Ok(if cands.is_empty() {
+        if cands.is_empty() {
             rng.random_range(0..self.graph.nodes.len())
         } else {
             cands[rng.random_range(0..cands.len())]
-        })
+        }
+    }
+
+    /// The country table `relays.sample` places its relays by, if it places them by address.
+    fn sample_geoip(
+        &self,
+        sm: &SampleRelays,
+        valid_after: Option<&str>,
+    ) -> Result<Option<onionlab_netdir::GeoIp>, ScenarioError> {
+        if sm.place != Some(RelayPlacement::Address) {
+            return Ok(None);
+        }
+        let field = "relays.sample.geoip";
+        let spec = (sm.geoip.as_deref()).unwrap_or_else(|| data::nearest_geoip(valid_after));
+        let input = data::resolve_file(spec, &self.s.source, data::GEOIP_ALIASES)
+            .map_err(|m| self.err(field, m))?;
+        let bytes = input
+            .read()
+            .map_err(|e| self.err(field, format!("{input}: {e}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| self.err(field, format!("{input}: not UTF-8 text")))?;
+        onionlab_netdir::GeoIp::parse(&text)
+            .map(Some)
+            .map_err(|e| self.err(field, format!("{input}: {e}")))
     }
 
     /// A host's access link: the group's rates, else the node's defaults.
@@ -964,6 +1004,7 @@ impl Resolver<'_> {
                 ),
             ));
         }
+        let geoip = self.sample_geoip(sm, consensus.valid_after.as_deref())?;
         let mut rng = host_rng(self.seed, u32::MAX, PURPOSE_SAMPLE);
         let sampled = consensus.sample(sm.count as usize, &mut rng);
         if let Some(c) = &sm.country {
@@ -977,7 +1018,18 @@ impl Resolver<'_> {
         let mut out = Vec::new();
         for r in sampled.relays {
             let h = self.take_host();
-            let node = self.place(h, sm.country.as_deref(), "relays.sample.country")?;
+            let node = match &geoip {
+                Some(table) => {
+                    let cands = (table.country(r.address))
+                        .and_then(|c| self.countries.get(c))
+                        .map_or(&[][..], Vec::as_slice);
+                    if cands.is_empty() {
+                        self.placed_anywhere += 1;
+                    }
+                    self.place_among(h, cands)
+                }
+                None => self.place(h, sm.country.as_deref(), "relays.sample.country")?,
+            };
             let rate = sm
                 .bandwidth_rate
                 .map(|x| x.bytes_per_sec())

@@ -831,7 +831,41 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
             burst_factor(cx, "relays.sample.burst_factor", sm.burst_factor)?;
             link_rate(cx, "relays.sample.link".into(), sm.link)?;
             country(cx, s, "relays.sample.country".into(), &sm.country)?;
+            sample_placement(cx, s, sm)?;
         }
+    }
+    Ok(())
+}
+
+/// `relays.sample.place` and `geoip`: the table is read only to place relays by address, and
+/// that placement needs a graph with countries and no single `country`.
+fn sample_placement(cx: &Ctx, s: &Scenario, sm: &SampleRelays) -> Check {
+    let by_address = sm.place == Some(RelayPlacement::Address);
+    if by_address && sm.country.is_some() {
+        return Err(cx.err(
+            "relays.sample.place",
+            "`place: address` puts each relay in the country its address lies in, and              `country` puts every relay in one country: expected one of them, not both",
+        ));
+    }
+    if by_address && s.network.graph == "builtin" {
+        return Err(cx.err(
+            "relays.sample.place",
+            "`place: address` needs a graph with countries (graph: internet-2018, or a graph              with country codes); the builtin single-switch graph has none",
+        ));
+    }
+    if let Some(g) = &sm.geoip {
+        if !by_address {
+            return Err(cx.err(
+                "relays.sample.geoip",
+                "the country table is read only to place relays by address: expected                  `place: address` beside it",
+            ));
+        }
+        data::resolve_file(g, cx.source, data::GEOIP_ALIASES).map_err(|m| {
+            cx.err(
+                "relays.sample.geoip",
+                format!("expected an IPv4 country table in tor's geoip format: {m}"),
+            )
+        })?;
     }
     Ok(())
 }
@@ -1006,6 +1040,13 @@ fn clients(cx: &Ctx, s: &Scenario) -> Check {
                     "clients need servers to download from, but no `servers:` are defined",
                 ));
             }
+            None if s.servers.iter().all(|sg| sg.dedicated) => {
+                return Err(cx.err(
+                    format!("{p}.servers"),
+                    "every server group is dedicated (serves only the clients that name it): \
+                     expected the name of one here, or a server group without `dedicated`",
+                ));
+            }
             _ => {}
         }
         range(cx, format!("{p}.start"), g.start)?;
@@ -1062,6 +1103,23 @@ pub(crate) fn warnings(s: &Scenario) -> Vec<ScenarioWarning> {
                      late, at the end of their round",
                     s.network.lookahead_floor,
                     Duration(s.network.lookahead_floor.0 - latency.0)
+                ),
+            );
+        }
+    }
+    for (i, g) in s.servers.iter().enumerate() {
+        if g.dedicated
+            && !s
+                .clients
+                .iter()
+                .any(|c| c.servers.as_ref() == Some(&g.name))
+        {
+            warn(
+                format!("servers[{i}].dedicated"),
+                format!(
+                    "no client group names {} in its `servers`, so its dedicated servers serve \
+                     nobody",
+                    shown(&g.name)
                 ),
             );
         }

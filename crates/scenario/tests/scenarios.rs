@@ -707,3 +707,141 @@ clients:
     assert!(shown.contains("broken-stream.json"), "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sampled_relays_placed_by_address_sit_in_their_addresses_countries() {
+    let path = example("consensus-2023");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let with =
+        |line: &str| text.replacen("    count: 100\n", &format!("    count: 100\n{line}"), 1);
+    let s = parse(&with("    place: address\n"), &path).unwrap();
+    let graph = load_graph(&s).unwrap();
+    let plan = resolve(&s, &graph).unwrap();
+    // The default table is the one nearest the consensus's day (2023-06-01).
+    assert_eq!(
+        onionlab_scenario::nearest_geoip(Some("2023-06-01 10:00:00")),
+        "geoip-2023"
+    );
+    let bytes = onionlab_data::Input::Embedded(
+        onionlab_data::embedded("geoip/geoip-2023-06-01.xz").unwrap(),
+    )
+    .read()
+    .unwrap();
+    let table = onionlab_netdir::GeoIp::parse(std::str::from_utf8(&bytes).unwrap()).unwrap();
+    let mut anywhere = 0;
+    let mut in_de = 0;
+    for r in &plan.relays {
+        let node = graph.nodes[r.node].country_code.as_deref();
+        match table.country(r.address) {
+            Some(cc)
+                if graph
+                    .nodes
+                    .iter()
+                    .any(|n| n.country_code.as_deref() == Some(cc)) =>
+            {
+                assert_eq!(node, Some(cc), "{} at {}", r.name, r.address);
+                in_de += usize::from(cc == "DE");
+            }
+            _ => anywhere += 1,
+        }
+    }
+    assert_eq!(plan.relays_placed_anywhere, anywhere);
+    // The live network's relays sat mostly in Germany; at random, one in 183 would.
+    assert!(in_de > 15, "{in_de} of 100 relays in DE");
+    // The same seed places them the same way; without `place`, they go anywhere.
+    assert_eq!(plan, resolve(&s, &graph).unwrap());
+    let random = resolve(&parse(&text, &path).unwrap(), &graph).unwrap();
+    assert_ne!(
+        plan.relays.iter().map(|r| r.node).collect::<Vec<_>>(),
+        random.relays.iter().map(|r| r.node).collect::<Vec<_>>()
+    );
+    // A table given by path, in tor's format.
+    let dir = std::env::temp_dir().join(format!("onionlab-geoip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let own = dir.join("geoip");
+    std::fs::write(&own, "# every address in France\n0,4294967295,FR\n").unwrap();
+    let line = format!("    place: address\n    geoip: {}\n", own.display());
+    let s = parse(&with(&line), &path).unwrap();
+    let plan = resolve(&s, &graph).unwrap();
+    assert!(plan
+        .relays
+        .iter()
+        .all(|r| graph.nodes[r.node].country_code.as_deref() == Some("FR")));
+    std::fs::write(&own, "0,10,FR\n5,20,DE\n").unwrap();
+    let err = resolve(&parse(&with(&line), &path).unwrap(), &graph)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("relays.sample.geoip")
+            && err.contains("line 2")
+            && err.contains("does not follow"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    for (line, field, expect) in [
+        (
+            "    place: address\n    country: DE\n",
+            "relays.sample.place",
+            "not both",
+        ),
+        (
+            "    geoip: geoip-2021\n",
+            "relays.sample.geoip",
+            "place: address",
+        ),
+        (
+            "    place: address\n    geoip: geoip-1999\n",
+            "relays.sample.geoip",
+            "geoip-2021",
+        ),
+        ("    place: somewhere\n", "relays.sample.place", "address"),
+    ] {
+        let err = parse(&with(line), &path).unwrap_err().to_string();
+        assert!(err.contains(field) && err.contains(expect), "{line}: {err}");
+    }
+}
+
+#[test]
+fn the_nearest_shipped_country_table_is_chosen_by_the_consensus_day() {
+    for (day, table) in [
+        (Some("2019-12-15 13:00:00"), "geoip-2021"),
+        (Some("2022-11-19 10:00:00"), "geoip-2022"),
+        (Some("2023-06-01 10:00:00"), "geoip-2023"),
+        (Some("2030-01-01 00:00:00"), "geoip-2023"),
+        (Some("not a day"), "geoip-2023"),
+        (None, "geoip-2023"),
+    ] {
+        assert_eq!(onionlab_scenario::nearest_geoip(day), table, "{day:?}");
+    }
+}
+
+#[test]
+fn dedicated_servers_serve_only_the_clients_that_name_them() {
+    let base = "name: d\nrun: { seed: 1, stop_time: 1m }\nrelays:\n  generate: { guard: 2, exit: 2, middle: 1 }\n";
+    let path = Path::new("dedicated.yaml");
+    let servers =
+        "servers:\n  - { name: web, count: 2 }\n  - { name: own, count: 1, dedicated: true }\n";
+    let clients = "clients:\n  - { name: users, count: 2, workload: { web: { size: 10 KiB } } }\n  - { name: perf, workload: { perf: { size: 50 KiB, interval: 10s } }, servers: own }\n";
+    let s = parse(&format!("{base}{servers}{clients}"), path).unwrap();
+    assert!(onionlab_scenario::warnings(&s).is_empty());
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    assert_eq!(plan.dedicated_server_groups, vec!["own".to_string()]);
+    // Nobody names it: it serves nobody, which is legal but worth a warning.
+    let unnamed = clients.replace(", servers: own", "");
+    let s = parse(&format!("{base}{servers}{unnamed}"), path).unwrap();
+    let w = onionlab_scenario::warnings(&s);
+    assert!(
+        w.iter()
+            .any(|w| w.to_string().contains("servers[1].dedicated")),
+        "{w:?}"
+    );
+    // Clients that name no group need a server that is not dedicated.
+    let only = "servers:\n  - { name: own, count: 1, dedicated: true }\n";
+    let err = parse(&format!("{base}{only}{clients}"), path)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("clients[0].servers") && err.contains("dedicated"),
+        "{err}"
+    );
+}

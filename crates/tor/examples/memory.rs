@@ -110,6 +110,7 @@ fn simulate(shape: Shape, until: SimTime) -> (Simulation<TorHost>, [Vec<HostId>;
         placement: gigabit(),
         role: HostRole::Server {
             group: "web".into(),
+            shared: true,
         },
     });
     for c in 0..shape.clients {

@@ -18,7 +18,7 @@ use crate::relay::{Relay, RelayLimits};
 use crate::world::TorWorld;
 use crate::{Client, Server};
 
-/// The server group that holds every server (for clients that may use any).
+/// The server group that holds every shared server (for clients that name no group).
 pub const ALL_SERVERS: &str = "*";
 
 pub enum HostRole {
@@ -40,6 +40,9 @@ pub enum HostRole {
     },
     Server {
         group: String,
+        /// Whether clients that name no server group download from it too (not so for a
+        /// dedicated group: a measurement's own server).
+        shared: bool,
     },
     /// The socket exhaustion attacker.
     Attacker(AttackPlan),
@@ -77,6 +80,7 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
     );
     let mut relay_hosts = vec![HostId::MAX; network.consensus.relays.len()];
     let mut server_groups: Vec<(String, Vec<HostId>)> = Vec::new();
+    let mut shared_servers: Vec<HostId> = Vec::new();
     for (id, h) in network.hosts.iter().enumerate() {
         match &h.role {
             HostRole::Relay { relay, .. } => {
@@ -85,7 +89,10 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
                     .ok_or_else(|| format!("host {}: no relay {relay} in the consensus", h.name))?;
                 *slot = id as HostId;
             }
-            HostRole::Server { group } => {
+            HostRole::Server { group, shared } => {
+                if *shared {
+                    shared_servers.push(id as HostId);
+                }
                 match server_groups.iter_mut().find(|(g, _)| g == group) {
                     Some((_, hosts)) => hosts.push(id as HostId),
                     None => server_groups.push((group.clone(), vec![id as HostId])),
@@ -94,8 +101,7 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
             _ => {}
         }
     }
-    let all: Vec<HostId> = server_groups.iter().flat_map(|(_, h)| h.clone()).collect();
-    server_groups.push((ALL_SERVERS.to_string(), all));
+    server_groups.push((ALL_SERVERS.to_string(), shared_servers));
     if let Some(r) = relay_hosts.iter().position(|&h| h == HostId::MAX) {
         return Err(format!("consensus relay {r} has no host"));
     }

@@ -140,6 +140,7 @@ pub fn network_spec(
         placement: at(1000 * MBIT, 1000 * MBIT),
         role: HostRole::Server {
             group: "web".into(),
+            shared: true,
         },
     });
     for (i, w) in clients.into_iter().enumerate() {
