@@ -64,6 +64,7 @@ pub fn drain(
                         circuit_build_s: d.circuit_build.map(as_secs_f64),
                         ttfb_s: d.first_byte.map(|t| as_secs_f64(t - d.start)),
                         ttlb_s: d.last_byte.map(|t| as_secs_f64(t - d.start)),
+                        request_s: d.request.map(|t| as_secs_f64(t - d.start)),
                         outcome: match d.outcome {
                             DownloadOutcome::Ok => Outcome::Ok,
                             DownloadOutcome::Timeout => Outcome::Timeout,

@@ -65,8 +65,9 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
     let downloads = fs::read_to_string(dir.join("as-generated/trial-1/downloads.csv")).unwrap();
     let mut perf_rows = 0;
     for row in downloads.lines().skip(1) {
-        let f: Vec<&str> = row.split(',').collect();
-        let (group, server) = (f[1], f[8]);
+        // An error's reason may hold a comma; the columns after the outcome never do.
+        let group = row.split(',').nth(1).unwrap();
+        let server = row.rsplit(',').nth(5).unwrap();
         match group.strip_prefix("perf-") {
             Some(g) => {
                 let site = g.rsplit('-').next().unwrap();
@@ -86,7 +87,15 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         rows[0],
         "variant,statistic,networks,model_mean,model_ci_low,model_ci_high,live,difference_pct"
     );
-    assert_eq!(rows.len(), 1 + 3 * (3 * 2 + 2 + 1), "{csv}");
+    assert_eq!(rows.len(), 1 + 3 * (3 * 2 + 2 + 2 + 1), "{csv}");
+    // Every network's measurements have request times, so the round trip has a value.
+    let round_trip = rows
+        .iter()
+        .find(|r| {
+            r.starts_with("as-generated,\"circuit round trip (request to first byte), median (s)\"")
+        })
+        .unwrap();
+    assert!(round_trip.contains(",0.400000,"), "{round_trip}");
     let median_1m = rows
         .iter()
         .find(|r| r.starts_with("random-placement,\"time to last byte, 1 MiB, median (s)\""))
@@ -96,6 +105,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
     for needle in [
         "live_ttlb_5242880.svg",
         "live_circuit_build.svg",
+        "live_circuit_round_trip.svg",
         "live.csv",
         "2019-12-31",
         "vegas (mean",

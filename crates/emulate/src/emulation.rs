@@ -722,6 +722,7 @@ fn download_records(
                 }),
                 ttfb_s: d.first_byte.map(|t| ns(t - d.start)),
                 ttlb_s: d.last_byte.map(|t| ns(t - d.start)),
+                request_s: d.request.map(|t| ns(t - d.start)),
                 outcome: match &d.ending {
                     Ending::Ok => Outcome::Ok,
                     Ending::Timeout => Outcome::Timeout,

@@ -49,6 +49,8 @@ pub struct Download {
     pub server: usize,
     pub size: u64,
     pub start: u64,
+    /// When the request went out, after tor reported the stream open (OnionPerf's DATAREQUEST).
+    pub request: Option<u64>,
     pub first_byte: Option<u64>,
     pub last_byte: Option<u64>,
     pub ending: Ending,
@@ -192,6 +194,7 @@ impl Job {
             server: self.server,
             size: self.size,
             start,
+            request: None,
             first_byte: None,
             last_byte: None,
             ending: Ending::Ok,
@@ -231,6 +234,7 @@ impl Job {
                 }
             },
         )?;
+        d.request = Some(clock.now_ns());
         stream
             .write_all(&self.size.to_be_bytes())
             .map_err(|e| Failure::io("request", e))?;

@@ -77,6 +77,10 @@ pub struct LiveData {
     /// Time to last byte by download size in bytes (written as a string key).
     pub time_to_last_byte_s: BTreeMap<String, LiveDistribution>,
     pub circuit_build_time_s: LiveDistribution,
+    /// OnionPerf's request to first response byte (DATAREQUEST to DATARESPONSE): one round
+    /// trip over the circuit and the server's answer, where the file has it.
+    #[serde(default)]
+    pub circuit_round_trip_s: Option<LiveDistribution>,
     pub daily_downloads: Vec<LiveDay>,
     #[serde(default)]
     pub daily_relay_bandwidth_gbit_s: Vec<LiveBandwidthDay>,
@@ -105,7 +109,10 @@ impl LiveData {
             .chain([(
                 "circuit_build_time_s".to_string(),
                 &live.circuit_build_time_s,
-            )]);
+            )])
+            .chain(
+                (live.circuit_round_trip_s.iter()).map(|d| ("circuit_round_trip_s".to_string(), d)),
+            );
         for (name, d) in dists {
             if d.values.len() != q.len() {
                 return Err(format!(
@@ -175,6 +182,8 @@ pub struct NetworkSample {
     pub ttlb: BTreeMap<u64, Vec<f64>>,
     /// Build times of the circuits successful downloads used.
     pub circuit_build: Vec<f64>,
+    /// Successful downloads' request to first byte (`ttfb_s - request_s`).
+    pub round_trip: Vec<f64>,
     /// Downloads finished, and of those timed out or failed.
     pub downloads: u64,
     pub errors: u64,
@@ -195,6 +204,9 @@ impl NetworkSample {
                     s.ttlb.entry(d.size_bytes).or_default().push(t);
                     if let Some(b) = d.circuit_build_s {
                         s.circuit_build.push(b);
+                    }
+                    if let (Some(first), Some(request)) = (d.ttfb_s, d.request_s) {
+                        s.round_trip.push(first - request);
                     }
                 }
                 _ => s.errors += 1,
@@ -229,8 +241,9 @@ impl LiveRow {
     }
 }
 
-/// The comparison's rows: the median and 90th percentile of time to last byte per live size
-/// and of circuit build time, then the error rate.
+/// The comparison's rows: the median and 90th percentile of time to last byte per live size,
+/// of circuit build time and (where the live data has it) of the circuit round trip, then the
+/// error rate.
 pub fn compare(networks: &[NetworkSample], live: &LiveData) -> Vec<LiveRow> {
     let mut rows = Vec::new();
     let mut add = |name: String, per_network: &dyn Fn(&NetworkSample) -> Vec<f64>, d| {
@@ -258,6 +271,13 @@ pub fn compare(networks: &[NetworkSample], live: &LiveData) -> Vec<LiveRow> {
         &|n| n.circuit_build.clone(),
         &live.circuit_build_time_s,
     );
+    if let Some(d) = &live.circuit_round_trip_s {
+        add(
+            "circuit round trip (request to first byte)".into(),
+            &|n| n.round_trip.clone(),
+            d,
+        );
+    }
     let rates: Vec<f64> = (networks.iter())
         .map(|n| {
             if n.downloads == 0 {
@@ -342,6 +362,20 @@ pub fn figures(variants: &[(String, Vec<NetworkSample>)], live: &LiveData) -> Ve
         )),
         caption: "Circuits that carried a successful measurement download.".into(),
     });
+    if let Some(d) = &live.circuit_round_trip_s {
+        out.push(Named {
+            stem: "live_circuit_round_trip".into(),
+            figure: Figure::Lines(chart(
+                "Circuit round trip: onionlab and the live network".into(),
+                "request to first byte (s)",
+                &|n| n.round_trip.clone(),
+                d,
+            )),
+            caption: "From a successful measurement download's request to its first byte: one \
+                      round trip over the circuit and the server's answer."
+                .into(),
+        });
+    }
     out
 }
 
@@ -459,6 +493,8 @@ mod tests {
                                                   "values": [1.0, 2.0, 4.0]}},
                 "circuit_build_time_s": {"count": 9, "min": 0.1, "max": 3,
                                          "values": [0.5, 1.0, 2.0]},
+                "circuit_round_trip_s": {"count": 9, "min": 0.1, "max": 2,
+                                         "values": [0.2, 0.4, 0.8]},
                 "daily_downloads": [{"date": "2019-01-01", "requests": 90, "timeouts": 8,
                                      "failures": 2},
                                     {"date": "2019-01-02", "requests": 10, "timeouts": 0,
@@ -476,12 +512,14 @@ mod tests {
         let a = NetworkSample {
             ttlb: BTreeMap::from([(1000, vec![1.0, 2.0, 3.0, 4.0, 5.0])]),
             circuit_build: vec![0.5, 1.5],
+            round_trip: vec![0.3, 0.5, 0.7],
             downloads: 6,
             errors: 1,
         };
         let b = NetworkSample {
             ttlb: BTreeMap::from([(1000, vec![3.0, 4.0, 5.0, 6.0, 7.0])]),
             circuit_build: vec![1.0, 2.0],
+            round_trip: vec![0.1, 0.3],
             downloads: 5,
             errors: 0,
         };
@@ -494,6 +532,8 @@ mod tests {
                 "time to last byte, 1000 B, p90 (s)",
                 "circuit build time, median (s)",
                 "circuit build time, p90 (s)",
+                "circuit round trip (request to first byte), median (s)",
+                "circuit round trip (request to first byte), p90 (s)",
                 "downloads timed out or failed (share)",
             ]
         );
@@ -505,8 +545,11 @@ mod tests {
         // Build times: nearest-rank medians 0.5 and 1.0, p90s 1.5 and 2.0.
         assert!(close(rows[2].model.mean, 0.75) && close(rows[2].live, 1.0));
         assert!(close(rows[3].model.mean, 1.75) && close(rows[3].live, 2.0));
+        // Round trips: nearest-rank medians 0.5 and 0.1, p90s 0.7 and 0.3.
+        assert!(close(rows[4].model.mean, 0.3) && close(rows[4].live, 0.4));
+        assert!(close(rows[5].model.mean, 0.5) && close(rows[5].live, 0.8));
         // Errors: 1/6 and 0/5, against 10 of 100 live requests.
-        assert!(close(rows[4].model.mean, 1.0 / 12.0) && close(rows[4].live, 0.1));
+        assert!(close(rows[6].model.mean, 1.0 / 12.0) && close(rows[6].live, 0.1));
         let csv = String::from_utf8(rows_csv(&[("as-generated".into(), rows)]).unwrap()).unwrap();
         assert!(
             csv.contains(
@@ -563,6 +606,8 @@ mod tests {
             (1.23, 3.35, 11.06)
         );
         assert_eq!(l.quantile(&l.circuit_build_time_s, 0.5), 1.08);
+        let round_trip = l.circuit_round_trip_s.as_ref().unwrap();
+        assert_eq!(l.quantile(round_trip, 0.5), 0.40);
         assert!((l.error_rate() - 12_292.0 / 144_894.0).abs() < 1e-12);
     }
 }

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::output::{
     io_err, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, CPU_COLUMNS, DIRECTION_COLUMN,
-    DOWNLOADS_CSV, DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, RUN_JSON, TRIALS_JSON,
+    DOWNLOADS_CSV, DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, REQUEST_COLUMN, RUN_JSON,
+    TRIALS_JSON,
 };
 use crate::records::{CircuitRecord, CpuShare, DownloadRecord, Outcome, RelaySample, RunInfo};
 
@@ -50,7 +51,7 @@ impl RunData {
             downloads: read_csv(
                 &dir.join(DOWNLOADS_CSV),
                 DOWNLOAD_COLUMNS,
-                &[&[DIRECTION_COLUMN]],
+                &[&[DIRECTION_COLUMN], &[REQUEST_COLUMN]],
                 download_row,
             )?,
             relays: read_csv(
@@ -374,6 +375,7 @@ fn download_row(r: &Row) -> Result<DownloadRecord, String> {
         circuit_build_s: r.opt_f64(4)?,
         ttfb_s: r.opt_f64(5)?,
         ttlb_s: r.opt_f64(6)?,
+        request_s: r.optional_non_negative(1)?,
         outcome: r
             .cell(7)
             .parse::<Outcome>()
@@ -647,6 +649,42 @@ mod tests {
                 other => panic!("{other}"),
             }
         }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// downloads.csv loads with and without `request_s` (files written before it existed),
+    /// and refuses a negative one.
+    #[test]
+    fn request_times_load_where_the_file_has_them() {
+        let dir = std::env::temp_dir().join(format!("onionlab-request-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("downloads.csv");
+        let old = "client,group,size_bytes,start_s,circuit_build_s,ttfb_s,ttlb_s,outcome,server,\
+                   guard,middle,exit,bootstrap\nc,g,10,1.0,,0.5,0.6,ok,s,a,b,c,false\n";
+        let read = |text: &str| {
+            fs::write(&path, text).unwrap();
+            read_csv(
+                &path,
+                DOWNLOAD_COLUMNS,
+                &[&[DIRECTION_COLUMN], &[REQUEST_COLUMN]],
+                download_row,
+            )
+        };
+        assert_eq!(read(old).unwrap()[0].request_s, None);
+        let new = old.replace("bootstrap\n", "bootstrap,request_s\n");
+        let with = new.replace("false\n", "false,0.25\n");
+        assert_eq!(read(&with).unwrap()[0].request_s, Some(0.25));
+        assert_eq!(
+            read(&new.replace("false\n", "false,\n")).unwrap()[0].request_s,
+            None
+        );
+        let err = read(&new.replace("false\n", "false,-1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("request_s") && err.contains("downloads.csv:2:"),
+            "{err}"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -51,7 +51,12 @@ pub const DOWNLOADS_HEADER: [&str; 13] = [
     "bootstrap",
 ];
 
-/// The column after [`DOWNLOADS_HEADER`] that says whether a row is a `download` or an
+/// The column after [`DOWNLOADS_HEADER`] that says when a download's request left the client
+/// ([`DownloadRecord::request_s`]). Every run writes it; files written before it existed load
+/// without it.
+pub const REQUEST_COLUMN: &str = "request_s";
+
+/// The column after [`REQUEST_COLUMN`] that says whether a row is a `download` or an
 /// `upload`. Only runs with uploads write it, so that the files of runs without stay as they
 /// were; a file without it holds downloads only.
 pub const DIRECTION_COLUMN: &str = "direction";
@@ -364,6 +369,7 @@ impl OutputDir {
 
 fn downloads_header(direction: bool) -> Vec<&'static str> {
     let mut header = DOWNLOADS_HEADER.to_vec();
+    header.push(REQUEST_COLUMN);
     if direction {
         header.push(DIRECTION_COLUMN);
     }
@@ -385,6 +391,7 @@ fn download_row(r: &DownloadRecord, direction: bool) -> Vec<String> {
         r.middle.clone(),
         r.exit.clone(),
         r.bootstrap.to_string(),
+        fixed_opt(r.request_s),
     ];
     if direction {
         row.push(if r.upload { "upload" } else { "download" }.to_string());
@@ -642,6 +649,7 @@ mod tests {
             circuit_build_s: None,
             ttfb_s: Some(0.5),
             ttlb_s: ttlb,
+            request_s: Some(0.25),
             outcome,
             server: "server3".into(),
             guard: "relay1".into(),
@@ -715,19 +723,26 @@ mod tests {
             .next()
             .unwrap()
             .starts_with("client,group,size_bytes,start_s,circuit_build_s,ttfb_s,ttlb_s,outcome,"));
+        assert!(text
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",bootstrap,request_s"));
         assert_eq!(
             lines.next().unwrap(),
-            "web1,web,327680,1800.250000,,0.500000,2.000000,ok,server3,relay1,relay2,relay3,false"
+            "web1,web,327680,1800.250000,,0.500000,2.000000,ok,server3,relay1,relay2,relay3,false,\
+             0.250000"
         );
         assert_eq!(
             lines.next().unwrap(),
-            "web1,web,327680,1800.250000,,0.500000,,timeout,server3,relay1,relay2,relay3,false"
+            "web1,web,327680,1800.250000,,0.500000,,timeout,server3,relay1,relay2,relay3,false,\
+             0.250000"
         );
         // The reason contains a comma, so the csv writer must quote the cell.
         assert_eq!(
             lines.next().unwrap(),
             "web1,web,327680,1800.250000,,0.500000,,\"error:connection refused, by exit\",\
-             server3,relay1,relay2,relay3,false"
+             server3,relay1,relay2,relay3,false,0.250000"
         );
         assert!(text.ends_with('\n') && !text.contains('\r'));
     }

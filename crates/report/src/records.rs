@@ -78,6 +78,11 @@ pub struct DownloadRecord {
     pub circuit_build_s: Option<f64>,
     pub ttfb_s: Option<f64>,
     pub ttlb_s: Option<f64>,
+    /// When the request left the client, from `start_s` (OnionPerf's DATAREQUEST): after the
+    /// stream opened, so `ttfb_s - request_s` is one round trip over the circuit. Empty when
+    /// the stream never opened, and in files written before the column existed.
+    #[serde(default)]
+    pub request_s: Option<f64>,
     pub outcome: Outcome,
     pub server: String,
     pub guard: String,

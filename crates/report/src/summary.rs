@@ -507,6 +507,7 @@ mod tests {
             circuit_build_s: Some(0.3),
             ttfb_s: Some(ttfb),
             ttlb_s: outcome.is_ok().then_some(ttlb),
+            request_s: Some(ttfb / 2.0),
             outcome,
             server: "s".into(),
             guard: "g".into(),

@@ -485,6 +485,7 @@ mod tests {
             circuit_build_s: Some(0.5),
             ttfb_s: Some(0.2),
             ttlb_s: Some(ttlb),
+            request_s: Some(0.1),
             outcome,
             server: "server-sink-1".into(),
             guard: "guard".into(),

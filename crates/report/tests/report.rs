@@ -129,6 +129,7 @@ fn write_run(dir: &Path, name: &str, seed: u64) -> RunData {
             circuit_build_s: Some(0.4),
             ttfb_s: Some(ttfb),
             ttlb_s: outcome.is_ok().then_some(ttlb),
+            request_s: Some(ttfb / 2.0),
             outcome,
             server: "server-web-1".into(),
             guard: "guard1".into(),

@@ -183,6 +183,8 @@ struct Download {
     stream_id: u16,
     receiver: StreamReceiver,
     received: u64,
+    /// When its request left the client (OnionPerf's DATAREQUEST).
+    request: Option<SimTime>,
     first_byte: Option<SimTime>,
     state: DlState,
     /// The last attempt to find a circuit for this download failed because no path could be
@@ -494,6 +496,7 @@ impl Client {
             stream_id: 0,
             receiver: StreamReceiver::new(&self.world.params),
             received: 0,
+            request: None,
             first_byte: None,
             state: DlState::Waiting,
             no_path: false,
@@ -727,6 +730,7 @@ impl Client {
             server: d.server,
             start: d.start,
             circuit_build: build,
+            request: d.request,
             first_byte: d.first_byte,
             last_byte: (outcome == DownloadOutcome::Ok).then_some(now),
             outcome,
@@ -1051,6 +1055,7 @@ impl Client {
             return;
         }
         d.state = DlState::Receiving;
+        d.request = Some(io.now());
         let hops = self.circuits[circ as usize].as_ref().unwrap().hops;
         let mut request = Cell::relay(0, RelayCommand::Data, hops, stream_id);
         request.length = REQUEST_BYTES as u16;
@@ -1147,6 +1152,7 @@ impl Client {
                 cell.arg = d.size.min(u32::MAX as u64) as u32;
                 cell.upload = true;
                 d.request_sent = true;
+                d.request = Some(now);
                 d.first_byte = Some(now);
             }
             if d.sent >= d.size {

@@ -41,6 +41,9 @@ pub struct DownloadLog {
     pub start: SimTime,
     /// Build time of the circuit the download used.
     pub circuit_build: Option<SimDuration>,
+    /// When the request left the client, after the stream opened (OnionPerf's DATAREQUEST):
+    /// `first_byte - request` is one round trip over the circuit and the server's answer.
+    pub request: Option<SimTime>,
     pub first_byte: Option<SimTime>,
     pub last_byte: Option<SimTime>,
     pub outcome: DownloadOutcome,

@@ -68,10 +68,11 @@ fn a_5_mib_download_goes_guard_middle_exit_and_arrives_whole_under_sendme() {
     one_bulk_download(FlowControl::Sendme);
 }
 
-/// The build time of the first circuit, in seconds, on the three-relay network (every host
-/// 10 ms one way from every other, links of 100 Mbit/s, no CPU model), with `TCP_NODELAY`
-/// so that no segment waits on Nagle's rule for a delayed ACK.
-fn first_build(link_handshake: bool) -> f64 {
+/// The build time of the first circuit and its download's request-to-first-byte time, in
+/// seconds, on the three-relay network (every host 10 ms one way from every other, links of
+/// 100 Mbit/s, no CPU model), with `TCP_NODELAY` so that no segment waits on Nagle's rule
+/// for a delayed ACK.
+fn first_build(link_handshake: bool) -> (f64, f64) {
     let params = TorParams {
         link_handshake,
         ..TorParams::default()
@@ -93,7 +94,11 @@ fn first_build(link_handshake: bool) -> f64 {
     sim.run_until(secs(5));
     let first = &client(&sim, 4).finished[0];
     assert_eq!(first.outcome, DownloadOutcome::Ok, "{first:?}");
-    as_secs_f64(first.circuit_build.unwrap())
+    let round_trip = first.first_byte.unwrap() - first.request.unwrap();
+    (
+        as_secs_f64(first.circuit_build.unwrap()),
+        as_secs_f64(round_trip),
+    )
 }
 
 /// A circuit's build time against the closed form, with every connection new. With the link
@@ -102,11 +107,12 @@ fn first_build(link_handshake: bool) -> f64 {
 /// third the EXTEND2's way to the extending relay and back (1 and 2 RTT) on top, so
 /// 4 + 5 + 6 = 15 round trips of 20 ms. Without it, each connection costs TCP's round trip
 /// alone: 2 + 3 + 4 = 9. What is left over is transmission, the stacks' processing and the
-/// relays' KIST runs (every 3 ms), a few milliseconds.
+/// relays' KIST runs (every 3 ms), a few milliseconds. The download's request then takes one
+/// round trip over the circuit to the server to bring its first byte.
 #[test]
 fn circuit_build_time_matches_the_closed_form_with_and_without_the_link_handshake() {
-    let with = first_build(true);
-    let without = first_build(false);
+    let (with, round_trip) = first_build(true);
+    let (without, _) = first_build(false);
     eprintln!("build: {with:.4} s with the link handshake, {without:.4} s without");
     let rtt = 0.020;
     assert!(
@@ -116,6 +122,13 @@ fn circuit_build_time_matches_the_closed_form_with_and_without_the_link_handshak
     assert!(
         without >= 9.0 * rtt && without < 9.0 * rtt + 0.012,
         "without the handshake: {without}"
+    );
+    // The request goes once the stream is open, over connections already open all the way
+    // to the server: client, guard, middle, exit and server are four hops of 10 ms each way.
+    eprintln!("request to first byte: {round_trip:.4} s");
+    assert!(
+        round_trip >= 4.0 * rtt && round_trip < 4.0 * rtt + 0.008,
+        "request to first byte: {round_trip}"
     );
 }
 
