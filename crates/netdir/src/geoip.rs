@@ -67,8 +67,8 @@ impl GeoIp {
             let cc = cc.trim().as_bytes();
             let code = match cc {
                 [x, y]
-                    if (x.is_ascii_alphabetic() || *x == b'?')
-                        && (y.is_ascii_alphabetic() || *y == b'?') =>
+                    if (x.is_ascii_alphabetic() && y.is_ascii_alphabetic())
+                        || (*x == b'?' && *y == b'?') =>
                 {
                     [x.to_ascii_uppercase(), y.to_ascii_uppercase()]
                 }
@@ -150,6 +150,7 @@ mod tests {
             ("1,5,US\n5,9,DE\n", 2, "does not follow"),
             ("1,5,USA\n", 1, "two-letter"),
             ("1,5,U1\n", 1, "two-letter"),
+            ("1,5,U?\n", 1, "two-letter"),
         ] {
             let e = GeoIp::parse(text).unwrap_err();
             assert!(e.starts_with(&format!("line {line}: ")), "{text:?}: {e}");
