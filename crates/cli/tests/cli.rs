@@ -830,14 +830,17 @@ fn uploads_give_identical_results_on_one_and_two_threads_and_a_report() {
     );
     let downloads = fs::read_to_string(outputs[0].join("downloads.csv")).unwrap();
     let mut lines = downloads.lines();
-    assert!(lines.next().unwrap().ends_with(",bootstrap,direction"));
+    assert!(lines
+        .next()
+        .unwrap()
+        .ends_with(",bootstrap,direction,request_s"));
     let rows: Vec<&str> = lines.collect();
     let ok_uploads = rows
         .iter()
-        .filter(|r| r.contains(",ok,") && r.ends_with(",upload"))
+        .filter(|r| r.contains(",ok,") && r.contains(",upload,"))
         .count();
     assert!(ok_uploads >= 4, "{downloads}");
-    assert!(rows.iter().any(|r| r.ends_with(",download")));
+    assert!(rows.iter().any(|r| r.contains(",download,")));
     let summary = fs::read_to_string(outputs[0].join("summary.txt")).unwrap();
     assert!(summary.contains("up (upload)"), "{summary}");
     assert!(summary.contains("Upload goodput per client"), "{summary}");
@@ -990,8 +993,12 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
         // OnionPerf's sites of the time, on hosted links.
         "name: perf-5m-hk, count: 1, country: HK, bandwidth_down: 1 Gbit, bandwidth_up: 1 Gbit",
         // Capacities add up to what the relays advertised that day: 415.506 Gbit/s over a
-        // weight sum of 72,116,976 is 720 B/s per unit.
-        "count: 32, rate_per_weight: 720 }",
+        // weight sum of 72,116,976 is 720 B/s per unit. Relays sit where their addresses
+        // say, by the country table nearest 2019-12-15.
+        "count: 32, rate_per_weight: 720, place: address, geoip: geoip-2021 }",
+        // OnionPerf's own server at each site.
+        "name: perf-hk, count: 1, country: HK, bandwidth: 1 Gbit, dedicated: true }",
+        "servers: perf-hk,",
         "the 415.506 Gbit/s its relays advertised on 2019-12-15",
     ] {
         assert!(text_2019.contains(needle), "{needle:?} not in {text_2019}");
@@ -999,6 +1006,10 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
     assert!(!text_2019.contains("vegas_"), "{text_2019}");
     // No advertised bandwidth ships for 2023: weights are read as kB/s.
     assert!(!text.contains("rate_per_weight"), "{text}");
+    assert!(
+        text.contains("place: address, geoip: geoip-2023 }"),
+        "{text}"
+    );
     assert!(
         text.contains("of 2023-06-01 does not ship with onionlab"),
         "{text}"

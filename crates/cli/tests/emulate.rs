@@ -177,6 +177,9 @@ fn minimal_network(name: &str, offload: bool) {
     let ttfb: f64 = d[5].parse().unwrap();
     let ttlb: f64 = d[6].parse().unwrap();
     assert!(0.0 < ttfb && ttfb <= ttlb && ttlb < 60.0, "{d:?}");
+    // The request went out once the SOCKS reply came, before the first byte.
+    let request: f64 = d[13].parse().unwrap();
+    assert!(0.0 < request && request < ttfb, "{d:?}");
     // Guards may also serve as middles; the only exit is "exit".
     let (guard, middle) = (d[9].as_str(), d[10].as_str());
     assert!(["guard1", "guard2"].contains(&guard), "guard {guard:?}");

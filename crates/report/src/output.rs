@@ -51,12 +51,12 @@ pub const DOWNLOADS_HEADER: [&str; 13] = [
     "bootstrap",
 ];
 
-/// The column after [`DOWNLOADS_HEADER`] that says when a download's request left the client
+/// The last column, which says when a download's request left the client
 /// ([`DownloadRecord::request_s`]). Every run writes it; files written before it existed load
 /// without it.
 pub const REQUEST_COLUMN: &str = "request_s";
 
-/// The column after [`REQUEST_COLUMN`] that says whether a row is a `download` or an
+/// The column after [`DOWNLOADS_HEADER`] that says whether a row is a `download` or an
 /// `upload`. Only runs with uploads write it, so that the files of runs without stay as they
 /// were; a file without it holds downloads only.
 pub const DIRECTION_COLUMN: &str = "direction";
@@ -369,10 +369,10 @@ impl OutputDir {
 
 fn downloads_header(direction: bool) -> Vec<&'static str> {
     let mut header = DOWNLOADS_HEADER.to_vec();
-    header.push(REQUEST_COLUMN);
     if direction {
         header.push(DIRECTION_COLUMN);
     }
+    header.push(REQUEST_COLUMN);
     header
 }
 
@@ -391,11 +391,11 @@ fn download_row(r: &DownloadRecord, direction: bool) -> Vec<String> {
         r.middle.clone(),
         r.exit.clone(),
         r.bootstrap.to_string(),
-        fixed_opt(r.request_s),
     ];
     if direction {
         row.push(if r.upload { "upload" } else { "download" }.to_string());
     }
+    row.push(fixed_opt(r.request_s));
     row
 }
 
