@@ -75,6 +75,9 @@ pub const MAX_BURST_FACTOR: f64 = 100.0;
 /// `relays.sample.rate_per_weight`'s range, bytes/s per unit of consensus weight: a thousandth
 /// to a thousand times the weight read as kB/s.
 pub const RATE_PER_WEIGHT_RANGE: std::ops::RangeInclusive<f64> = 1.0..=1_000_000.0;
+/// `relays.sample.rate_spread`: a log-standard deviation of 2 already spreads rates over a
+/// factor of about 50 either way between the 2.5th and 97.5th percentiles.
+pub const RATE_SPREAD_RANGE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
 
 /// The largest consensus weight: tor keeps weights in 32-bit unsigned integers.
 pub const MAX_CONSENSUS_WEIGHT: u64 = u32::MAX as u64;

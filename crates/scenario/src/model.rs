@@ -471,6 +471,11 @@ pub struct SampleRelays {
     /// bandwidth the live relays advertised on the consensus's day, where that is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_weight: Option<f64>,
+    /// Spreads the rates around weight × `rate_per_weight`, relay by relay: the standard
+    /// deviation of the log of each relay's factor (default 0, none). The network's total
+    /// rate stays the same. Live relays' capacities departed from their weights so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_spread: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_factor: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -208,6 +208,7 @@ const PURPOSE_PLACE: u32 = 0x5c_0001;
 const PURPOSE_RELAY: u32 = 0x5c_0002;
 const PURPOSE_START: u32 = 0x5c_0003;
 const PURPOSE_SAMPLE: u32 = 0x5c_0004;
+const PURPOSE_SPREAD: u32 = 0x5c_0005;
 
 /// Tor's default `BandwidthRate`/`BandwidthBurst` (1 GiB/s), i.e. no configured limit.
 const TOR_DEFAULT_RATE: u64 = 1 << 30;
@@ -1016,6 +1017,7 @@ impl Resolver<'_> {
         }
         let mut used: HashMap<String, u32> = HashMap::new();
         let mut out = Vec::new();
+        let first_host = self.next_host;
         for r in sampled.relays {
             let h = self.take_host();
             let node = match &geoip {
@@ -1065,7 +1067,39 @@ impl Resolver<'_> {
                 address: r.address,
             });
         }
+        if let Some(sigma) = sm.rate_spread.filter(|s| *s > 0.0) {
+            self.spread_rates(&mut out, first_host, sigma, sm);
+        }
         Ok(out)
+    }
+
+    /// `relays.sample.rate_spread`: multiplies each relay's rate by e^(σ·z), z a standard
+    /// normal draw from the relay's own stream, then rescales every rate by one factor so
+    /// that the network's total stays what it was; bursts and derived links follow the rates.
+    fn spread_rates(
+        &self,
+        relays: &mut [PlannedRelay],
+        first_host: u32,
+        sigma: f64,
+        sm: &SampleRelays,
+    ) {
+        let before: f64 = relays.iter().map(|r| r.bandwidth_rate as f64).sum();
+        let spread: Vec<f64> = (relays.iter().enumerate())
+            .map(|(i, r)| {
+                let mut rng = host_rng(self.seed, first_host + i as u32, PURPOSE_SPREAD);
+                r.bandwidth_rate as f64 * (sigma * standard_normal(&mut rng)).exp()
+            })
+            .collect();
+        let scale = before / spread.iter().sum::<f64>();
+        for (r, x) in relays.iter_mut().zip(spread) {
+            let rate = relay_rate_in_range((x * scale).round() as u64);
+            r.bandwidth_rate = rate;
+            r.bandwidth_burst = burst_of(rate, sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR));
+            if sm.link.is_none() {
+                r.link_up_bps = derived_link(rate);
+                r.link_down_bps = r.link_up_bps;
+            }
+        }
     }
 }
 

@@ -828,6 +828,26 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                     ));
                 }
             }
+            if let Some(spread) = sm.rate_spread {
+                let field = "relays.sample.rate_spread";
+                if sm.bandwidth_rate.is_some() {
+                    return Err(cx.err(
+                        field,
+                        "expected either bandwidth_rate (one rate for every relay) or \
+                         rate_spread (rates spread around the weights), not both",
+                    ));
+                }
+                if !RATE_SPREAD_RANGE.contains(&spread) {
+                    return Err(cx.err(
+                        field,
+                        format!(
+                            "expected the standard deviation of the log of each relay's rate \
+                             factor, from 0 to 2, got {}",
+                            format_real(spread)
+                        ),
+                    ));
+                }
+            }
             burst_factor(cx, "relays.sample.burst_factor", sm.burst_factor)?;
             link_rate(cx, "relays.sample.link".into(), sm.link)?;
             country(cx, s, "relays.sample.country".into(), &sm.country)?;

@@ -845,3 +845,46 @@ fn dedicated_servers_serve_only_the_clients_that_name_them() {
         "{err}"
     );
 }
+
+#[test]
+fn sampled_relays_rates_spread_around_their_weights_and_keep_the_total() {
+    let path = example("consensus-2023");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let with =
+        |line: &str| text.replacen("    count: 100\n", &format!("    count: 100\n{line}"), 1);
+    let graph = load_graph(&parse(&text, &path).unwrap()).unwrap();
+    let plain = resolve(&parse(&text, &path).unwrap(), &graph).unwrap();
+    let s = parse(&with("    rate_spread: 0.5\n"), &path).unwrap();
+    let spread = resolve(&s, &graph).unwrap();
+    assert_eq!(spread, resolve(&s, &graph).unwrap(), "not deterministic");
+    let total =
+        |p: &onionlab_scenario::Plan| p.relays.iter().map(|r| r.bandwidth_rate).sum::<u64>();
+    let (a, b) = (total(&plain) as f64, total(&spread) as f64);
+    // Rescaled to the same total, but for relays clamped to Tor's range and rounding.
+    assert!((b / a - 1.0).abs() < 0.02, "{a} against {b}");
+    let logs: Vec<f64> = (plain.relays.iter().zip(&spread.relays))
+        .map(|(p, s)| (s.bandwidth_rate as f64 / p.bandwidth_rate as f64).ln())
+        .collect();
+    let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+    let sd =
+        (logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (logs.len() - 1) as f64).sqrt();
+    assert!((0.35..0.65).contains(&sd), "log-sd {sd}");
+    // Weights, and so the clients' choices, stay; links follow the new rates.
+    for (p, s) in plain.relays.iter().zip(&spread.relays) {
+        assert_eq!(p.consensus_weight, s.consensus_weight);
+        assert!(s.link_up_bps >= s.bandwidth_rate * 8);
+    }
+    for (line, expect) in [
+        ("    rate_spread: 2.5\n", "from 0 to 2"),
+        (
+            "    rate_spread: 0.5\n    bandwidth_rate: 1 MiB/s\n",
+            "not both",
+        ),
+    ] {
+        let err = parse(&with(line), &path).unwrap_err().to_string();
+        assert!(
+            err.contains("relays.sample.rate_spread") && err.contains(expect),
+            "{err}"
+        );
+    }
+}
