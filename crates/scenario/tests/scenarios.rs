@@ -17,6 +17,11 @@ fn example(name: &str) -> PathBuf {
     examples_dir().join(format!("{name}.yaml"))
 }
 
+/// The `consensus-2023` example's text with `lines` added to its `relays.sample` section.
+fn with_sample_lines(text: &str, lines: &str) -> String {
+    text.replacen("    count: 100\n", &format!("    count: 100\n{lines}"), 1)
+}
+
 fn count_groups(plan: &onionlab_scenario::Plan, group: &str) -> usize {
     plan.clients
         .iter()
@@ -161,8 +166,7 @@ fn consensus_sample_keeps_real_relays() {
 fn sampled_relays_take_their_rate_from_the_weight_times_rate_per_weight() {
     let path = example("consensus-2023");
     let text = std::fs::read_to_string(&path).unwrap();
-    let with =
-        |line: &str| text.replacen("    count: 100\n", &format!("    count: 100\n{line}"), 1);
+    let with = |line: &str| with_sample_lines(&text, line);
     let s = parse(&with("    rate_per_weight: 720\n"), &path).unwrap();
     let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
     for r in &plan.relays {
@@ -712,8 +716,7 @@ clients:
 fn sampled_relays_placed_by_address_sit_in_their_addresses_countries() {
     let path = example("consensus-2023");
     let text = std::fs::read_to_string(&path).unwrap();
-    let with =
-        |line: &str| text.replacen("    count: 100\n", &format!("    count: 100\n{line}"), 1);
+    let with = |line: &str| with_sample_lines(&text, line);
     let s = parse(&with("    place: address\n"), &path).unwrap();
     let graph = load_graph(&s).unwrap();
     let plan = resolve(&s, &graph).unwrap();
@@ -850,8 +853,7 @@ fn dedicated_servers_serve_only_the_clients_that_name_them() {
 fn sampled_relays_rates_spread_around_their_weights_and_keep_the_total() {
     let path = example("consensus-2023");
     let text = std::fs::read_to_string(&path).unwrap();
-    let with =
-        |line: &str| text.replacen("    count: 100\n", &format!("    count: 100\n{line}"), 1);
+    let with = |line: &str| with_sample_lines(&text, line);
     let graph = load_graph(&parse(&text, &path).unwrap()).unwrap();
     let plain = resolve(&parse(&text, &path).unwrap(), &graph).unwrap();
     let s = parse(&with("    rate_spread: 0.5\n"), &path).unwrap();
