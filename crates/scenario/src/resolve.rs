@@ -1016,6 +1016,11 @@ impl Resolver<'_> {
             *seen.entry(r.nickname.clone()).or_default() += 1;
         }
         let mut used: HashMap<String, u32> = HashMap::new();
+        // Every name given so far, and every nickname that stands once and keeps its name.
+        let mut taken: HashSet<String> = (seen.iter())
+            .filter(|(_, n)| **n == 1)
+            .map(|(name, _)| name.clone())
+            .collect();
         let mut out = Vec::new();
         let first_host = self.next_host;
         for r in sampled.relays {
@@ -1041,15 +1046,24 @@ impl Resolver<'_> {
                 });
             let link = sm.link.map_or_else(|| derived_link(rate), |l| l.0);
             let name = if seen.get(&r.nickname).copied().unwrap_or(0) > 1 {
+                // Numbered within tor's 19 characters; a number that makes the name of
+                // another relay (a shorter stem plus a longer number, or a nickname that
+                // ends in digits) is skipped, so every relay's name stays its own.
                 let k = used.entry(r.nickname.clone()).or_default();
-                *k += 1;
-                let suffix = k.to_string();
-                let keep = 19usize.saturating_sub(suffix.len());
-                let stem: String = r.nickname.chars().take(keep).collect();
-                format!("{stem}{suffix}")
+                loop {
+                    *k += 1;
+                    let suffix = k.to_string();
+                    let keep = 19usize.saturating_sub(suffix.len());
+                    let stem: String = r.nickname.chars().take(keep).collect();
+                    let candidate = format!("{stem}{suffix}");
+                    if !taken.contains(&candidate) {
+                        break candidate;
+                    }
+                }
             } else {
                 r.nickname.clone()
             };
+            taken.insert(name.clone());
             out.push(PlannedRelay {
                 name,
                 node,

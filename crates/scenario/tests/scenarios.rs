@@ -890,3 +890,53 @@ fn sampled_relays_rates_spread_around_their_weights_and_keep_the_total() {
         );
     }
 }
+
+/// Names identify relays' rows in every output, so a sample's numbering of repeated nicknames
+/// must never make two relays' names the same: not when a 19-character nickname repeats so
+/// often that its numbers grow a digit (the stem shortens), nor when another relay's own
+/// nickname looks like one of those numbered names.
+#[test]
+fn sampled_relays_keep_unique_names_however_their_nicknames_repeat() {
+    let bytes = onionlab_data::Input::Embedded(
+        onionlab_data::embedded("consensus/2023-06-01-10-00-00-consensus.xz").unwrap(),
+    )
+    .read()
+    .unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    // The header, the first 60 relays, and the footer.
+    let head_end = text.find("\nr ").unwrap() + 1;
+    let mut relays: Vec<String> = Vec::new();
+    for block in text[head_end..].split("\nr ") {
+        if relays.len() == 60 {
+            break;
+        }
+        let block = block.strip_prefix("r ").unwrap_or(block);
+        let block = block.split("\ndirectory-footer").next().unwrap();
+        relays.push(format!("r {block}\n"));
+    }
+    let long = "abcdefghijklmnopqrs"; // 19 characters, tor's longest nickname
+    for (i, r) in relays.iter_mut().enumerate() {
+        let nickname = r.split(' ').nth(1).unwrap().to_string();
+        let new = match i {
+            0..=39 => long.to_string(),
+            40 => "abcdefghijklmnopqr1".to_string(), // what the first copy would be named
+            41 => "abcdefghijklmnopq31".to_string(), // and the 31st
+            _ => continue,
+        };
+        *r = r.replacen(&format!("r {nickname} "), &format!("r {new} "), 1);
+    }
+    let consensus = format!("{}{}directory-footer\n", &text[..head_end], relays.concat());
+    let dir = std::env::temp_dir().join(format!("onionlab-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("repeats.consensus"), consensus).unwrap();
+    let path = dir.join("names.yaml");
+    let scenario = "run: { seed: 1, stop_time: 1m }\nrelays:\n  sample: { consensus: repeats.consensus, count: 60 }\n";
+    let s = parse(scenario, &path).unwrap();
+    let plan = resolve(&s, &load_graph(&s).unwrap()).unwrap();
+    assert_eq!(plan.relays.len(), 60);
+    let names: HashSet<&str> = plan.relays.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names.len(), 60, "names repeat");
+    assert!(plan.relays.iter().all(|r| r.name.len() <= 19));
+    assert!(names.contains("abcdefghijklmnopqr1") && names.contains("abcdefghijklmnopq31"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
