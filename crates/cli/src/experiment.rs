@@ -125,6 +125,7 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| PathBuf::from("out").join(&experiment.name));
     let plan = plan(&experiment, &args.options, threads_flag(&args.options)?)?;
     if args.options.check {
+        check_output(&out)?;
         return check_plan(&plan);
     }
     execute(&plan, &out, &args.options)
@@ -191,6 +192,7 @@ pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
             experiment.file
         );
         if args.options.check {
+            check_output(&root.join(&experiment.name))?;
             check_plan(plan)?;
         } else {
             execute(plan, &root.join(&experiment.name), &args.options)?;
@@ -543,12 +545,8 @@ fn read_experiment(path: &Path) -> Result<String, Failure> {
             MAX_EXPERIMENT_BYTES >> 20
         )));
     }
-    String::from_utf8(bytes).map_err(|e| {
-        Failure::input(format!(
-            "{}: the file is not valid UTF-8: {e}",
-            path.display()
-        ))
-    })
+    onionlab_data::utf8_text(bytes)
+        .map_err(|e| Failure::input(format!("{}: the file {e}", path.display())))
 }
 
 /// The base scenario of an experiment file on disk: a file relative to the experiment file's
@@ -1172,6 +1170,11 @@ fn plan<'a>(
         variants: prepared,
         sweep,
     })
+}
+
+/// What `execute` would refuse about the output folder, found without creating it.
+fn check_output(out: &Path) -> Result<(), Failure> {
+    OutputDir::check_creatable(out).map_err(|e| Failure::input(e.to_string()))
 }
 
 /// Runs every check a run would make on every variant, without running.

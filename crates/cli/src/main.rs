@@ -48,6 +48,7 @@ mod emulate;
 mod experiment;
 mod generate;
 mod live;
+mod memory;
 mod results;
 mod run;
 
@@ -58,9 +59,10 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc rather than the system allocator: a large network's state is millions of
 /// connections, circuits and queues made and freed over the run, and mimalloc keeps objects
-/// of one size together on their own pages.
+/// of one size together on their own pages. Wrapped to keep a reserve for when an allocation
+/// fails (see `memory`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: memory::Allocator = memory::Allocator;
 
 /// mimalloc's `mi_option_purge_delay`: its place in mimalloc 2's and 3's `mi_option_e`, for
 /// which `libmimalloc-sys` names no constant (a test checks it against the option's default).
@@ -222,6 +224,7 @@ impl Failure {
 
 fn main() -> ExitCode {
     keep_freed_memory();
+    memory::keep_reserve();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

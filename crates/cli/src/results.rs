@@ -16,22 +16,25 @@ pub struct Collected {
     pub circuits: Vec<CircuitRecord>,
 }
 
-/// Takes the records every host has made since the last call, in host order (so the files do
-/// not depend on threads). With `closing`, clients also log the circuits still open, which is
-/// only right once, at the end of the run.
+/// Takes the records the hosts in `hosts` have made since the last call, in host order (so
+/// the files do not depend on threads). With `closing`, clients also log the circuits still
+/// open, which is only right once, at the end of the run. Callers take a large network a
+/// slice of hosts at a time, so that the records in memory at once stay few.
 pub fn drain(
     sim: &mut Simulation<TorHost>,
     world: &TorWorld,
     groups: &[String],
     bootstrap: SimTime,
     closing: bool,
+    hosts: std::ops::Range<usize>,
 ) -> Collected {
     let mut out = Collected::new();
     let path_names = |path: Option<[usize; 3]>| match path {
         Some(p) => p.map(|r| world.relay_name(r).to_string()),
         None => [String::new(), String::new(), String::new()],
     };
-    for (id, group) in groups.iter().enumerate().take(sim.host_count()) {
+    let hosts = hosts.start..hosts.end.min(sim.host_count()).min(groups.len());
+    for (id, group) in hosts.clone().zip(&groups[hosts]) {
         let name = world.name(id as u32).to_string();
         match sim.host_mut(id as u32) {
             TorHost::Relay(r) => {
@@ -99,6 +102,11 @@ pub fn drain(
                         streams: circ.streams,
                         closed_s: circ.closed.map(as_secs_f64),
                     });
+                }
+                if closing {
+                    // The closing log filled every client's list at once; hand the storage
+                    // back before the next slice of clients fills theirs.
+                    c.circuit_log = Vec::new();
                 }
             }
             _ => {}

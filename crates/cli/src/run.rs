@@ -13,8 +13,9 @@ use onionlab_report::{
     peak_rss_bytes, OutputDir, ResultsOptions, ResultsWriter, RunInfo, RunSummary, WorkerRecord,
 };
 use onionlab_scenario::{Plan, Scenario};
-use onionlab_tor::build::build;
+use onionlab_tor::build::{build_with, BuildError};
 
+use crate::memory::Watch;
 use crate::{assemble, results, Failure, RunArgs};
 
 /// Exit code of a run stopped by Ctrl-C (its results are written, marked partial).
@@ -27,11 +28,6 @@ pub(crate) const MEMORY_LIMIT: u8 = 3;
 /// the machine can hold, with room left for the system, so that a run that outgrows the
 /// machine stops with its results rather than swapping or being killed.
 const DEFAULT_MEMORY_SHARE: f64 = 0.9;
-
-/// How often the run's resident memory is compared with its limit (the progress thread's
-/// once-a-second sample: a large network grows by tens of MiB a second, so the limit is
-/// overshot by that much at most).
-const MEMORY_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Loads a scenario file or a built-in one, printing the warnings validation found (values
 /// that are legal but probably not what the author meant).
@@ -74,16 +70,48 @@ pub(crate) fn resolve(
 }
 
 pub fn check(arg: &str) -> Result<(), Failure> {
-    check_scenario(&load_scenario(arg)?)
+    let scenario = load_scenario(arg)?;
+    // `run` takes the scenario's thread count unless `--threads` replaces it, and its limit
+    // depends on this machine's cores: say now what `run` would say.
+    if let Some(t) = scenario.run.threads {
+        thread_count(
+            t as usize,
+            &format!("{}: run.threads", scenario.source.display()),
+        )?;
+    }
+    check_scenario(&scenario)
 }
 
 /// Every check a run makes before it starts (references, files, sampled or generated relays,
 /// graph, paths), for `check` and `experiment --check`; prints one line saying what would run.
 pub(crate) fn check_scenario(scenario: &Scenario) -> Result<(), Failure> {
-    let (graph, plan) = resolve(scenario)?;
-    let network = assemble::tor_network(scenario, graph, &plan, scenario.run.seed, 1)
-        .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
-    build(network).map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
+    // Checking builds the network, which takes as much memory as a run's start: the default
+    // limit holds here too.
+    let control = RunControl::default();
+    let watch = Watch::start(control.clone(), memory_limit(None)?);
+    let built = (|| {
+        let (graph, plan) = resolve(scenario)?;
+        let network = assemble::tor_network(scenario, graph, &plan, scenario.run.seed, 1)
+            .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
+        build_with(network, &control).map_err(|e| build_failure(scenario, e))?;
+        Ok(plan)
+    })();
+    let stop = watch.finish();
+    let plan = match (built, stop) {
+        (Ok(plan), None) => plan,
+        (_, Some(stop)) => {
+            return Err(Failure {
+                code: MEMORY_LIMIT,
+                message: format!(
+                    "{}: checking stopped while building the network: {} (a smaller network \
+                     fits; `run` stops the same way)",
+                    scenario.source.display(),
+                    stop.describe()
+                ),
+            })
+        }
+        (Err(f), None) => return Err(f),
+    };
     println!(
         "{}: valid: {} relays, {} authorities, {} servers, {} clients, {} simulated",
         scenario.source.display(),
@@ -94,6 +122,18 @@ pub(crate) fn check_scenario(scenario: &Scenario) -> Result<(), Failure> {
         format_secs(as_secs_f64(scenario.run.stop_time.0)),
     );
     Ok(())
+}
+
+/// A network that could not be built, in the scenario's terms: a graph that cannot carry the
+/// hosts is the fault of `network.graph`.
+fn build_failure(scenario: &Scenario, e: BuildError) -> Failure {
+    let file = scenario.source.display();
+    match e {
+        BuildError::Graph(m) => Failure::input(format!("{file}: network.graph: {m}")),
+        BuildError::Invalid(m) => Failure::input(format!("{file}: {m}")),
+        // Only an interrupted control stops a build, and callers look at why first.
+        BuildError::Stopped { .. } => Failure::internal(format!("{file}: {e}")),
+    }
 }
 
 /// Applies `--seed` and `--stop-time` to a loaded scenario (shared by `run` and `emulate`).
@@ -389,6 +429,18 @@ pub fn compare(
 /// else, does not depend on threads or machine speed.
 const RECORD_EVERY: SimTime = 10 * NANOS_PER_SEC;
 
+/// Hosts whose records are taken and written at once: a slice of a million-host network's
+/// closing records (every client's open circuits) is a few MiB, where all of them at once
+/// would be hundreds.
+const DRAIN_HOSTS: usize = 4096;
+
+/// `0..hosts` in slices of [`DRAIN_HOSTS`].
+fn host_slices(hosts: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..hosts)
+        .step_by(DRAIN_HOSTS)
+        .map(move |start| start..(start + DRAIN_HOSTS).min(hosts))
+}
+
 /// Runs one simulation of `scenario` and writes its results (and report) to `out_dir`: the one
 /// code path of `run`, `run --trials` and `experiment`.
 pub(crate) fn run_one(
@@ -397,7 +449,18 @@ pub(crate) fn run_one(
     out_dir: &Path,
     options: &RunOptions,
 ) -> Result<(), Failure> {
+    // One handle stops the network's construction and then the run: Ctrl-C, and the memory
+    // watch from before the first host is made to the end.
+    let control = RunControl::default();
+    watch_interrupts(&control);
+    let watch = Watch::start(control.clone(), options.max_memory);
     let (graph, plan) = resolve(scenario)?;
+    // Refused before the network is built, not after; made once the network stands, so that
+    // a scenario refused while it is built leaves nothing behind.
+    OutputDir::check_new_run(out_dir, options.force).map_err(|e| Failure::input(e.to_string()))?;
+    let new_output = || {
+        OutputDir::for_new_run(out_dir, options.force).map_err(|e| Failure::input(e.to_string()))
+    };
     let groups: Vec<String> = plan
         .relays
         .iter()
@@ -407,27 +470,6 @@ pub(crate) fn run_one(
         .chain(plan.clients.iter().map(|c| c.host.group.clone()))
         .collect();
     let seed = scenario.run.seed;
-    let network = assemble::tor_network(scenario, graph, &plan, seed, threads)
-        .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
-    let (mut sim, world) = build(network)
-        .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
-    let out = OutputDir::for_new_run(out_dir, options.force)
-        .map_err(|e| Failure::input(e.to_string()))?;
-    if let Some((host, at)) = options.inject_fault {
-        if host as usize >= sim.host_count() {
-            return Err(Failure::input(format!(
-                "--inject-fault: host {host} does not exist (the run has {} hosts)",
-                sim.host_count()
-            )));
-        }
-        onionlab_tor::inject_fault(&mut sim, host, at);
-    }
-    sim.set_work_stealing(options.work_stealing);
-    if !options.spans {
-        // Declaring every host reachable at once gives every host span 1.
-        sim.set_min_delays(&vec![0; sim.host_count()]);
-    }
-
     let stop = scenario.run.stop_time.0;
     let bootstrap = scenario.run.bootstrap.0;
     let write = |e: onionlab_report::ReportError| Failure::internal(e.to_string());
@@ -464,6 +506,65 @@ pub(crate) fn run_one(
                 .into(),
         ),
     };
+    let network = assemble::tor_network(scenario, graph, &plan, seed, threads)
+        .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
+    let hosts = network.hosts.len();
+    let built = if control.is_interrupted() {
+        Err(BuildError::Stopped {
+            built: 0,
+            of: hosts,
+        })
+    } else {
+        build_with(network, &control)
+    };
+    let (mut sim, world) = match built {
+        Ok(built) => built,
+        Err(BuildError::Stopped { built, of }) => {
+            // Nothing was simulated; run.json says why, as for a run stopped later.
+            let why = match watch.finish() {
+                Some(stop) => (MEMORY_LIMIT, stop.describe()),
+                None => (
+                    INTERRUPTED,
+                    "interrupted (Ctrl-C, SIGTERM or SIGHUP)".into(),
+                ),
+            };
+            let out = new_output()?;
+            info.peak_rss_bytes = peak_rss_bytes();
+            info.interrupted_reason = Some(format!(
+                "stopped while building the network ({built} of {of} hosts made, nothing \
+                 simulated): {}",
+                why.1
+            ));
+            out.write_run(&info).map_err(write)?;
+            let summary = RunSummary::new(bootstrap / NANOS_PER_SEC + 1).render(false);
+            out.write_summary(&summary).map_err(write)?;
+            return Err(Failure {
+                code: why.0,
+                message: format!(
+                    "{}; {} is marked partial (a smaller network or a higher limit fits)",
+                    info.interrupted_reason.as_deref().unwrap_or_default(),
+                    out_dir.display()
+                ),
+            });
+        }
+        Err(e) => return Err(build_failure(scenario, e)),
+    };
+    let out = new_output()?;
+    if let Some((host, at)) = options.inject_fault {
+        if host as usize >= sim.host_count() {
+            return Err(Failure::input(format!(
+                "--inject-fault: host {host} does not exist (the run has {} hosts)",
+                sim.host_count()
+            )));
+        }
+        onionlab_tor::inject_fault(&mut sim, host, at);
+    }
+    sim.set_work_stealing(options.work_stealing);
+    if !options.spans {
+        // Declaring every host reachable at once gives every host span 1.
+        sim.set_min_delays(&vec![0; sim.host_count()]);
+    }
+
     out.write_run(&info).map_err(write)?;
     let uploads = scenario
         .clients
@@ -475,16 +576,8 @@ pub(crate) fn run_one(
     };
     let mut sink = ResultsWriter::create_with(&out, options_out).map_err(write)?;
 
-    let control = sim.control();
-    watch_interrupts(&control);
     let done = Arc::new(AtomicBool::new(false));
-    let progress = spawn_progress(
-        control.clone(),
-        stop,
-        done.clone(),
-        !options.quiet,
-        options.max_memory,
-    );
+    let progress = spawn_progress(control.clone(), stop, done.clone(), !options.quiet);
     let started = Instant::now();
     let mut is_relay = vec![false; sim.host_count()];
     for &h in &world.relay_hosts {
@@ -518,10 +611,12 @@ pub(crate) fn run_one(
         add_stats(&mut totals, &stats);
         reached = stats.sim_time;
         let last = stats.interrupted || reached >= leg_end && leg_end > stop;
-        let batch = results::drain(&mut sim, &world, &groups, bootstrap, last);
-        sink.append(&batch.downloads, &batch.relays, &batch.circuits)
-            .map_err(write)?;
-        collected.add(&batch.downloads, &batch.relays);
+        for hosts in host_slices(sim.host_count()) {
+            let batch = results::drain(&mut sim, &world, &groups, bootstrap, last, hosts);
+            sink.append(&batch.downloads, &batch.relays, &batch.circuits)
+                .map_err(write)?;
+            collected.add(&batch.downloads, &batch.relays);
+        }
         let wall = started.elapsed().as_secs_f64();
         info.state
             .push(results::state(&sim, &is_relay, wall, totals.events));
@@ -536,14 +631,17 @@ pub(crate) fn run_one(
     if failure.is_some() {
         // What the hosts recorded before the failure is still worth having; their state may
         // be inconsistent, so only finished records are taken, not the circuits still open.
-        let batch = results::drain(&mut sim, &world, &groups, bootstrap, false);
-        sink.append(&batch.downloads, &batch.relays, &batch.circuits)
-            .map_err(write)?;
-        collected.add(&batch.downloads, &batch.relays);
+        for hosts in host_slices(sim.host_count()) {
+            let batch = results::drain(&mut sim, &world, &groups, bootstrap, false, hosts);
+            sink.append(&batch.downloads, &batch.relays, &batch.circuits)
+                .map_err(write)?;
+            collected.add(&batch.downloads, &batch.relays);
+        }
     }
     drop(sink);
     done.store(true, Ordering::Relaxed);
-    let (progress, memory_stop) = progress.join().unwrap_or_default();
+    let progress = progress.join().unwrap_or_default();
+    let memory_stop = watch.finish();
     let wall = started.elapsed().as_secs_f64();
     let sim_time = reached.min(stop);
     let interrupted = totals.interrupted;
@@ -559,10 +657,9 @@ pub(crate) fn run_one(
     let memory_stop = memory_stop.filter(|_| interrupted && !interrupt_requested());
     info.interrupted_reason = match memory_stop {
         Some(stop) => Some(format!(
-            "stopped at {} simulated: resident memory reached {}, above --max-memory {}",
+            "stopped at {} simulated: {}",
             format_secs(as_secs_f64(sim_time)),
-            format_bytes(stop.rss),
-            format_bytes(stop.limit)
+            stop.describe()
         )),
         None if interrupted => Some(format!(
             "interrupted (Ctrl-C, SIGTERM or SIGHUP) at {} simulated",
@@ -585,7 +682,13 @@ pub(crate) fn run_one(
             out_dir.display()
         );
     }
-    if options.report {
+    if options.report && memory_stop.is_some() {
+        // Plots of a network too large for the machine would take memory it does not have.
+        eprintln!(
+            "note: no report for a run stopped for its memory; `onionlab report {}` makes it",
+            out_dir.display()
+        );
+    } else if options.report {
         // A report that cannot be made does not lose the results already written.
         if let Err(e) = report(out_dir, &[]) {
             eprintln!("warning: no report: {}", e.message);
@@ -602,10 +705,9 @@ pub(crate) fn run_one(
         return Err(Failure {
             code: MEMORY_LIMIT,
             message: format!(
-                "resident memory reached {}, above --max-memory {}: results up to {} are in \
-                 {}, marked partial (a smaller network, a shorter run or a higher limit fits)",
-                format_bytes(stop.rss),
-                format_bytes(stop.limit),
+                "{}: results up to {} are in {}, marked partial (a smaller network, a shorter \
+                 run or a higher limit fits)",
+                stop.describe(),
                 format_secs(info.sim_seconds),
                 out_dir.display()
             ),
@@ -711,26 +813,16 @@ fn add_stats(totals: &mut RunStats, leg: &RunStats) {
     }
 }
 
-/// What the progress thread saw: (wall seconds, simulated seconds) once a second, and whether
-/// it stopped the run for its memory.
-type Progress = (Vec<(f64, f64)>, Option<MemoryStop>);
+/// What the progress thread saw: (wall seconds, simulated seconds) once a second.
+type Progress = Vec<(f64, f64)>;
 
-/// A run stopped because its resident memory passed its limit.
-#[derive(Clone, Copy, Debug)]
-struct MemoryStop {
-    rss: u64,
-    limit: u64,
-}
-
-/// Samples (wall seconds, simulated seconds) once a second for the run's diagnostics, draws
-/// the progress bar when `draw` is set, and stops the run (as Ctrl-C does, at the next round
-/// boundary) once its resident memory passes `max_memory`.
+/// Samples (wall seconds, simulated seconds) once a second for the run's diagnostics and
+/// draws the progress bar when `draw` is set.
 fn spawn_progress(
     control: RunControl,
     stop: u64,
     done: Arc<AtomicBool>,
     draw: bool,
-    max_memory: Option<u64>,
 ) -> std::thread::JoinHandle<Progress> {
     std::thread::spawn(move || {
         let bar = if draw {
@@ -747,24 +839,12 @@ fn spawn_progress(
         let started = Instant::now();
         let mut samples = vec![(0.0, 0.0)];
         let mut next_sample = 1.0;
-        let mut memory_stop = None;
-        let mut next_memory_check = started;
         while !done.load(Ordering::Relaxed) {
             let t = control.sim_time();
             let wall = started.elapsed().as_secs_f64();
             if wall >= next_sample {
                 samples.push((wall, as_secs_f64(t)));
                 next_sample += 1.0;
-            }
-            if let Some(limit) = max_memory.filter(|_| memory_stop.is_none()) {
-                if Instant::now() >= next_memory_check {
-                    next_memory_check += MEMORY_CHECK_EVERY;
-                    let rss = onionlab_report::rss_bytes();
-                    if rss > limit {
-                        memory_stop = Some(MemoryStop { rss, limit });
-                        control.interrupt();
-                    }
-                }
             }
             bar.set_position(t / NANOS_PER_SEC);
             bar.set_message(format!("{:.1}x real time", as_secs_f64(t) / wall.max(1e-9)));
@@ -775,19 +855,8 @@ fn spawn_progress(
             as_secs_f64(control.sim_time()),
         ));
         bar.finish_and_clear();
-        (samples, memory_stop)
+        samples
     })
-}
-
-/// A memory size for messages: GiB or MiB with one decimal.
-fn format_bytes(bytes: u64) -> String {
-    const MIB: f64 = (1u64 << 20) as f64;
-    let mib = bytes as f64 / MIB;
-    if mib >= 1024.0 {
-        format!("{:.1} GiB", mib / 1024.0)
-    } else {
-        format!("{mib:.1} MiB")
-    }
 }
 
 pub(crate) fn format_secs(s: f64) -> String {

@@ -485,6 +485,31 @@ fn bad_experiments_exit_2_naming_the_file_and_field() {
         assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
         assert!(stderr.contains(expect), "{flag}: {stderr}");
     }
+    // An output folder the experiment cannot make: `--check` refuses it as the run does.
+    let file = dir.join("a-file");
+    fs::write(&file, "x").unwrap();
+    for out_dir in [file.clone(), file.join("below")] {
+        for check in [true, false] {
+            let mut args = vec![
+                "experiment",
+                good.to_str().unwrap(),
+                "-o",
+                out_dir.to_str().unwrap(),
+                "--quiet",
+            ];
+            if check {
+                args.push("--check");
+            }
+            let out = onionlab(&args);
+            let (_, stderr) = streams(&out);
+            assert_eq!(out.status.code(), Some(2), "{check}: {stderr}");
+            assert!(
+                stderr.contains("output directory") && stderr.contains("a-file"),
+                "{check}: {stderr}"
+            );
+            assert!(!stderr.contains("os error"), "{stderr}");
+        }
+    }
     let _ = fs::remove_dir_all(&dir);
 }
 

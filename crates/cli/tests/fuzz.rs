@@ -42,7 +42,9 @@
 //!
 //! Every file in `tests/fuzz/regressions/` is a case that once failed: `*.yaml` go through the
 //! worker's scenario checks and check → run, `*.gml`, `*.graphml` and `*.consensus` through
-//! their parser.
+//! their parser. A case that was wrongly accepted says so with lines holding
+//! `expect-refused: TEXT` (in comments): it must also be refused (a scenario by `onionlab
+//! check`, a graph by its parser) with a message holding every TEXT.
 
 #[path = "fuzz/corpus.rs"]
 mod corpus;
@@ -213,13 +215,6 @@ fn fuzz() {
         worker.restarts.lock().map(|n| *n).unwrap_or(0)
     );
     let found = sink.found();
-    for (dir, n) in sink.notes() {
-        let what = fs::read_to_string(dir.join("note.txt"))
-            .ok()
-            .and_then(|t| t.lines().nth(1).map(str::to_string))
-            .unwrap_or_default();
-        println!("note (not a failure, seen {n}x): {} {what}", dir.display());
-    }
     drop(parsers);
     drop(parser_targets);
     drop(worker);
@@ -280,6 +275,14 @@ fn regressions() {
                     Some("gml") => parser_worker.eval("gml", &text),
                     Some("graphml") => parser_worker.eval("graphml", &text),
                     _ => parser_worker.eval("consensus", &text),
+                };
+                let expected = targets::expected_refusal(&text);
+                let outcome = match outcome {
+                    Ok(label) if !expected.is_empty() => {
+                        let dir = work.join(format!("{thread}-refused"));
+                        targets::check_refused(path, &expected, &dir).map(|_| label)
+                    }
+                    outcome => outcome,
                 };
                 let name = path
                     .file_name()

@@ -112,7 +112,7 @@ impl fmt::Display for Input {
 pub fn check_regular_file(path: &Path) -> Result<(), String> {
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => "does not exist".to_string(),
-        _ => format!("cannot open: {e}"),
+        _ => format!("cannot open: {}", io_words(&e)),
     })?;
     if meta.is_dir() {
         return Err("is a directory, expected a file".into());
@@ -133,12 +133,12 @@ pub fn check_regular_file(path: &Path) -> Result<(), String> {
 
 fn read_regular_file(path: &Path) -> Result<Vec<u8>, String> {
     check_regular_file(path)?;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {}", io_words(&e)))?;
     let mut bytes = Vec::new();
     // The size was checked above, but a file can grow between the check and the read.
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(|e| format!("cannot read: {}", io_words(&e)))?;
     if bytes.len() as u64 > MAX_INPUT_BYTES {
         return Err(format!(
             "holds more than the {MAX_INPUT_BYTES} bytes an input file may hold"
@@ -152,13 +152,83 @@ fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
     liblzma::read::XzDecoder::new(bytes)
         .take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut out)
-        .map_err(|e| format!("cannot decompress xz data: {e}"))?;
+        .map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => "the xz data is cut short",
+                std::io::ErrorKind::InvalidData => {
+                    "the xz data is damaged, or the file is not xz-compressed"
+                }
+                _ => "the xz data uses options or checks this decoder does not support",
+            };
+            format!("cannot decompress: {why} (a name ending in .xz means xz-compressed)")
+        })?;
     if out.len() as u64 > MAX_INPUT_BYTES {
         return Err(format!(
             "decompresses to more than the {MAX_INPUT_BYTES} bytes an input may hold"
         ));
     }
     Ok(out)
+}
+
+/// An operating-system error in our words: what went wrong with the file, without the
+/// library's "(os error 2)" suffix and kind names.
+pub fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    let words = match e.kind() {
+        K::NotFound => "no such file or directory",
+        K::PermissionDenied => "permission denied",
+        K::AlreadyExists => "it already exists",
+        K::NotADirectory => "a part of the path is a file, not a directory",
+        K::IsADirectory => "it is a directory",
+        K::DirectoryNotEmpty => "the directory is not empty",
+        K::ReadOnlyFilesystem => "the file system is read-only",
+        K::StorageFull => "the disk is full",
+        K::QuotaExceeded => "the disk quota is used up",
+        K::FileTooLarge => "the file is too large for the file system",
+        K::InvalidFilename => "the name is too long or not allowed by the file system",
+        K::OutOfMemory => "out of memory",
+        K::Interrupted => "interrupted",
+        K::UnexpectedEof => "it ends too early",
+        _ => {
+            // Errors we made ourselves carry their own words; the system's keep theirs
+            // without the error number.
+            let text = e.to_string();
+            return match text.rfind(" (os error ") {
+                Some(i) if text.ends_with(')') => text[..i].to_lowercase(),
+                _ => text,
+            };
+        }
+    };
+    match e.raw_os_error() {
+        // A custom error (made with its own message) says more than its kind does.
+        None if e.get_ref().is_some() => e.to_string(),
+        _ => words.to_string(),
+    }
+}
+
+/// Bytes as UTF-8 text, or where they stop being: "line 12, column 4 holds a byte (0xff) that
+/// is not UTF-8 text", so that a stray byte can be found in an editor.
+pub fn utf8_text(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = &bytes[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        // Columns count characters, and everything before `at` is valid UTF-8.
+        let column = String::from_utf8_lossy(&before[line_start..])
+            .chars()
+            .count()
+            + 1;
+        format!(
+            "is not UTF-8 text: line {line}, column {column} holds a byte (0x{:02x}) that is \
+             not UTF-8",
+            bytes[at]
+        )
+    })
 }
 
 /// Messages about an input quote what it says, and a hostile file can say megabytes in one
@@ -267,6 +337,31 @@ mod tests {
     }
 
     #[test]
+    fn text_that_is_not_utf8_is_located() {
+        assert_eq!(utf8_text(b"a\nb".to_vec()).unwrap(), "a\nb");
+        let e = utf8_text(b"name: x\nr\xc3\xa9sum\xff\n".to_vec()).unwrap_err();
+        assert_eq!(
+            e,
+            "is not UTF-8 text: line 2, column 6 holds a byte (0xff) that is not UTF-8"
+        );
+    }
+
+    #[test]
+    fn system_errors_in_our_words() {
+        use std::io::{Error, ErrorKind};
+        let e = std::fs::read("/nonexistent-onionlab/x").unwrap_err();
+        assert_eq!(io_words(&e), "no such file or directory");
+        let e = std::fs::read("/etc/hostname/x").unwrap_err();
+        assert_eq!(
+            io_words(&e),
+            "a part of the path is a file, not a directory"
+        );
+        assert_eq!(io_words(&Error::from_raw_os_error(5)), "input/output error");
+        let own = Error::new(ErrorKind::NotADirectory, "a is a file, not a directory");
+        assert_eq!(io_words(&own), "a is a file, not a directory");
+    }
+
+    #[test]
     fn files_on_disk() {
         let dir = std::env::temp_dir().join(format!("onionlab-data-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -281,9 +376,19 @@ mod tests {
         std::fs::write(&xz, &enc).unwrap();
         assert_eq!(Input::File(xz).read().unwrap(), b"hello");
         let bad = dir.join("b.xz");
-        std::fs::write(&bad, b"not xz").unwrap();
+        std::fs::write(&bad, b"plain text that is not xz-compressed at all").unwrap();
         let e = Input::File(bad).read().unwrap_err();
-        assert!(e.contains("cannot decompress xz"), "{e}");
+        assert!(
+            e.contains("cannot decompress: the xz data is damaged"),
+            "{e}"
+        );
+        let cut = dir.join("c.txt.xz");
+        std::fs::write(&cut, &enc[..enc.len() - 8]).unwrap();
+        let e = Input::File(cut).read().unwrap_err();
+        assert!(
+            e.contains("cannot decompress: the xz data is cut short"),
+            "{e}"
+        );
         let e = Input::File(dir.clone()).read().unwrap_err();
         assert!(e.contains("is a directory"), "{e}");
         let e = Input::File(dir.join("missing")).read().unwrap_err();

@@ -370,6 +370,12 @@ impl RunControl {
         self.interrupt.store(true, Ordering::Relaxed);
     }
 
+    /// Whether [`RunControl::interrupt`] has been called: what work done before the run (the
+    /// network's construction) looks at to stop early.
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupt.load(Ordering::Relaxed)
+    }
+
     /// The start of the round being run, in simulated nanoseconds.
     pub fn sim_time(&self) -> SimTime {
         self.progress.load(Ordering::Relaxed)
@@ -517,6 +523,16 @@ impl<H: Host> Simulation<H> {
 
     pub fn control(&self) -> RunControl {
         self.control.clone()
+    }
+
+    /// Makes `control` the run's handle, so that one made before the simulation (watching
+    /// the network's construction) goes on to stop the run. An interrupt it already holds
+    /// stops the run at once.
+    pub fn set_control(&mut self, control: RunControl) {
+        control
+            .progress
+            .store(self.control.sim_time(), Ordering::Relaxed);
+        self.control = control;
     }
 
     /// The time up to which all hosts have been simulated.
@@ -709,8 +725,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Workers look at the interrupt flag within a round after every this many events (a power of
-/// two).
-const INTERRUPT_CHECK_EVENTS: u64 = 1 << 12;
+/// two). A look is one load of a flag no one writes until the end, so it costs nothing at
+/// this rate; what one event may allocate (a client's start opens connections of several
+/// KiB) times this many events is what a memory limit can be overshot by once it has fired.
+const INTERRUPT_CHECK_EVENTS: u64 = 1 << 8;
 
 struct Shared<E> {
     barrier: SpinBarrier,

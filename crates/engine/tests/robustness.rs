@@ -284,6 +284,28 @@ fn an_interrupt_counts_even_when_there_is_nothing_to_run() {
     );
 }
 
+#[test]
+fn a_control_made_before_the_simulation_stops_it() {
+    let control = RunControl::default();
+    let mut sim = Simulation::new(
+        engine(1),
+        vec![Far {
+            far_fired: false,
+            ticks: 0,
+        }],
+    );
+    sim.schedule(0, secs(1_000), FarEv::Tick);
+    sim.set_control(control.clone());
+    assert!(!control.is_interrupted());
+    assert!(!sim.run_until(secs(10)).interrupted);
+    assert_eq!(control.sim_time(), secs(10), "the handle follows the run");
+    control.interrupt();
+    assert!(control.is_interrupted());
+    let stopped = sim.run_until(secs(20));
+    assert!(stopped.interrupted);
+    assert_eq!(stopped.sim_time, secs(10));
+}
+
 /// A broken model: once started it schedules itself again at the same instant forever, so
 /// its round never ends.
 struct Spinner {

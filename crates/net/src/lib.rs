@@ -50,6 +50,10 @@ pub use stack::{NetEvent, NetStack, NetStats, SocketEvent, SocketId};
 pub enum NetError {
     #[error("{0}")]
     Config(String),
+    /// The graph cannot carry the hosts placed on it (two of them have no path between
+    /// them, a node has no self-loop, a path has no latency): a fault of the graph file.
+    #[error("{0}")]
+    Graph(String),
     #[error("port {0} is already in use")]
     PortInUse(u16),
 }

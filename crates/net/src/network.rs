@@ -236,10 +236,10 @@ impl Network {
         let used: Vec<usize> = hosts.iter().map(|h| h.node).collect();
         let paths = graph
             .paths(&used)
-            .map_err(|e| NetError::Config(e.to_string()))?;
+            .map_err(|e| NetError::Graph(e.to_string()))?;
         let lookahead = paths.min_latency().max(config.lookahead_floor);
         if lookahead == 0 {
-            return Err(NetError::Config(format!(
+            return Err(NetError::Graph(format!(
                 "graph {} has a zero-latency path between hosts; conservative parallel \
                  simulation needs a positive lookahead, so give the edge a latency or set a \
                  lookahead floor",

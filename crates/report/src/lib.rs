@@ -56,9 +56,10 @@ pub use live::{
 };
 pub use load::{load_input, Input, RunData, TrialsManifest};
 pub use output::{
-    peak_rss_bytes, physical_memory_bytes, rss_bytes, OutputDir, ReportError, ResultsOptions,
-    ResultsWriter, CIRCUITS_CSV, CIRCUITS_HEADER, CPU_COLUMNS, DOWNLOADS_CSV, DOWNLOADS_HEADER,
-    RELAYS_CSV, RELAYS_HEADER, REQUEST_COLUMN, RUN_JSON, SUMMARY_TXT, TRIALS_JSON,
+    address_space_bytes, peak_rss_bytes, physical_memory_bytes, rss_bytes, OutputDir, ReportError,
+    ResultsOptions, ResultsWriter, CIRCUITS_CSV, CIRCUITS_HEADER, CPU_COLUMNS, DOWNLOADS_CSV,
+    DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, REQUEST_COLUMN, RUN_JSON, SUMMARY_TXT,
+    TRIALS_JSON,
 };
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{

@@ -97,7 +97,10 @@ pub const CIRCUITS_HEADER: [&str; 11] = [
 pub enum ReportError {
     #[error("output directory {0}: exists and is not a directory")]
     NotADirectory(PathBuf),
-    #[error("output directory {path}: cannot create it: {source}")]
+    #[error(
+        "output directory {path}: cannot create it: {}",
+        onionlab_data::io_words(source)
+    )]
     CreateDir {
         path: PathBuf,
         #[source]
@@ -108,7 +111,7 @@ pub enum ReportError {
          choose another directory with -o, or give --force to replace them"
     )]
     HoldsResults(PathBuf),
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", onionlab_data::io_words(source))]
     Io {
         path: PathBuf,
         #[source]
@@ -216,6 +219,67 @@ impl OutputDir {
         Ok(OutputDir {
             path: path.to_path_buf(),
         })
+    }
+
+    /// Whether [`OutputDir::create`] would succeed at `path`, without creating anything (for
+    /// `--check`): `path` must be a directory or not exist, and its nearest existing ancestor
+    /// must be a directory that is not read-only. What only trying can tell (a directory that
+    /// this user may not write to though its mode allows it) shows when the run starts.
+    pub fn check_creatable(path: impl AsRef<Path>) -> Result<(), ReportError> {
+        let path = path.as_ref();
+        let mut at = path;
+        loop {
+            match fs::metadata(at) {
+                Ok(meta) if !meta.is_dir() && at == path => {
+                    return Err(ReportError::NotADirectory(path.to_path_buf()))
+                }
+                Ok(meta) if !meta.is_dir() => {
+                    return Err(ReportError::CreateDir {
+                        path: path.to_path_buf(),
+                        source: io::Error::new(
+                            io::ErrorKind::NotADirectory,
+                            format!("{} is a file, not a directory", at.display()),
+                        ),
+                    })
+                }
+                Ok(meta) if meta.permissions().readonly() => {
+                    return Err(ReportError::CreateDir {
+                        path: path.to_path_buf(),
+                        source: io::Error::new(
+                            io::ErrorKind::PermissionDenied,
+                            format!("{} is read-only", at.display()),
+                        ),
+                    })
+                }
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    match at.parent().filter(|p| !p.as_os_str().is_empty()) {
+                        Some(parent) => at = parent,
+                        // A relative path whose every part is missing lands in the working
+                        // directory.
+                        None => at = Path::new("."),
+                    }
+                }
+                Err(source) => {
+                    return Err(ReportError::CreateDir {
+                        path: path.to_path_buf(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Whether [`OutputDir::for_new_run`] would take `path`, without creating or clearing
+    /// anything: a run checks this before it builds its network, and creates the directory
+    /// only once the network stands (or its construction stopped with something to say).
+    pub fn check_new_run(path: impl AsRef<Path>, replace: bool) -> Result<(), ReportError> {
+        let path = path.as_ref();
+        OutputDir::check_creatable(path)?;
+        if !replace && path.is_dir() && holds_results(path) {
+            return Err(ReportError::HoldsResults(path.to_path_buf()));
+        }
+        Ok(())
     }
 
     /// The directory for a new run's results. One already holding a run or a set of trials is
@@ -587,6 +651,12 @@ pub fn rss_bytes() -> u64 {
     status_bytes("VmRSS:")
 }
 
+/// Address space this process has mapped, in bytes (Linux `VmSize`, what `ulimit -v` limits);
+/// 0 where unavailable.
+pub fn address_space_bytes() -> u64 {
+    status_bytes("VmSize:")
+}
+
 /// This machine's physical memory, in bytes (Linux `MemTotal`); 0 where unavailable.
 pub fn physical_memory_bytes() -> u64 {
     fs::read_to_string("/proc/meminfo")
@@ -864,6 +934,26 @@ mod tests {
             "bye\n"
         );
         assert_eq!(entries(&tmp.0).len(), 5);
+    }
+
+    #[test]
+    fn check_creatable_says_what_create_would() {
+        let tmp = TempDir::new("check-creatable");
+        fs::create_dir_all(&tmp.0).unwrap();
+        let file = tmp.0.join("file");
+        fs::write(&file, "x").unwrap();
+        for (path, ok) in [
+            (tmp.0.clone(), true),
+            (tmp.0.join("new/deeper"), true),
+            (file.clone(), false),
+            (file.join("below"), false),
+        ] {
+            let checked = OutputDir::check_creatable(&path);
+            assert_eq!(checked.is_ok(), ok, "{}: {checked:?}", path.display());
+            assert_eq!(OutputDir::create(&path).is_ok(), ok, "{}", path.display());
+        }
+        let e = OutputDir::check_creatable(file.join("below")).unwrap_err();
+        assert!(e.to_string().contains("is a file, not a directory"), "{e}");
     }
 
     #[test]

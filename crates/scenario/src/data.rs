@@ -158,8 +158,7 @@ pub(crate) fn read_relays_csv(input: &Input) -> Result<Vec<CsvRelay>, String> {
     let bytes = input
         .read()
         .map_err(|e| format!("cannot read {input}: {e}"))?;
-    let text =
-        String::from_utf8(bytes).map_err(|e| format!("{input} is not valid UTF-8 text: {e}"))?;
+    let text = onionlab_data::utf8_text(bytes).map_err(|e| format!("{input} {e}"))?;
     let mut lines = text.lines().enumerate();
     let (_, header) = lines.next().ok_or_else(|| format!("{} is empty", input))?;
     let cols: Vec<&str> = header.split(',').map(str::trim).collect();

@@ -149,8 +149,8 @@ pub(crate) fn read_text(path: &Path) -> Result<String, ScenarioError> {
             ),
         ));
     }
-    String::from_utf8(bytes)
-        .map_err(|e| ScenarioError::new(path, "", format!("file is not valid UTF-8: {e}")))
+    onionlab_data::utf8_text(bytes)
+        .map_err(|e| ScenarioError::new(path, "", format!("the file {e}")))
 }
 
 /// Parses and validates scenario text; `source` names the file in errors and anchors relative

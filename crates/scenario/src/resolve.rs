@@ -528,8 +528,8 @@ impl Resolver<'_> {
         let bytes = input
             .read()
             .map_err(|e| self.err(field, format!("{input}: {e}")))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| self.err(field, format!("{input}: not UTF-8 text")))?;
+        let text = onionlab_data::utf8_text(bytes)
+            .map_err(|e| self.err(field, format!("{input}: the file {e}")))?;
         onionlab_netdir::GeoIp::parse(&text)
             .map(Some)
             .map_err(|e| self.err(field, format!("{input}: {e}")))
@@ -737,8 +737,8 @@ impl Resolver<'_> {
         let bytes = input
             .read()
             .map_err(|m| self.err(field, format!("{input}: {m}")))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| self.err(field, format!("{input}: not UTF-8 text (expected JSON)")))?;
+        let text = onionlab_data::utf8_text(bytes)
+            .map_err(|e| self.err(field, format!("{input}: the file {e} (expected JSON)")))?;
         let model = onionlab_traffic::MarkovModel::parse(&text, kind)
             .map_err(|m| self.err(field, format!("{input}: {m}")))?;
         let model = std::sync::Arc::new(model);

@@ -31,7 +31,7 @@ fn choices(field: &str) -> Option<(&'static str, bool)> {
         "bandwidth" if field == "relays.generate.bandwidth" => {
             ("from_file, lognormal, fixed", true)
         }
-        "workload" => ("web, bulk, perf", true),
+        "workload" => ("web, bulk, perf, upload, markov", true),
         _ if field.starts_with("relays.list[") && parent(field).ends_with("].flags") => {
             ("guard, exit, fast, stable, running, valid", false)
         }
@@ -63,10 +63,22 @@ fn parent(field: &str) -> &str {
     field.rfind('.').map_or("", |i| &field[..i])
 }
 
-/// What a field expects, in words, for messages about a value of the wrong kind.
-fn expected(field: &str) -> String {
-    expected_opt(field).unwrap_or_else(|| "a value of another kind".into())
+/// What a field expects, in words, for messages about a value of the wrong kind; where the
+/// field has no words of its own, `kind`, the kind of value the reader wanted there (`a
+/// mapping`, `a list`, `a single value`).
+fn expected(field: &str, kind: &str) -> String {
+    expected_opt(field).unwrap_or_else(|| kind.into())
 }
+
+/// The words for a field that holds a single value (a number, a word, true or false) when
+/// the field has none of its own.
+const SINGLE: &str = "a single value (a number, a word, or true or false)";
+/// ... that holds a mapping.
+const MAPPING: &str = "a mapping of `key: value` lines";
+/// ... that holds a list.
+const LIST: &str = "a list";
+/// ... whose kind the error does not say.
+const VALUE: &str = "a value";
 
 fn expected_opt(field: &str) -> Option<String> {
     if let Some((list, settings)) = choices(field) {
@@ -160,6 +172,18 @@ fn kind(unexpected: &str) -> String {
     }
 }
 
+/// Splits serde's "unknown field `a`b`, expected …" into the quoted name (which may hold
+/// backticks itself) and what follows its closing backtick.
+fn quoted(message: &str, prefix: &str) -> Option<(String, String)> {
+    let rest = message.strip_prefix(prefix)?;
+    let end = [", expected", ", there are no"]
+        .iter()
+        .filter_map(|tail| rest.find(&format!("`{tail}")))
+        .min()
+        .or_else(|| rest.rfind('`'))?;
+    Some((rest[..end].to_string(), rest[end + 1..].to_string()))
+}
+
 /// The error at the root of an alias or snippet wrapper.
 fn root(e: &Error) -> &Error {
     match e.without_snippet() {
@@ -212,21 +236,24 @@ pub(crate) fn error(source: &Path, path: &str, e: &Error) -> ScenarioError {
         }
         Error::NullIntoString { .. } => format!(
             "expected {}, found an empty value (null); remove the key to use its default",
-            expected(&field)
+            expected(&field, SINGLE)
         ),
         Error::NonFiniteFloat { value, .. } => format!(
             "expected {}, found {value}, which is not a finite number",
-            expected(&field)
+            expected(&field, "a finite number")
         ),
         Error::ExternallyTaggedEnumExpectedScalarOrMapping { .. }
         | Error::ExpectedStringKeyForExternallyTaggedEnum { .. } => {
-            format!("expected {}, found a list", expected(&field))
+            format!(
+                "expected {}, found a list",
+                expected(&field, "one choice as a mapping")
+            )
         }
         Error::UnexpectedValueForUnitEnumVariant { .. } => {
             field = parent(&field).to_string();
             format!(
                 "expected {}, written as a plain word, not a mapping",
-                expected(&field)
+                expected(&field, "one of the field's choices")
             )
         }
         Error::ExpectedMappingEndAfterEnumVariantValue { .. } => {
@@ -248,23 +275,26 @@ pub(crate) fn error(source: &Path, path: &str, e: &Error) -> ScenarioError {
             format!(
                 "expected {}; `{variant}` alone is not enough, it is a key whose value holds its \
                  settings",
-                expected(&field)
+                expected(&field, MAPPING)
             )
         }
         Error::Unexpected { expected: what, .. } => match *what {
             "mapping start" => format!(
                 "expected {}, found a single value or a list",
-                expected(&field)
+                expected(&field, MAPPING)
             ),
             "sequence start" => format!(
                 "expected {}, found a single value or a mapping",
-                expected(&field)
+                expected(&field, LIST)
             ),
-            "string scalar" => format!("expected {}, found a list or a mapping", expected(&field)),
+            "string scalar" => format!(
+                "expected {}, found a list or a mapping",
+                expected(&field, SINGLE)
+            ),
             other => format!("the YAML is malformed here: expected {other}"),
         },
         Error::UnexpectedMappingEnd { .. } | Error::UnexpectedSequenceEnd { .. } => {
-            format!("expected {}, found nothing", expected(&field))
+            format!("expected {}, found nothing", expected(&field, VALUE))
         }
         Error::InvalidScalar { ty, .. } => format!(
             "expected {}",
@@ -302,11 +332,15 @@ pub(crate) fn error(source: &Path, path: &str, e: &Error) -> ScenarioError {
         | Error::InvalidBinaryBase64 { .. } => {
             format!(
                 "expected {}, found a tagged value; remove the tag",
-                expected(&field)
+                expected(&field, VALUE)
             )
         }
-        Error::Message { msg, .. } if leaf(&field) == "address" => {
-            format!("expected {}: {msg}", expected(&field))
+        // The standard library's reason ("invalid IPv4 address syntax") adds nothing to ours.
+        Error::Message { .. } if leaf(&field) == "address" => {
+            format!(
+                "expected {} (four numbers from 0 to 255 joined by dots)",
+                expected(&field, VALUE)
+            )
         }
         other => {
             let mut m = other.to_string();
@@ -331,18 +365,55 @@ pub(crate) fn error(source: &Path, path: &str, e: &Error) -> ScenarioError {
 fn refine(mut field: String, mut message: String) -> (String, String) {
     if let Some(ty) = message.strip_prefix("invalid ") {
         if matches!(ty, "u16" | "u32" | "u64") {
-            message = format!("expected {}", expected(&field));
+            message = format!("expected {}", expected(&field, "a whole number"));
         }
     }
-    let key = message
-        .strip_prefix("unknown field `")
-        .or_else(|| message.strip_prefix("missing field `"))
-        .and_then(|rest| rest.split('`').next())
-        .map(str::to_string);
-    if let Some(key) = key {
+    // serde's "unknown field `k`, expected one of …" and "missing field `k`" read well; the
+    // key joins the field path (a key may hold backticks itself).
+    let key = quoted(&message, "unknown field `").or_else(|| quoted(&message, "missing field `"));
+    if let Some((key, _)) = key {
         if field != key && !field.ends_with(&format!(".{key}")) {
             field = join(&field, &key);
         }
+    }
+    if let Some((variant, rest)) = quoted(&message, "unknown variant `") {
+        let choices = match choices(&field) {
+            Some((list, _)) => list.to_string(),
+            None => rest
+                .strip_prefix(", expected one of ")
+                .or_else(|| rest.strip_prefix(", expected "))
+                .unwrap_or_default()
+                .replace('`', ""),
+        };
+        message = if matches!(variant.as_str(), "null" | "~" | "") {
+            format!("expected one of {choices}, found an empty value (null)")
+        } else {
+            format!("expected one of {choices}, found `{variant}`")
+        };
+    } else if let Some(rest) = message.strip_prefix("invalid length ") {
+        // serde: "invalid length 0, expected a range [min, max]".
+        if let Some((n, what)) = rest.split_once(", expected ") {
+            let items = if n == "1" { "item" } else { "items" };
+            message = format!(
+                "expected {}, found a list of {n} {items}",
+                expected(&field, what)
+            );
+        }
+    } else if let Some(rest) = message.strip_prefix("invalid value: ") {
+        // serde: "invalid value: integer `-1`, expected …".
+        if let Some((found, what)) = rest.split_once(", expected ") {
+            message = format!("expected {}, found {}", expected(&field, what), kind(found));
+        }
+    }
+    // The scanner quotes a character as `c'.
+    if let Some(c) = message
+        .strip_prefix("unexpected character: `")
+        .and_then(|rest| rest.strip_suffix('\''))
+    {
+        message = format!(
+            "the YAML syntax is broken here: `{c}` cannot start a key or a value (it is \
+             reserved in YAML); put the text in quotes"
+        );
     }
     // Syntax errors come from the scanner with its own terse wording; say that it is the YAML
     // itself that is broken, not a value.
@@ -356,8 +427,9 @@ fn refine(mut field: String, mut message: String) -> (String, String) {
         "unexpected end of",
         "tabs disallowed",
         "invalid indentation",
+        "unexpected character",
     ];
-    if syntax.iter().any(|s| message.contains(s)) {
+    if syntax.iter().any(|s| message.contains(s)) && !message.starts_with("the YAML syntax") {
         message = format!(
             "the YAML syntax is broken here: {message}; check the indentation (spaces, not \
              tabs), colons and brackets"
@@ -393,12 +465,15 @@ mod tests {
     #[test]
     fn every_tor_number_has_its_range_in_messages() {
         assert_eq!(
-            expected("tor.kist_run_interval_ms"),
+            expected_opt("tor.kist_run_interval_ms").unwrap(),
             "a whole number from 1 to 100"
         );
-        assert_eq!(expected("tor.scheduler"), "one of kist, kist_lite, vanilla");
         assert_eq!(
-            expected("clients[3].count"),
+            expected_opt("tor.scheduler").unwrap(),
+            "one of kist, kist_lite, vanilla"
+        );
+        assert_eq!(
+            expected_opt("clients[3].count").unwrap(),
             "a whole number from 1 to 1000000"
         );
     }

@@ -333,6 +333,16 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// `country_code`, when given: two letters, as [`crate::country_code`] checks.
+    fn country_code(&self) -> Result<Option<String>, TopologyError> {
+        let Some(code) = self.string("country_code")? else {
+            return Ok(None);
+        };
+        let line = self.get("country_code")?.map_or(self.line, |i| i.line);
+        crate::country_code(&code)
+            .map_err(|m| self.err(line, format!("{} key 'country_code' {m}", self.what)))
+    }
+
     fn probability(&self, key: &str) -> Result<f64, TopologyError> {
         let Some(item) = self.get(key)? else {
             return Ok(0.0);
@@ -343,12 +353,13 @@ impl<'a> Fields<'a> {
             Value::List(_) => return Err(self.wrong_type(item, "a number between 0 and 1")),
         };
         match p {
-            Some(p) if (0.0..=1.0).contains(&p) => Ok(p),
+            Some(p) if crate::LOSS_RANGE.contains(&p) => Ok(p),
             _ => Err(self.err(
                 item.line,
                 format!(
-                    "{} key '{key}' must be a probability between 0 and 1, found {}",
+                    "{} key '{key}' must be {}, found {}",
                     self.what,
+                    crate::LOSS_EXPECTED,
                     display_value(&item.value)
                 ),
             )),
@@ -498,7 +509,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Graph, TopologyError> {
             nodes.push(Node {
                 id,
                 label: f.string("label")?,
-                country_code: f.string("country_code")?,
+                country_code: f.country_code()?,
                 bandwidth_up: f.bandwidth(&["host_bandwidth_up", "bandwidth_up"])?,
                 bandwidth_down: f.bandwidth(&["host_bandwidth_down", "bandwidth_down"])?,
                 packet_loss: f.probability("packet_loss")?,

@@ -101,9 +101,10 @@ fn elements<'a, 'input>(
 
 fn probability(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
-        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        Ok(p) if crate::LOSS_RANGE.contains(&p) => Ok(p),
         _ => Err(format!(
-            "packet loss must be a probability between 0 and 1, found \"{text}\""
+            "packet loss must be {}, found \"{text}\"",
+            crate::LOSS_EXPECTED
         )),
     }
 }
@@ -151,8 +152,21 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Graph, TopologyError> {
     };
     let doc = Document::parse_with_options(text, options).map_err(|e| TopologyError {
         file: file.to_string(),
-        line: Some(e.pos().row as usize),
-        message: onionlab_data::clip(format!("malformed XML: {e}")),
+        // The parser gives no position for a DTD; its declaration is where to look.
+        line: Some(match (&e, text.find("<!DOCTYPE")) {
+            (roxmltree::Error::DtdDetected, Some(at)) => text[..at].matches('\n').count() + 1,
+            _ => e.pos().row as usize,
+        }),
+        message: onionlab_data::clip(match e {
+            roxmltree::Error::DtdDetected => "the file holds a document type declaration \
+                (<!DOCTYPE ...>), which GraphML does not need and onionlab does not read (its \
+                entities could expand without bound); remove it"
+                .to_string(),
+            roxmltree::Error::NodesLimitReached => {
+                "the document holds more XML elements and texts than onionlab reads".to_string()
+            }
+            e => format!("malformed XML: {e}"),
+        }),
     })?;
     let line_starts = std::iter::once(0)
         .chain(text.match_indices('\n').map(|(i, _)| i + 1))
@@ -264,8 +278,8 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Graph, TopologyError> {
             match node_attr(attr) {
                 Some(NodeAttr::PacketLoss) => node.packet_loss = probability(&text).map_err(at)?,
                 Some(NodeAttr::CountryCode) => {
-                    let code = text.trim();
-                    node.country_code = (!code.is_empty()).then(|| code.to_string());
+                    node.country_code =
+                        crate::country_code(&text).map_err(|m| at(format!("countrycode {m}")))?;
                 }
                 Some(NodeAttr::BandwidthUp) => {
                     node.bandwidth_up =

@@ -44,6 +44,30 @@ pub use paths::{Path, PathTable};
 /// lengths saturate rather than wrap even then.
 pub const MAX_EDGE_DELAY: SimDuration = 3_600 * 1_000_000_000;
 
+/// The packet loss a node or edge may have: below 1, as for the built-in network, because a
+/// link that loses every packet carries nothing and its hosts' connections all fail.
+pub const LOSS_RANGE: std::ops::Range<f64> = 0.0..1.0;
+
+/// [`LOSS_RANGE`] in words, for messages.
+pub(crate) const LOSS_EXPECTED: &str =
+    "a probability from 0 to below 1 (1 would lose every packet)";
+
+/// A node's country code as a graph file gives it: none when empty, else two ASCII letters
+/// (ISO 3166-1 alpha-2, such as `US`), since scenarios place hosts by these codes and a code
+/// such as `0` matches nothing they can name.
+pub(crate) fn country_code(text: &str) -> Result<Option<String>, String> {
+    let code = text.trim();
+    if code.is_empty() {
+        return Ok(None);
+    }
+    if code.len() == 2 && code.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Ok(Some(code.to_string()));
+    }
+    Err(format!(
+        "must be a two-letter country code such as \"US\", found \"{code}\""
+    ))
+}
+
 /// A network graph. Edges refer to nodes by their position in `nodes`, not by file id, so that
 /// path computations can use plain arrays.
 #[derive(Clone, Debug, PartialEq)]
@@ -176,8 +200,8 @@ impl Graph {
             )
         })?;
         let bytes = input.read().map_err(|e| TopologyError::whole(&name, e))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|e| TopologyError::whole(&name, format!("file is not valid UTF-8: {e}")))?;
+        let text = onionlab_data::utf8_text(bytes)
+            .map_err(|e| TopologyError::whole(&name, format!("the file {e}")))?;
         match format {
             Format::Gml => Graph::from_gml(&text, &name),
             Format::GraphMl => Graph::from_graphml(&text, &name),

@@ -182,9 +182,26 @@ const MALFORMED: &[(&str, usize, &[&str])] = &[
     (
         "graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency \"1 ms\"\n    packet_loss 1.5 ]\n]",
         4,
-        &["packet_loss", "between 0 and 1", "1.5"],
+        &["packet_loss", "from 0 to below 1", "1.5"],
     ),
-    ("graph [\n  node [ id 0 packet_loss -0.1 ]\n]", 2, &["between 0 and 1"]),
+    ("graph [\n  node [ id 0 packet_loss -0.1 ]\n]", 2, &["from 0 to below 1"]),
+    (
+        "graph [\n  node [ id 0 ]\n  edge [ source 0 target 0 latency \"1 ms\"\n    packet_loss 1.0 ]\n]",
+        4,
+        &["packet_loss", "lose every packet", "1.0"],
+    ),
+    ("graph [\n  node [ id 0 packet_loss 1 ]\n]", 2, &["from 0 to below 1"]),
+    // 7b. country codes are two letters.
+    (
+        "graph [\n  node [ id 0\n    country_code \"0\" ]\n]",
+        3,
+        &["country_code", "two-letter country code", "\"0\""],
+    ),
+    (
+        "graph [\n  node [ id 0 country_code \"USA\" ]\n]",
+        2,
+        &["two-letter country code", "\"USA\""],
+    ),
     // 8. missing required keys: reported at the list's key.
     (
         "graph [\n  node [ id 0 ]\n  edge [\n    source 0\n    target 0\n  ]\n]",

@@ -215,7 +215,27 @@ fn malformed_graphml_is_rejected_with_lines() {
         (
             doc("    <node id=\"1\" />\n    <edge source=\"1\" target=\"1\">\n      <data key=\"lat\">1</data>\n      <data key=\"ploss\">2</data>\n    </edge>\n"),
             14,
-            vec!["between 0 and 1"],
+            vec!["from 0 to below 1"],
+        ),
+        (
+            doc("    <node id=\"1\" />\n    <edge source=\"1\" target=\"1\">\n      <data key=\"lat\">1</data>\n      <data key=\"ploss\">1.0</data>\n    </edge>\n"),
+            14,
+            vec!["from 0 to below 1", "lose every packet", "1.0"],
+        ),
+        (
+            doc("    <node id=\"1\"><data key=\"cc\">0</data></node>\n"),
+            11,
+            vec!["node '1'", "countrycode must be a two-letter country code", "\"0\""],
+        ),
+        (
+            doc("    <node id=\"1\"><data key=\"cc\">1E309</data></node>\n"),
+            11,
+            vec!["two-letter country code", "\"1E309\""],
+        ),
+        (
+            format!("<?xml version=\"1.0\"?>\n<!DOCTYPE graphml [ <!ENTITY a \"b\"> ]>\n{}", &HEADER[HEADER.find('\n').unwrap() + 1..]),
+            2,
+            vec!["document type declaration", "remove it"],
         ),
         (
             doc("    <node id=\"1\" />\n    <node id=\"1\" />\n"),

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use onionlab_engine::time::SimTime;
-use onionlab_engine::{EngineConfig, HostId, Simulation};
+use onionlab_engine::{EngineConfig, HostId, RunControl, Simulation};
 use onionlab_net::topology::Graph;
-use onionlab_net::{HostPlacement, NetStack, Network, NetworkConfig};
+use onionlab_net::{HostPlacement, NetError, NetStack, Network, NetworkConfig};
 use onionlab_netdir::Consensus;
 use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
@@ -71,22 +71,65 @@ pub struct TorNetwork {
 /// that switching directory traffic off leaves every other draw as it was.
 const PURPOSE_DIRECTORY: u32 = 0x70_0001;
 
+/// Why [`build_with`] made no simulation.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The graph cannot carry the hosts (no path between two of them, a node without a
+    /// self-loop, a path without latency).
+    #[error("{0}")]
+    Graph(String),
+    /// The hosts do not fit together (a client's server group is empty, a relay is missing).
+    #[error("{0}")]
+    Invalid(String),
+    /// The control given was interrupted (a memory limit, Ctrl-C) after this many hosts of
+    /// `of` were made.
+    #[error("stopped after building {built} of {of} hosts")]
+    Stopped { built: usize, of: usize },
+}
+
+/// How many hosts are made between two looks at the control: often enough that a memory
+/// limit stops construction within a few MiB, rarely enough to cost nothing.
+const CONTROL_EVERY_HOSTS: usize = 1024;
+
 /// Builds the simulation; every host gets its `Start` event at time 0.
 pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>), String> {
+    build_with(network, &RunControl::default()).map_err(|e| e.to_string())
+}
+
+/// [`build`], stopping early once `control` is interrupted (a watcher of the process's
+/// memory, Ctrl-C): a network of a million hosts takes seconds and gigabytes to make, so
+/// a limit must hold while it is made, not only once it runs. The simulation takes
+/// `control` as its own, so the same handle goes on to stop the run.
+pub fn build_with(
+    network: TorNetwork,
+    control: &RunControl,
+) -> Result<(Simulation<TorHost>, Arc<TorWorld>), BuildError> {
+    let of = network.hosts.len();
+    let stopped = |built: usize| BuildError::Stopped { built, of };
     let placements: Vec<HostPlacement> =
         network.hosts.iter().map(|h| h.placement.clone()).collect();
     let net = Arc::new(
-        Network::build(&network.graph, &placements, network.net).map_err(|e| e.to_string())?,
+        Network::build(&network.graph, &placements, network.net).map_err(|e| match e {
+            NetError::Graph(m) => BuildError::Graph(m),
+            e => BuildError::Invalid(e.to_string()),
+        })?,
     );
+    drop(placements);
+    if control.is_interrupted() {
+        return Err(stopped(0));
+    }
     let mut relay_hosts = vec![HostId::MAX; network.consensus.relays.len()];
     let mut server_groups: Vec<(String, Vec<HostId>)> = Vec::new();
     let mut shared_servers: Vec<HostId> = Vec::new();
     for (id, h) in network.hosts.iter().enumerate() {
         match &h.role {
             HostRole::Relay { relay, .. } => {
-                let slot = relay_hosts
-                    .get_mut(*relay)
-                    .ok_or_else(|| format!("host {}: no relay {relay} in the consensus", h.name))?;
+                let slot = relay_hosts.get_mut(*relay).ok_or_else(|| {
+                    BuildError::Invalid(format!(
+                        "host {}: no relay {relay} in the consensus",
+                        h.name
+                    ))
+                })?;
                 *slot = id as HostId;
             }
             HostRole::Server { group, shared } => {
@@ -103,7 +146,9 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
     }
     server_groups.push((ALL_SERVERS.to_string(), shared_servers));
     if let Some(r) = relay_hosts.iter().position(|&h| h == HostId::MAX) {
-        return Err(format!("consensus relay {r} has no host"));
+        return Err(BuildError::Invalid(format!(
+            "consensus relay {r} has no host"
+        )));
     }
     let names = network.hosts.iter().map(|h| h.name.clone()).collect();
     let world = Arc::new(TorWorld::new(
@@ -119,6 +164,9 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
     // CPU demand one lookahead ahead.
     let mut min_delays = net.min_latencies_to_hosts();
     for (id, h) in network.hosts.into_iter().enumerate() {
+        if id % CONTROL_EVERY_HOSTS == 0 && control.is_interrupted() {
+            return Err(stopped(id));
+        }
         let stack = NetStack::new(id as HostId, net.clone());
         models.push(match h.role {
             HostRole::Relay { relay, limits, cpu } => {
@@ -139,13 +187,15 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
             } => {
                 let hosts = world
                     .servers(&servers)
-                    .ok_or_else(|| format!("client {}: no server group {servers}", h.name))?
+                    .ok_or_else(|| {
+                        BuildError::Invalid(format!("client {}: no server group {servers}", h.name))
+                    })?
                     .to_vec();
                 if hosts.is_empty() {
-                    return Err(format!(
+                    return Err(BuildError::Invalid(format!(
                         "client {}: server group {servers} is empty",
                         h.name
-                    ));
+                    )));
                 }
                 TorHost::Client(Box::new(Driven::new(
                     stack,
@@ -162,7 +212,10 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
             HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),
             HostRole::Attacker(plan) => {
                 if plan.victim >= world.relay_hosts.len() {
-                    return Err(format!("attacker {}: no relay {}", h.name, plan.victim));
+                    return Err(BuildError::Invalid(format!(
+                        "attacker {}: no relay {}",
+                        h.name, plan.victim
+                    )));
                 }
                 TorHost::Attacker(Box::new(Driven::new(
                     stack,
@@ -179,7 +232,11 @@ pub fn build(network: TorNetwork) -> Result<(Simulation<TorHost>, Arc<TorWorld>)
         trace: true,
         work_stealing: true,
     };
+    if control.is_interrupted() {
+        return Err(stopped(of));
+    }
     let mut sim = Simulation::new(engine, models);
+    sim.set_control(control.clone());
     sim.set_min_delays(&min_delays);
     for h in 0..sim.host_count() {
         sim.schedule(h as HostId, 0, Ev::Start);

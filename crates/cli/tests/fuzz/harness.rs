@@ -81,7 +81,6 @@ pub struct CrashSink {
     pub seed: u64,
     /// Signature → (folder, times seen).
     found: Mutex<BTreeMap<String, (PathBuf, u64)>>,
-    notes: Mutex<BTreeMap<String, (PathBuf, u64)>>,
 }
 
 impl CrashSink {
@@ -90,7 +89,6 @@ impl CrashSink {
             dir,
             seed,
             found: Mutex::new(BTreeMap::new()),
-            notes: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -138,37 +136,6 @@ impl CrashSink {
         }
         let _ = fs::write(dir.join("failure.txt"), info);
         found.insert(key, (dir, 1));
-    }
-
-    /// Keeps an input worth a look that is not a failure (see [`note`]), once per signature,
-    /// under `notes/`.
-    fn record_note(&self, target: &str, ext: &str, note: &Note, input: &Rendered) {
-        let key = format!("note {target} {}", note.signature);
-        let mut found = self.notes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = found.get_mut(&key) {
-            entry.1 += 1;
-            return;
-        }
-        let dir = self
-            .dir
-            .join("notes")
-            .join(format!("{target}-{:08x}", fnv(key.as_bytes())));
-        let _ = fs::remove_dir_all(&dir);
-        write_case(&dir, ext, input);
-        let _ = fs::write(
-            dir.join("note.txt"),
-            format!(
-                "target: {target}\nnote: {}\n\n{}\n",
-                note.signature, note.detail
-            ),
-        );
-        found.insert(key, (dir, 1));
-    }
-
-    /// `(folder, times seen)` of every note.
-    pub fn notes(&self) -> Vec<(PathBuf, u64)> {
-        let found = self.notes.lock().unwrap_or_else(|e| e.into_inner());
-        found.values().cloned().collect()
     }
 
     /// Whether this bug has been recorded already (then it is not shrunk again).
@@ -325,12 +292,7 @@ impl<'a, T: Target> Run<'a, T> {
     }
 
     fn guarded(&self, input: &Rendered) -> Outcome {
-        let outcome = catch(|| self.target.eval(input));
-        if let Some(note) = NOTE.with(|n| n.borrow_mut().take()) {
-            self.sink
-                .record_note(self.target.name(), self.target.ext(), &note, input);
-        }
-        outcome
+        catch(|| self.target.eval(input))
     }
 }
 
@@ -358,29 +320,6 @@ impl<T: Target> Drive for Run<'_, T> {
     fn seeds_left(&self) -> bool {
         self.next_seed < self.seeds.len()
     }
-}
-
-// ---- notes ----------------------------------------------------------------------------------
-
-/// Something a case showed that is allowed but worth a look (a run refusing what check
-/// accepted): kept with its input, listed at the end, not a failure.
-pub struct Note {
-    pub signature: String,
-    pub detail: String,
-}
-
-thread_local! {
-    static NOTE: std::cell::RefCell<Option<Note>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Attaches a note to the case being evaluated on this thread.
-pub fn note(signature: impl Into<String>, detail: impl Into<String>) {
-    NOTE.with(|n| {
-        *n.borrow_mut() = Some(Note {
-            signature: signature.into(),
-            detail: detail.into(),
-        })
-    });
 }
 
 // ---- panics -------------------------------------------------------------------------------

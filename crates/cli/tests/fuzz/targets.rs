@@ -48,6 +48,22 @@ pub const LEAKS: &[&str] = &[
     "ParseFloatError",
     "AddrParseError",
     "TryFromIntError",
+    // serde's and the standard library's own sentences, which name no field or line.
+    "unknown variant",
+    "invalid length",
+    "invalid value:",
+    "invalid type:",
+    "a value of another kind",
+    "invalid IPv4 address syntax",
+    "invalid utf-8 sequence",
+    "(os error",
+    // The xz and XML libraries' words.
+    "lzma",
+    "premature eof",
+    "corrupt xz stream",
+    "DTD",
+    // The YAML scanner quoting a character as `c'.
+    "unexpected character: `",
 ];
 
 thread_local! {
@@ -247,7 +263,10 @@ pub fn check_scenario(text: &str, dir: &Path) -> Outcome {
             || (!g.starts_with("data:") && (g.ends_with(".gml") || g.ends_with(".graphml")))
     };
     let local_relays = match &scenario.relays {
-        RelaysSection::Sample(s) => s.consensus == "c.consensus",
+        // The fuzzer's `c.consensus`, or a regression case's consensus beside it.
+        RelaysSection::Sample(s) => {
+            s.consensus.ends_with(".consensus") && !s.consensus.contains(['/', '\\'])
+        }
         _ => true,
     };
     if hosts(&scenario) > MAX_HOSTS || !local_graph || !local_relays {
@@ -261,7 +280,25 @@ pub fn check_scenario(text: &str, dir: &Path) -> Outcome {
         }
     };
     match onionlab_scenario::resolve(&scenario, &graph) {
-        Ok(_) => Ok("resolved"),
+        Ok(plan) => {
+            // Names identify the rows of relays.csv and downloads.csv.
+            let relays = plan.relays.iter().map(|r| r.name.as_str());
+            let clients = plan.clients.iter().map(|c| c.host.name.as_str());
+            for (what, names) in [
+                ("relay", relays.collect::<Vec<_>>()),
+                ("client", clients.collect()),
+            ] {
+                let mut seen = std::collections::HashSet::new();
+                if let Some(twice) = names.iter().find(|n| !seen.insert(**n)) {
+                    return Err(Failure::new(
+                        "wrong-result",
+                        format!("two {what}s share a name"),
+                        format!("the plan names two {what}s {twice:?}"),
+                    ));
+                }
+            }
+            Ok("resolved")
+        }
         Err(e) => {
             check_message("resolve", &e.to_string())?;
             Ok("resolve refused")
@@ -761,13 +798,15 @@ pub fn check_then_run(scenario: &Path, work: &Path) -> Outcome {
             .map(|c| if c.is_ascii_digit() { '#' } else { c })
             .take(60)
             .collect();
+        // `check` must refuse whatever `run` refuses on the same machine.
         if !first.contains(&format!("({STOP_TIME})")) {
-            crate::harness::note(
-                format!("run refused what check accepted: {about}"),
-                describe("run", &run),
-            );
+            return Err(Failure::new(
+                "check-run-disagree",
+                about,
+                format!("run refused what check accepted\n{}", describe("run", &run)),
+            ));
         }
-        return Ok("check accepted, run refused");
+        return Ok("check accepted, run refused (--stop-time)");
     }
     let Some(run_json) = found else {
         return Err(Failure::new(
@@ -875,4 +914,65 @@ impl Target for CheckRun<'_> {
     fn shrink_budget(&self) -> (usize, Duration) {
         (40, Duration::from_secs(60))
     }
+}
+
+/// The texts after `expect-refused: ` in a regression case (each to the end of its line, less
+/// a closing `-->`): the case must be refused with a message holding every one of them.
+pub fn expected_refusal(text: &[u8]) -> Vec<String> {
+    const MARK: &str = "expect-refused: ";
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter_map(|l| Some(&l[l.find(MARK)? + MARK.len()..]))
+        .map(|rest| {
+            rest.trim_end()
+                .trim_end_matches("-->")
+                .trim_end()
+                .to_string()
+        })
+        .collect()
+}
+
+/// A regression case that must be refused: a scenario by `onionlab check` (exit 2), a graph by
+/// its parser, with a message holding each of `expected`.
+pub fn check_refused(path: &Path, expected: &[String], work: &Path) -> Result<(), Failure> {
+    let text = fs::read(path).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (refused, message) = match path.extension().and_then(|e| e.to_str()) {
+        Some("yaml") => {
+            let c = onionlab(
+                &[OsStr::new("check"), path.as_os_str()],
+                work,
+                &work.join("cwd"),
+                CHECK_TIMEOUT,
+            );
+            (c.code == Some(2), c.stderr)
+        }
+        Some("gml") => match Graph::from_gml(&String::from_utf8_lossy(&text), &name) {
+            Ok(_) => (false, "accepted".into()),
+            Err(e) => (true, e.to_string()),
+        },
+        Some("graphml") => match Graph::from_graphml(&String::from_utf8_lossy(&text), &name) {
+            Ok(_) => (false, "accepted".into()),
+            Err(e) => (true, e.to_string()),
+        },
+        other => {
+            return Err(Failure::new(
+                "harness",
+                "expect-refused",
+                format!("{other:?}"),
+            ))
+        }
+    };
+    if refused && expected.iter().all(|e| message.contains(e.as_str())) {
+        return Ok(());
+    }
+    let expected = expected.join("` and `");
+    Err(Failure::new(
+        "not-refused",
+        expected.clone(),
+        format!("expected a refusal saying `{expected}`, got: {message}"),
+    ))
 }
