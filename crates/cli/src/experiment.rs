@@ -28,6 +28,7 @@ use crate::run::{
     check_scenario, interrupt_requested, memory_limit, run_one, set_stop_time, thread_count,
     trial_seed, RunOptions, INTERRUPTED, MAX_TRIALS,
 };
+use crate::slurm::{self, Invocation, SlurmOptions, Task};
 use crate::Failure;
 
 /// The largest experiment file: a few dozen lines in practice, so a bigger file is a mistake
@@ -61,6 +62,10 @@ pub struct ExperimentArgs {
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub options: ExperimentOptions,
+    /// The command the comparison job of a Slurm submission runs, where it is not this
+    /// experiment's (`reproduce live-network` writes its page after the comparison).
+    #[arg(skip)]
+    pub compare_command: Option<Vec<String>>,
 }
 
 #[derive(clap::Args)]
@@ -106,6 +111,8 @@ pub struct ExperimentOptions {
     /// running anything.
     #[arg(long)]
     pub check: bool,
+    #[command(flatten)]
+    pub cluster: SlurmOptions,
 }
 
 /// Runs the experiment in `args.file`.
@@ -128,7 +135,35 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Failure> {
         check_output(&out)?;
         return check_plan(&plan);
     }
-    execute(&plan, &out, &args.options)
+    if args.options.cluster.any() {
+        let command = vec![
+            "experiment".to_string(),
+            absolute(file)?.display().to_string(),
+        ];
+        let compare = args
+            .compare_command
+            .clone()
+            .unwrap_or_else(|| command.clone());
+        return cluster(
+            &[(plan, out.clone())],
+            &out,
+            command,
+            compare,
+            &args.options,
+        );
+    }
+    execute(&plan, &out, &args.options, Mode::Run)
+}
+
+/// `path` from the root, as commands run elsewhere (a cluster's nodes) must name it.
+fn absolute(path: &Path) -> Result<PathBuf, Failure> {
+    std::path::absolute(path).map_err(|e| {
+        Failure::input(format!(
+            "{}: cannot tell its full path: {}",
+            path.display(),
+            onionlab_data::io_words(&e)
+        ))
+    })
 }
 
 /// Runs every experiment of the reproduction `args.name`, or lists the reproductions.
@@ -181,6 +216,27 @@ pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("out").join(format!("reproduce-{}", entry.name)));
+    if args.options.cluster.any() && !args.options.check {
+        let command = vec!["reproduce".to_string(), entry.name.to_string()];
+        let placed: Vec<(Plan, PathBuf)> = plans
+            .into_iter()
+            .map(|p| {
+                let out = root.join(&p.experiment.name);
+                (p, out)
+            })
+            .collect();
+        cluster(&placed, &root, command.clone(), command, &args.options)?;
+        if args.options.cluster.slurm_compare {
+            let plans: Vec<Plan> = placed.into_iter().map(|(p, _)| p).collect();
+            let page = write_reproduction_index(entry, &plans, &root)?;
+            println!(
+                "reproduce {}: every experiment on one page: {}",
+                entry.name,
+                page.display()
+            );
+        }
+        return Ok(());
+    }
     for (i, plan) in plans.iter().enumerate() {
         let experiment = plan.experiment;
         println!(
@@ -195,7 +251,7 @@ pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
             check_output(&root.join(&experiment.name))?;
             check_plan(plan)?;
         } else {
-            execute(plan, &root.join(&experiment.name), &args.options)?;
+            execute(plan, &root.join(&experiment.name), &args.options, Mode::Run)?;
         }
     }
     if !args.options.check {
@@ -1202,9 +1258,27 @@ fn check_plan(plan: &Plan) -> Result<(), Failure> {
     Ok(())
 }
 
+/// What [`execute`] does with a trial whose folder does not hold a complete run of its
+/// scenario and seed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Runs it (a local experiment).
+    Run,
+    /// Reports it as failed: the comparison job of a cluster submission, whose tasks ran
+    /// (or were to run) every such trial.
+    Collect,
+}
+
 /// Runs (or resumes) the experiment of `plan` into `out`: each trial whose folder does not
-/// already hold a complete run of the same scenario and seed, then the comparison.
-fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), Failure> {
+/// already hold a complete run of the same scenario and seed, then the comparison. With
+/// [`Mode::Collect`] it runs nothing: the comparison takes the complete trials, and the
+/// others are reported as failed.
+fn execute(
+    plan: &Plan,
+    out: &Path,
+    options: &ExperimentOptions,
+    mode: Mode,
+) -> Result<(), Failure> {
     let (experiment, trials, prepared) = (plan.experiment, plan.trials, &plan.variants);
     let n = prepared.len();
     let out_dir = OutputDir::create(out).map_err(|e| Failure::input(e.to_string()))?;
@@ -1216,18 +1290,7 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         if trials == 1 { "" } else { "s" },
         out.display()
     );
-    let run_options = RunOptions {
-        quiet: options.quiet,
-        report: false,
-        // A trial that is run replaces whatever its folder held: a partial run, or one of
-        // another scenario.
-        force: true,
-        inject_fault: None,
-        work_stealing: true,
-        spans: true,
-        summary: false,
-        max_memory: memory_limit(None)?,
-    };
+    let run_options = trial_run_options(options)?;
     let records = prepared
         .iter()
         .map(|p| {
@@ -1263,14 +1326,25 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
             if interrupt_requested() {
                 return Err(ledger.stopped(&label));
             }
-            let mut scenario = p.scenario.clone();
-            scenario.run.seed = trial_seed(p.scenario.run.seed, k);
+            let scenario = trial_scenario(p, k);
             let name = format!("trial-{k}");
             let dir = variant_dir.join(&name);
             let before = previous(&dir, &scenario);
             if before == Previous::Same {
                 ledger.records[i][(k - 1) as usize].status = "kept";
-                println!("{label}: kept (a complete run of the same scenario and seed)");
+                if mode == Mode::Run {
+                    println!("{label}: kept (a complete run of the same scenario and seed)");
+                } else {
+                    println!("{label}: complete");
+                }
+            } else if mode == Mode::Collect {
+                ledger.records[i][(k - 1) as usize].status = "failed";
+                let log = match before {
+                    Previous::Nothing => "no run.json".to_string(),
+                    _ => format!("{} holds no complete run of it", dir.display()),
+                };
+                println!("{label}: FAILED ({log}; `--status` shows its task's log)");
+                continue;
             } else {
                 let started = Instant::now();
                 let result = run_one(&scenario, p.threads, &dir, &run_options);
@@ -1304,7 +1378,10 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         let manifest = TrialsManifest {
             scenario: p.scenario.name.clone(),
             trials: names,
-            seeds: ledger.records[i].iter().map(|r| r.seed).collect(),
+            seeds: (ledger.records[i].iter())
+                .filter(|r| r.status != "failed")
+                .map(|r| r.seed)
+                .collect(),
         };
         OutputDir::create(&variant_dir)
             .and_then(|d| d.write_trials(&manifest))
@@ -1312,12 +1389,35 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         ledger.write(false)?;
     }
 
+    let failed: Vec<String> = prepared
+        .iter()
+        .zip(&ledger.records)
+        .flat_map(|(p, records)| {
+            records
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.status == "failed")
+                .map(move |(k, _)| format!("{}/trial-{}", p.variant.name, k + 1))
+        })
+        .collect();
     let mut inputs = Vec::with_capacity(n);
-    for p in prepared {
+    for (p, records) in prepared.iter().zip(&ledger.records) {
+        if records.iter().all(|r| r.status == "failed") {
+            // Nothing of this variant to compare; it is reported below.
+            continue;
+        }
         let dir = out.join(&p.variant.name);
         let input =
             onionlab_report::load_input(&dir).map_err(|e| Failure::internal(e.to_string()))?;
         inputs.push((p.variant.name.clone(), input));
+    }
+    if inputs.is_empty() {
+        let _ = ledger.write(false);
+        return Err(Failure::internal(format!(
+            "experiment {}: no trial is complete, so there is nothing to compare ({} failed)",
+            experiment.name,
+            failed.len()
+        )));
     }
     let compare_dir = out.join(COMPARE_DIR);
     let sweep = match (&experiment.sweep, &plan.sweep) {
@@ -1336,7 +1436,7 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
         sweep.as_ref(),
     )
     .map_err(|e| Failure::internal(e.to_string()))?;
-    ledger.write(true)?;
+    ledger.write(failed.is_empty())?;
     println!("{table}");
     println!(
         "comparison: {}",
@@ -1348,6 +1448,17 @@ fn execute(plan: &Plan, out: &Path, options: &ExperimentOptions) -> Result<(), F
             compare_dir.join(format!("{}.svg", sweep.stem())).display(),
             compare_dir.join(onionlab_report::SWEEP_CSV).display()
         );
+    }
+    if !failed.is_empty() {
+        return Err(Failure::internal(format!(
+            "experiment {}: {} trial{} failed and {} left out of the comparison: {}; \
+             submitting again runs them",
+            experiment.name,
+            failed.len(),
+            if failed.len() == 1 { "" } else { "s" },
+            if failed.len() == 1 { "is" } else { "are" },
+            failed.join(", ")
+        )));
     }
     Ok(())
 }
@@ -1507,4 +1618,257 @@ impl Ledger<'_> {
             ),
         }
     }
+}
+
+/// `experiment` and `reproduce` on a Slurm cluster (see [`crate::slurm`]): `--slurm` submits
+/// the trials still to run of every experiment in `placed` (each with its output folder), the
+/// hidden `--slurm-task` runs one of them, `--slurm-compare` writes the comparisons, and
+/// `--status` says where the trials stand. `root` holds the submissions; `command` is what
+/// the tasks run and `compare` what the comparison job runs (`experiment FILE` or
+/// `reproduce NAME`, completed with the output folder and the flags given).
+fn cluster(
+    placed: &[(Plan, PathBuf)],
+    root: &Path,
+    command: Vec<String>,
+    compare: Vec<String>,
+    options: &ExperimentOptions,
+) -> Result<(), Failure> {
+    let cl = &options.cluster;
+    let root = absolute(root)?;
+    let dir = root.join(slurm::SLURM_DIR);
+    if let (Some(file), Some(index)) = (&cl.slurm_tasks, cl.slurm_task) {
+        let task = slurm::read_task(file, index)?;
+        return run_task(placed, &task, options);
+    }
+    if cl.slurm_compare {
+        let mut failure = None;
+        for (plan, out) in placed {
+            if let Err(f) = execute(plan, out, options, Mode::Collect) {
+                eprintln!("error: {}", f.message);
+                failure.get_or_insert(f);
+            }
+        }
+        return failure.map_or(Ok(()), Err);
+    }
+    if cl.status {
+        return status(placed, &dir);
+    }
+    // --slurm
+    let binary = slurm::check_cluster(cl.dry_run)?;
+    OutputDir::create(&root).map_err(|e| Failure::input(e.to_string()))?;
+    let mut tasks = Vec::new();
+    for (plan, out) in placed {
+        for (p, k) in trials_of(plan) {
+            let dir = out.join(&p.variant.name).join(format!("trial-{k}"));
+            if previous(&dir, &trial_scenario(p, k)) != Previous::Same {
+                tasks.push(Task {
+                    experiment: plan.experiment.name.clone(),
+                    variant: p.variant.name.clone(),
+                    trial: k,
+                });
+            }
+        }
+    }
+    let total: usize = placed
+        .iter()
+        .map(|(p, _)| p.variants.len() * p.trials as usize)
+        .sum();
+    let name = match placed {
+        [(plan, _)] => plan.experiment.name.clone(),
+        _ => command.join("-"),
+    };
+    let inv = |command: Vec<String>| Invocation {
+        command,
+        output: &root,
+        trials: options.trials,
+        stop_time: options.stop_time.as_deref(),
+        threads: options.threads,
+        options: cl,
+    };
+    let submitted = slurm::submit(
+        &inv(command.clone()),
+        &inv(compare),
+        &dir,
+        &tasks,
+        &binary,
+        &format!("onionlab-{name}"),
+    )?;
+    println!(
+        "{}: {} of {total} trials to run ({} complete); batch script {}",
+        name,
+        submitted.tasks,
+        total - submitted.tasks,
+        submitted.script.display()
+    );
+    match submitted.jobs {
+        Some((array, compare)) => {
+            if let Some(array) = array {
+                println!(
+                    "submitted job array {array} ({} task{})",
+                    submitted.tasks,
+                    if submitted.tasks == 1 { "" } else { "s" }
+                );
+            }
+            println!(
+                "submitted job {compare}: the comparison, once the array has ended; `--status` \
+                 shows the progress"
+            );
+        }
+        None => println!("dry run: nothing submitted"),
+    }
+    Ok(())
+}
+
+/// How an experiment runs each trial, wherever it runs.
+fn trial_run_options(options: &ExperimentOptions) -> Result<RunOptions, Failure> {
+    Ok(RunOptions {
+        quiet: options.quiet,
+        report: false,
+        // A trial that is run replaces whatever its folder held: a partial run, or one of
+        // another scenario.
+        force: true,
+        inject_fault: None,
+        work_stealing: true,
+        spans: true,
+        summary: false,
+        max_memory: memory_limit(None)?,
+    })
+}
+
+/// Every trial of `plan`, variant by variant.
+fn trials_of<'p, 'a>(plan: &'p Plan<'a>) -> impl Iterator<Item = (&'p Prepared<'a>, u32)> {
+    plan.variants
+        .iter()
+        .flat_map(move |p| (1..=plan.trials).map(move |k| (p, k)))
+}
+
+/// The scenario of trial `k` of a variant: its own seed.
+fn trial_scenario(p: &Prepared, k: u32) -> Scenario {
+    let mut scenario = p.scenario.clone();
+    scenario.run.seed = trial_seed(p.scenario.run.seed, k);
+    scenario
+}
+
+/// Runs one task of a cluster submission: one trial, as a local experiment runs it.
+fn run_task(
+    placed: &[(Plan, PathBuf)],
+    task: &Task,
+    options: &ExperimentOptions,
+) -> Result<(), Failure> {
+    let (plan, out) = placed
+        .iter()
+        .find(|(p, _)| p.experiment.name == task.experiment)
+        .ok_or_else(|| Failure::input(format!("task: no experiment {}", task.experiment)))?;
+    let p = plan
+        .variants
+        .iter()
+        .find(|p| p.variant.name == task.variant)
+        .ok_or_else(|| Failure::input(format!("task: no variant {}", task.variant)))?;
+    if task.trial == 0 || task.trial > plan.trials {
+        return Err(Failure::input(format!(
+            "task: no trial {} (the experiment has {})",
+            task.trial, plan.trials
+        )));
+    }
+    let dir = out
+        .join(&p.variant.name)
+        .join(format!("trial-{}", task.trial));
+    let run_options = trial_run_options(options)?;
+    println!(
+        "experiment {}: variant {} trial {} into {}",
+        plan.experiment.name,
+        p.variant.name,
+        task.trial,
+        dir.display()
+    );
+    let started = Instant::now();
+    run_one(
+        &trial_scenario(p, task.trial),
+        p.threads,
+        &dir,
+        &run_options,
+    )?;
+    println!("ran in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `--status`: per variant, how many trials are complete, running, pending, failed or not yet
+/// run, and the last lines of each failed task's log.
+fn status(placed: &[(Plan, PathBuf)], dir: &Path) -> Result<(), Failure> {
+    let submission = slurm::latest_submission(dir);
+    let queue = submission.as_ref().and_then(|(n, _)| {
+        let (array, _) = slurm::submission_jobs(dir, *n)?;
+        (array != "-").then(|| slurm::queued(&array)).flatten()
+    });
+    let squeue = submission.is_none() || queue.is_some();
+    for (plan, out) in placed {
+        println!("experiment {}: {}", plan.experiment.name, out.display());
+        let mut failures = Vec::new();
+        for p in &plan.variants {
+            let mut counts = [0usize; 6];
+            for k in 1..=plan.trials {
+                let trial_dir = out.join(&p.variant.name).join(format!("trial-{k}"));
+                let task = submission.as_ref().and_then(|(n, tasks)| {
+                    let i = tasks.iter().position(|t| {
+                        t.experiment == plan.experiment.name
+                            && t.variant == p.variant.name
+                            && t.trial == k
+                    })?;
+                    Some((*n, i))
+                });
+                let state = task.and_then(|(_, i)| {
+                    queue
+                        .as_ref()?
+                        .iter()
+                        .find(|(t, _)| *t == i)
+                        .map(|(_, s)| s.clone())
+                });
+                let which = if previous(&trial_dir, &trial_scenario(p, k)) == Previous::Same {
+                    0
+                } else if let Some(state) = state {
+                    if state == "PENDING" {
+                        2
+                    } else {
+                        1
+                    }
+                } else if task.is_some() && !squeue {
+                    // Submitted, and squeue cannot say where it is.
+                    5
+                } else if task.is_some() || trial_dir.join(RUN_JSON).exists() {
+                    failures.push((format!("{}/trial-{k}", p.variant.name), task));
+                    3
+                } else {
+                    4
+                };
+                counts[which] += 1;
+            }
+            let mut line = format!(
+                "  {}: {} complete, {} running, {} pending, {} failed, {} not run",
+                p.variant.name, counts[0], counts[1], counts[2], counts[3], counts[4]
+            );
+            if counts[5] > 0 {
+                line.push_str(&format!(
+                    ", {} submitted (no squeue here to say more)",
+                    counts[5]
+                ));
+            }
+            println!("{line}");
+        }
+        for (trial, task) in failures {
+            match task {
+                Some((n, i)) => {
+                    let log = slurm::task_log(dir, n, i);
+                    println!(
+                        "  failed: {trial} (submission {n}, task {i}); the end of {}:",
+                        log.display()
+                    );
+                    for l in slurm::tail(&log, 5) {
+                        println!("    | {l}");
+                    }
+                }
+                None => println!("  failed: {trial} (its run.json says it did not finish)"),
+            }
+        }
+    }
+    Ok(())
 }

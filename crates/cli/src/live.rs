@@ -127,12 +127,25 @@ pub(crate) fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
         root.join(NETWORK_FILE).display()
     );
     let check = args.options.check;
+    // On a cluster the tasks run the experiment file written above; the comparison job runs
+    // this command again, so that it writes the page below once the trials are done.
+    let cluster = args.options.cluster.any() && !args.options.cluster.slurm_compare;
+    let mut compare_command = vec![
+        "reproduce".to_string(),
+        NAME.to_string(),
+        "--scale".to_string(),
+        scale.to_string(),
+    ];
+    if let Some(v) = &args.variants {
+        compare_command.extend(["--variants".to_string(), v.join(",")]);
+    }
     crate::experiment::experiment(ExperimentArgs {
         file: root.join(EXPERIMENT_FILE),
         output: Some(root.clone()),
         options: args.options,
+        compare_command: Some(compare_command),
     })?;
-    if check {
+    if check || cluster {
         return Ok(());
     }
     let mut variants: Vec<(String, Vec<RunData>)> = Vec::new();

@@ -51,6 +51,7 @@ mod live;
 mod memory;
 mod results;
 mod run;
+mod slurm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
