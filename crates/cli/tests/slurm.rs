@@ -59,6 +59,8 @@ impl Cluster {
                 String::from_utf8_lossy(&munged.stderr)
             ));
         }
+        // The node is this host by name (slurmd finds itself by it) and reached on loopback
+        // (the name may resolve to nothing here).
         let host = String::from_utf8_lossy(
             &Command::new("hostname")
                 .arg("-s")
@@ -89,7 +91,7 @@ impl Cluster {
             &conf,
             format!(
                 "ClusterName=onionlabtest\n\
-                 SlurmctldHost={host}\n\
+                 SlurmctldHost={host}(127.0.0.1)\n\
                  SlurmUser=root\n\
                  SlurmdUser=root\n\
                  AuthType=auth/munge\n\
@@ -113,7 +115,8 @@ impl Cluster {
                  JobCompType=jobcomp/none\n\
                  JobAcctGatherType=jobacct_gather/none\n\
                  AccountingStorageType=accounting_storage/none\n\
-                 NodeName={host} CPUs={cpus} RealMemory={memory_mib} State=UNKNOWN\n\
+                 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mib} \
+                 State=UNKNOWN\n\
                  PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n",
                 socket = socket.display(),
             ),
