@@ -1792,6 +1792,22 @@ fn run_task(
     Ok(())
 }
 
+/// Where a trial stands for `--status`, in the order its line counts them.
+#[derive(Clone, Copy)]
+enum TrialState {
+    Complete,
+    Running,
+    Pending,
+    Failed,
+    NotRun,
+    /// In the latest submission, and no `squeue` here to say where.
+    Submitted,
+}
+
+impl TrialState {
+    const COUNT: usize = 6;
+}
+
 /// `--status`: per variant, how many trials are complete, running, pending, failed or not yet
 /// run, and the last lines of each failed task's log.
 fn status(placed: &[(Plan, PathBuf)], dir: &Path) -> Result<(), Failure> {
@@ -1805,7 +1821,7 @@ fn status(placed: &[(Plan, PathBuf)], dir: &Path) -> Result<(), Failure> {
         println!("experiment {}: {}", plan.experiment.name, out.display());
         let mut failures = Vec::new();
         for p in &plan.variants {
-            let mut counts = [0usize; 6];
+            let mut counts = [0usize; TrialState::COUNT];
             for k in 1..=plan.trials {
                 let trial_dir = out.join(&p.variant.name).join(format!("trial-{k}"));
                 let task = submission.as_ref().and_then(|(n, tasks)| {
@@ -1823,33 +1839,33 @@ fn status(placed: &[(Plan, PathBuf)], dir: &Path) -> Result<(), Failure> {
                         .find(|(t, _)| *t == i)
                         .map(|(_, s)| s.clone())
                 });
-                let which = if previous(&trial_dir, &trial_scenario(p, k)) == Previous::Same {
-                    0
+                let state = if previous(&trial_dir, &trial_scenario(p, k)) == Previous::Same {
+                    TrialState::Complete
                 } else if let Some(state) = state {
                     if state == "PENDING" {
-                        2
+                        TrialState::Pending
                     } else {
-                        1
+                        TrialState::Running
                     }
                 } else if task.is_some() && !squeue {
-                    // Submitted, and squeue cannot say where it is.
-                    5
+                    TrialState::Submitted
                 } else if task.is_some() || trial_dir.join(RUN_JSON).exists() {
                     failures.push((format!("{}/trial-{k}", p.variant.name), task));
-                    3
+                    TrialState::Failed
                 } else {
-                    4
+                    TrialState::NotRun
                 };
-                counts[which] += 1;
+                counts[state as usize] += 1;
             }
+            let [complete, running, pending, failed, not_run, submitted] = counts;
             let mut line = format!(
-                "  {}: {} complete, {} running, {} pending, {} failed, {} not run",
-                p.variant.name, counts[0], counts[1], counts[2], counts[3], counts[4]
+                "  {}: {complete} complete, {running} running, {pending} pending, {failed} \
+                 failed, {not_run} not run",
+                p.variant.name
             );
-            if counts[5] > 0 {
+            if submitted > 0 {
                 line.push_str(&format!(
-                    ", {} submitted (no squeue here to say more)",
-                    counts[5]
+                    ", {submitted} submitted (no squeue here to say more)"
                 ));
             }
             println!("{line}");

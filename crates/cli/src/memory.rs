@@ -24,8 +24,8 @@ use std::time::Duration;
 use onionlab_engine::RunControl;
 
 /// How often the watch reads the process's memory: growth between two looks is what a limit
-/// can be overshot by (a million-host network grows by about 0.5 GiB a wall-clock second
-/// while it starts, so by about 25 MiB here). Each look reads one small `/proc` file.
+/// can be overshot by (a million-host network grows by about 0.4 GiB a wall-clock second
+/// while it starts, so by about 20 MiB here). Each look reads `/proc/self/status`.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// Address space mapped at start and given back when an allocation fails: room to stop the

@@ -295,6 +295,15 @@ fn an_experiment_runs_as_a_slurm_job_array() {
         "--cpus-per-task",
         "1",
     ];
+    let status = || {
+        cluster.onionlab(&[
+            "experiment",
+            file,
+            "-o",
+            on_slurm.to_str().unwrap(),
+            "--status",
+        ])
+    };
     let out = cluster.onionlab(&slurm_args);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
@@ -302,13 +311,7 @@ fn an_experiment_runs_as_a_slurm_job_array() {
     assert!(stdout.contains("submitted job array"), "{stdout}");
     cluster.wait_idle();
 
-    let out = cluster.onionlab(&[
-        "experiment",
-        file,
-        "-o",
-        on_slurm.to_str().unwrap(),
-        "--status",
-    ]);
+    let out = status();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -340,13 +343,7 @@ fn an_experiment_runs_as_a_slurm_job_array() {
     );
     cluster.wait_idle();
 
-    let out = cluster.onionlab(&[
-        "experiment",
-        file,
-        "-o",
-        on_slurm.to_str().unwrap(),
-        "--status",
-    ]);
+    let out = status();
     let (stdout, _) = text(&out);
     for variant in ["kist", "vanilla"] {
         assert!(

@@ -262,8 +262,8 @@ fn a_run_whose_next_event_is_beyond_stop_reaches_stop() {
     assert!(!last.host(0).far_fired);
 }
 
-#[test]
-fn an_interrupt_counts_even_when_there_is_nothing_to_run() {
+/// One host whose only event is far past the runs of the tests below.
+fn far_only() -> Simulation<Far> {
     let mut sim = Simulation::new(
         engine(1),
         vec![Far {
@@ -272,6 +272,12 @@ fn an_interrupt_counts_even_when_there_is_nothing_to_run() {
         }],
     );
     sim.schedule(0, secs(1_000), FarEv::Tick);
+    sim
+}
+
+#[test]
+fn an_interrupt_counts_even_when_there_is_nothing_to_run() {
+    let mut sim = far_only();
     let first = sim.run_until(secs(10));
     assert!(!first.interrupted);
     sim.control().interrupt();
@@ -287,14 +293,7 @@ fn an_interrupt_counts_even_when_there_is_nothing_to_run() {
 #[test]
 fn a_control_made_before_the_simulation_stops_it() {
     let control = RunControl::default();
-    let mut sim = Simulation::new(
-        engine(1),
-        vec![Far {
-            far_fired: false,
-            ticks: 0,
-        }],
-    );
-    sim.schedule(0, secs(1_000), FarEv::Tick);
+    let mut sim = far_only();
     sim.set_control(control.clone());
     assert!(!control.is_interrupted());
     assert!(!sim.run_until(secs(10)).interrupted);
