@@ -2,7 +2,8 @@
 """How far apart a network's relays sit, placed at random or where their addresses say.
 
 Draws pairs of distinct relays of a shipped consensus by consensus weight (as paths draw
-them, roughly) and averages the one-way latency between their nodes on internet-2018: with
+them, roughly) and averages the one-way latency between their nodes on each shipped graph
+(internet-2018 and the geographic internet-geo): with
 every relay on a node drawn at random (`relays.sample.place: random`), and with every relay on
 the node of the country its address lies in by a shipped country table (`place: address`;
 relays the table does not place go anywhere). Each figure is the mean over 20 placements of
@@ -27,13 +28,14 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CONSENSUS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     ROOT, "data/consensus/2019-12-15-13-00-00-microdesc-consensus.xz")
 GEOIP = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "data/geoip/geoip-2021-03-12.xz")
-GRAPH = os.path.join(ROOT, "data/topology/internet-2018-183-nodes.graphml.xml.xz")
+GRAPHS = [("internet-2018", os.path.join(ROOT, "data/topology/internet-2018-183-nodes.graphml.xml.xz")),
+          ("internet-geo", os.path.join(ROOT, "data/topology/internet-geo-183-nodes.graphml.xml.xz"))]
 PLACEMENTS = 20
 PAIRS = 20_000
 
 
-def graph():
-    text = lzma.open(GRAPH, "rt").read()
+def graph(path):
+    text = lzma.open(path, "rt").read()
     cc_key = [k for name, k in re.findall(r'attr.name="([^"]+)"[^>]*for="node" id="([^"]+)"', text)
               if name == "countrycode"][0]
     lat_key = [k for name, k in re.findall(r'attr.name="([^"]+)"[^>]*for="edge" id="([^"]+)"', text)
@@ -64,7 +66,11 @@ def relays():
 
 
 def main():
-    country, latency = graph()
+    for name, path in GRAPHS:
+        distances(name, *graph(path))
+
+
+def distances(name, country, latency):
     nodes = sorted(country)
     by_country = {}
     for n in nodes:
@@ -93,7 +99,8 @@ def main():
                     total += latency[place[i], place[j]]
                     pairs += 1
             n += pairs
-        print(f"place: {mode:8} mean one-way latency between relays drawn by weight: {total / n:.1f} ms")
+        print(f"{name}, place: {mode:8} mean one-way latency between relays drawn by weight: "
+              f"{total / n:.1f} ms")
 
 
 main()

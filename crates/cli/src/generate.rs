@@ -79,6 +79,13 @@ fn onionperf_sites(era: onionlab_torcore::TorEra) -> &'static [&'static str] {
 /// not. An ordinary user's link (a random node's) would.
 const PERF_LINK: &str = "1 Gbit";
 
+/// The engine's narrowest round in a generated network, 1 ms. On `internet-geo` two hosts of
+/// one small country are less than that apart (its distance rule gives Monaco 0.01 ms and Hong
+/// Kong 0.18 ms), and the engine's rounds are as wide as the nearest pair of hosts: a 10%
+/// network on rounds of a fraction of a millisecond runs much slower than on 1 ms
+/// rounds, which hold back only the packets between such neighbours, by less than 1 ms.
+const LOOKAHEAD_FLOOR: u64 = 1_000_000;
+
 /// Every relay's ConnLimit in generated networks: each user of a host has its own connection
 /// to its guard, so at load 1.0 a big guard holds thousands of client connections beside its
 /// connections to other relays.
@@ -344,17 +351,29 @@ fn scenario_text(
     );
     let _ = writeln!(
         w,
-        "# The graph's latencies and access links, not its loss: every edge's 0.5% was set in one edit"
+        "# internet-2018's points of presence and access links, with latencies that follow geography"
     );
     let _ = writeln!(
         w,
-        "# for all edges, not measured, and the graph Shadow's generator uses today has no loss between"
+        "# (distance between capitals x 2.1 at the speed of light in fibre) and no loss: internet-2018's"
     );
     let _ = writeln!(
         w,
-        "# its points of presence. SLAC PingER measured loss below 0.1% between North America, Europe, East Asia and Oceania."
+        "# own latencies are one value per country summed, and its 0.5% loss on every edge was never measured."
     );
-    let _ = writeln!(w, "network: {{ graph: internet-2018, graph_loss: false }}");
+    let _ = writeln!(
+        w,
+        "# Rounds of at least 1 ms: two hosts of a small country are closer than that (Monaco's 0.01 ms),"
+    );
+    let _ = writeln!(
+        w,
+        "# and rounds as narrow as the nearest pair would make the run much slower; their packets arrive by the round's end."
+    );
+    let _ = writeln!(
+        w,
+        "network: {{ graph: internet-geo, lookahead_floor: {} }}",
+        onionlab_scenario::Duration(LOOKAHEAD_FLOOR)
+    );
     let _ = writeln!(
         w,
         "# Tor as the network of the consensus ({}) ran it: each value from the consensus's",

@@ -3,9 +3,9 @@
 //! network in 2019 (`data/live/tor-metrics-2019.json`).
 //!
 //! The steps are the commands a user would run by hand: `generate` writes
-//! `<out>/network.yaml` (the period's Tor parameters, the graph without its placeholder loss,
+//! `<out>/network.yaml` (the period's Tor parameters, the geographic graph,
 //! OnionPerf-like clients where OnionPerf measured from); an experiment (`<out>/live-network.yaml`)
-//! runs it as generated and with two of those choices undone, each as K sampled networks, into
+//! runs it as generated and with three of those choices undone, each as K sampled networks, into
 //! `<out>/<variant>/` (so a second run keeps the networks already complete); and the comparison
 //! (`onionlab_report::write_live_page`) writes `<out>/index.html` and `<out>/live.csv`.
 
@@ -23,9 +23,9 @@ pub(crate) const NAME: &str = "live-network";
 
 /// One line for `reproduce --list`.
 pub(crate) const ABOUT: &str = "networks generated from the 2019 consensus \
-    (consensus-2019-microdesc) at --scale (default 0.1) and the live load, as generated, with \
-    the graph's 0.5% loss, with Vegas instead of the period's SENDME windows, and with relays \
-    placed at random instead of by address, 3 sampled \
+    (consensus-2019-microdesc) at --scale (default 0.1) and the live load, as generated, on \
+    internet-2018's latencies instead of geographic ones, with Vegas instead of the period's \
+    SENDME windows, and with relays placed at random instead of by address, 3 sampled \
     networks of 8 simulated minutes each, against Tor Metrics' 2019 OnionPerf measurements: \
     time to last byte per size, circuit build times and errors as means over networks with \
     95% intervals; index.html draws the distributions beside the live ones";
@@ -36,11 +36,14 @@ const DEFAULT_SCALE: f64 = 0.1;
 const NETWORK_FILE: &str = "network.yaml";
 const EXPERIMENT_FILE: &str = "live-network.yaml";
 
-/// The experiment: the generated network and two of its period choices undone, one at a
+/// The experiment: the generated network and three of its choices undone, one at a
 /// time, so the page shows what each is worth.
 const VARIANTS: [(&str, &str); 4] = [
     ("as-generated", ""),
-    ("graph-loss", "network.graph_loss: true"),
+    (
+        "internet-2018",
+        "network.graph: internet-2018, network.graph_loss: false",
+    ),
     ("vegas", "tor.flow_control: vegas"),
     (
         "random-placement",

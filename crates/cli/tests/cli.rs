@@ -1049,7 +1049,7 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
     // KISTSchedRunInterval=2; consensus-2019-microdesc has no congestion control, so its
     // network keeps SENDME windows and tor 0.4.2's defaults where its params line is silent.
     for needle in [
-        "network: { graph: internet-2018, graph_loss: false }",
+        "network: { graph: internet-geo, lookahead_floor: 1ms }",
         "  flow_control: vegas",
         "  kist_run_interval_ms: 2 ",
         "# KISTSchedRunInterval=2",

@@ -49,7 +49,10 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
     // The network is the one `generate` writes for the 2019 consensus.
     let network = fs::read_to_string(dir.join("network.yaml")).unwrap();
     assert!(network.contains("consensus-2019-microdesc"), "{network}");
-    assert!(network.contains("graph_loss: false") && network.contains("flow_control: sendme"));
+    assert!(
+        network.contains("graph: internet-geo") && network.contains("flow_control: sendme"),
+        "{network}"
+    );
     assert!(
         network.contains("place: address, geoip: geoip-2021"),
         "{network}"
@@ -187,12 +190,12 @@ fn live_network_is_listed_checked_and_alone_in_taking_scale_and_variants() {
     );
     let experiment = fs::read_to_string(dir.join("live-network.yaml")).unwrap();
     assert!(experiment.contains("- name: as-generated"), "{experiment}");
-    assert!(experiment.contains("name: vegas") && !experiment.contains("graph-loss"));
+    assert!(experiment.contains("name: vegas") && !experiment.contains("internet-2018"));
     let out = onionlab(&[&base[..], &["--variants", "as-generated,loss"]].concat());
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("no variant \"loss\"") && err.contains("graph-loss"),
+        err.contains("no variant \"loss\"") && err.contains("internet-2018"),
         "{err}"
     );
     let _ = fs::remove_dir_all(&dir);

@@ -45,6 +45,14 @@ pub static FILES: &[DataFile] = &[
         bytes: include_bytes!("../../../data/topology/internet-2018-183-nodes.graphml.xml.xz"),
     },
     DataFile {
+        path: "topology/country-points.csv",
+        bytes: include_bytes!("../../../data/topology/country-points.csv"),
+    },
+    DataFile {
+        path: "topology/internet-geo-183-nodes.graphml.xml.xz",
+        bytes: include_bytes!("../../../data/topology/internet-geo-183-nodes.graphml.xml.xz"),
+    },
+    DataFile {
         path: "topology/transatlantic-2-sites.gml",
         bytes: include_bytes!("../../../data/topology/transatlantic-2-sites.gml"),
     },

@@ -1,6 +1,6 @@
 //! Finding the files a scenario refers to, and reading the relays CSV.
 //!
-//! Scenarios name shipped inputs by short aliases (`internet-2018`, `relays-2018`,
+//! Scenarios name shipped inputs by short aliases (`internet-geo`, `relays-2018`,
 //! `consensus-2023`) or `data:<path>`; both resolve to files compiled into the binary (see the
 //! `onionlab-data` crate), so they work from any directory. Anything else is a path relative to
 //! the scenario file, as a reader of the file would expect.
@@ -10,10 +10,16 @@ use std::path::Path;
 use onionlab_data::Input;
 
 /// Short names for the shipped data files, per kind of reference: paths under `data/`.
-pub(crate) const GRAPH_ALIASES: &[(&str, &str)] = &[(
-    "internet-2018",
-    "topology/internet-2018-183-nodes.graphml.xml.xz",
-)];
+pub(crate) const GRAPH_ALIASES: &[(&str, &str)] = &[
+    (
+        "internet-2018",
+        "topology/internet-2018-183-nodes.graphml.xml.xz",
+    ),
+    (
+        "internet-geo",
+        "topology/internet-geo-183-nodes.graphml.xml.xz",
+    ),
+];
 pub(crate) const RELAYS_ALIASES: &[(&str, &str)] =
     &[("relays-2018", "relays/relays-2018-1998.csv")];
 pub(crate) const CONSENSUS_ALIASES: &[(&str, &str)] = &[

@@ -119,7 +119,7 @@ fn default_seed() -> u64 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSection {
-    /// `builtin`, `internet-2018`, `data:<path of a shipped file>` or a file path.
+    /// `builtin`, `internet-geo`, `internet-2018`, `data:<path of a shipped file>` or a file path.
     #[serde(default = "default_graph")]
     pub graph: String,
     /// Only meaningful with `graph: builtin`; `None` there means all defaults.

@@ -485,7 +485,7 @@ fn country(cx: &Ctx, s: &Scenario, field: String, c: &Option<String>) -> Check {
             field,
             format!(
                 "unknown country {c:?}: the builtin single-switch graph has no countries \
-                 (use graph: internet-2018 or a graph with country codes)"
+                 (use graph: internet-geo, internet-2018 or a graph with country codes)"
             ),
         ));
     }
@@ -870,7 +870,8 @@ fn sample_placement(cx: &Ctx, s: &Scenario, sm: &SampleRelays) -> Check {
     if by_address && s.network.graph == "builtin" {
         return Err(cx.err(
             "relays.sample.place",
-            "`place: address` needs a graph with countries (graph: internet-2018, or a graph              with country codes); the builtin single-switch graph has none",
+            "`place: address` needs a graph with countries (graph: internet-geo, internet-2018, or a \
+             graph with country codes); the builtin single-switch graph has none",
         ));
     }
     if let Some(g) = &sm.geoip {

@@ -109,7 +109,7 @@ fn expected_opt(field: &str) -> Option<String> {
         "name" if field == "name" => "a name of letters, digits, '-', '_' or '.'".into(),
         "name" if field.starts_with("relays.list") => "a Tor nickname (1 to 19 letters and digits)".into(),
         "name" => "a group name of letters, digits, '-', '_' or '.'".into(),
-        "graph" => "builtin, internet-2018, data:<file> or a graph file path".into(),
+        "graph" => "builtin, internet-geo, internet-2018, data:<file> or a graph file path".into(),
         "consensus" => "consensus-2023, data:<file> or a consensus file path".into(),
         "from_file" => "relays-2018, data:<file> or a relays CSV path".into(),
         "servers" if field.starts_with("clients") => "the name of a server group".into(),

@@ -20,7 +20,8 @@
 //! # Tests
 //!
 //! `tests/gml.rs` (Shadow's examples, units, malformed input), `tests/graphml.rs` (the real
-//! 183-node Internet model, malformed documents) and `tests/paths.rs` (shortcuts, jitter and
+//! 183-node Internet model, malformed documents), `tests/geo.rs` (every latency of the geographic
+//! model against its distance rule) and `tests/paths.rs` (shortcuts, jitter and
 //! loss accumulation, self paths), with shared helpers in `tests/common/`; unit tests sit in
 //! `lib.rs`, `graphml` and `units`. The parsers are also fuzzed by `crates/cli/tests/fuzz.rs`.
 
