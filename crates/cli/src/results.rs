@@ -8,6 +8,7 @@ use onionlab_report::{
 };
 use onionlab_tor::measure::{Census, CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
+use onionlab_traffic::ThroughputProbe;
 
 /// One batch of records, in the files' order: written, added to the summary, then dropped.
 pub struct Collected {
@@ -68,6 +69,9 @@ pub fn drain(
                         ttfb_s: d.first_byte.map(|t| as_secs_f64(t - d.start)),
                         ttlb_s: d.last_byte.map(|t| as_secs_f64(t - d.start)),
                         request_s: d.request.map(|t| as_secs_f64(t - d.start)),
+                        throughput_mbit_s: d
+                            .throughput
+                            .and_then(|(from, to)| ThroughputProbe::mbit_s(to - from)),
                         outcome: match d.outcome {
                             DownloadOutcome::Ok => Outcome::Ok,
                             DownloadOutcome::Timeout => Outcome::Timeout,

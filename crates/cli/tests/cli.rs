@@ -921,7 +921,7 @@ fn uploads_give_identical_results_on_one_and_two_threads_and_a_report() {
     assert!(lines
         .next()
         .unwrap()
-        .ends_with(",bootstrap,direction,request_s"));
+        .ends_with(",bootstrap,direction,request_s,throughput_mbit_s"));
     let rows: Vec<&str> = lines.collect();
     let ok_uploads = rows
         .iter()

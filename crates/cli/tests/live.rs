@@ -70,7 +70,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
     for row in downloads.lines().skip(1) {
         // An error's reason may hold a comma; the columns after the outcome never do.
         let group = row.split(',').nth(1).unwrap();
-        let server = row.rsplit(',').nth(5).unwrap();
+        let server = row.rsplit(',').nth(6).unwrap();
         match group.strip_prefix("perf-") {
             Some(g) => {
                 let site = g.rsplit('-').next().unwrap();
@@ -90,7 +90,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         rows[0],
         "variant,statistic,networks,model_mean,model_ci_low,model_ci_high,live,difference_pct"
     );
-    assert_eq!(rows.len(), 1 + 3 * (3 * 2 + 2 + 2 + 1), "{csv}");
+    assert_eq!(rows.len(), 1 + 3 * (3 * 2 + 2 + 2 + 2 + 1), "{csv}");
     // Every network's measurements have request times, so the round trip has a value.
     let round_trip = rows
         .iter()
@@ -99,6 +99,16 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         })
         .unwrap();
     assert!(round_trip.contains(",0.400000,"), "{round_trip}");
+    // And the 1 MiB and 5 MiB downloads have throughputs, beside the live 4.19 Mbit/s.
+    let throughput = rows
+        .iter()
+        .find(|r| r.starts_with("as-generated,\"throughput, 0.5 to 1 MiB, median (Mbit/s)\""))
+        .unwrap();
+    let model_mean = throughput.rsplit(',').nth(4).unwrap();
+    assert!(
+        model_mean.parse::<f64>().is_ok_and(|m| m > 0.0) && throughput.contains(",4.194000,"),
+        "{throughput}"
+    );
     let median_1m = rows
         .iter()
         .find(|r| r.starts_with("random-placement,\"time to last byte, 1 MiB, median (s)\""))
@@ -109,6 +119,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         "live_ttlb_5242880.svg",
         "live_circuit_build.svg",
         "live_circuit_round_trip.svg",
+        "live_throughput.svg",
         "live.csv",
         "2019-12-31",
         "vegas (mean",

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use onionlab_traffic::{Action, ClientSchedule};
+use onionlab_traffic::{Action, ClientSchedule, ThroughputProbe};
 
 use crate::netns;
 use crate::plan::{HTTP_PORT, SOCKS_PORT};
@@ -52,6 +52,8 @@ pub struct Download {
     /// When the request went out, after tor reported the stream open (OnionPerf's DATAREQUEST).
     pub request: Option<u64>,
     pub first_byte: Option<u64>,
+    /// When the bytes that bound Tor Metrics' throughput arrived.
+    pub throughput: ThroughputProbe,
     pub last_byte: Option<u64>,
     pub ending: Ending,
     /// The local port of the SOCKS connection: tor reports it in its stream events, which is
@@ -196,6 +198,7 @@ impl Job {
             start,
             request: None,
             first_byte: None,
+            throughput: ThroughputProbe::default(),
             last_byte: None,
             ending: Ending::Ok,
             socks_port: None,
@@ -253,6 +256,7 @@ impl Job {
                 d.first_byte = Some(clock.now_ns());
             }
             got += n as u64;
+            d.throughput.on_received(got, clock.now_ns());
         }
         d.last_byte = Some(clock.now_ns());
         Ok(())

@@ -59,7 +59,7 @@ pub use output::{
     address_space_bytes, peak_rss_bytes, physical_memory_bytes, rss_bytes, OutputDir, ReportError,
     ResultsOptions, ResultsWriter, CIRCUITS_CSV, CIRCUITS_HEADER, CPU_COLUMNS, DOWNLOADS_CSV,
     DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, REQUEST_COLUMN, RUN_JSON, SUMMARY_TXT,
-    TRIALS_JSON,
+    THROUGHPUT_COLUMN, TRIALS_JSON,
 };
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{

@@ -81,6 +81,10 @@ pub struct LiveData {
     /// trip over the circuit and the server's answer, where the file has it.
     #[serde(default)]
     pub circuit_round_trip_s: Option<LiveDistribution>,
+    /// Throughput of successful 1 MiB and 5 MiB downloads between their 0.5th and 1st MiB, in
+    /// Mbit/s, as Tor Metrics computes it, where the file has it.
+    #[serde(default)]
+    pub throughput_mbit_s: Option<LiveDistribution>,
     pub daily_downloads: Vec<LiveDay>,
     #[serde(default)]
     pub daily_relay_bandwidth_gbit_s: Vec<LiveBandwidthDay>,
@@ -112,7 +116,8 @@ impl LiveData {
             )])
             .chain(
                 (live.circuit_round_trip_s.iter()).map(|d| ("circuit_round_trip_s".to_string(), d)),
-            );
+            )
+            .chain((live.throughput_mbit_s.iter()).map(|d| ("throughput_mbit_s".to_string(), d)));
         for (name, d) in dists {
             if d.values.len() != q.len() {
                 return Err(format!(
@@ -184,6 +189,9 @@ pub struct NetworkSample {
     pub circuit_build: Vec<f64>,
     /// Successful downloads' request to first byte (`ttfb_s - request_s`).
     pub round_trip: Vec<f64>,
+    /// Successful downloads' throughput between their 0.5th and 1st MiB, Mbit/s
+    /// (`throughput_mbit_s`, as Tor Metrics takes it).
+    pub throughput: Vec<f64>,
     /// Downloads finished, and of those timed out or failed.
     pub downloads: u64,
     pub errors: u64,
@@ -208,6 +216,7 @@ impl NetworkSample {
                     if let (Some(first), Some(request)) = (d.ttfb_s, d.request_s) {
                         s.round_trip.push(first - request);
                     }
+                    s.throughput.extend(d.throughput_mbit_s);
                 }
                 _ => s.errors += 1,
             }
@@ -241,22 +250,36 @@ impl LiveRow {
     }
 }
 
+/// The quantiles a time is compared at: its median and its slow tail.
+const TIME_QUANTILES: [(f64, &str); 2] = [(0.5, "median"), (0.9, "p90")];
+/// The quantiles a throughput is compared at: its median and its slow tail, which for a rate
+/// is the low end.
+const RATE_QUANTILES: [(f64, &str); 2] = [(0.5, "median"), (0.1, "p10")];
+
 /// The comparison's rows: the median and 90th percentile of time to last byte per live size,
-/// of circuit build time and (where the live data has it) of the circuit round trip, then the
-/// error rate.
+/// of circuit build time and (where the live data has it) of the circuit round trip, the
+/// median and 10th percentile of throughput (where the live data has it), then the error
+/// rate.
 pub fn compare(networks: &[NetworkSample], live: &LiveData) -> Vec<LiveRow> {
     let mut rows = Vec::new();
-    let mut add = |name: String, per_network: &dyn Fn(&NetworkSample) -> Vec<f64>, d| {
-        for (q, label) in [(0.5, "median"), (0.9, "p90")] {
+    let mut add_at = |quantiles: [(f64, &str); 2],
+                      unit: &str,
+                      name: String,
+                      per_network: &dyn Fn(&NetworkSample) -> Vec<f64>,
+                      d| {
+        for (q, label) in quantiles {
             let values: Vec<f64> = (networks.iter())
                 .map(|n| quantile(&per_network(n), q))
                 .collect();
             rows.push(LiveRow {
-                statistic: format!("{name}, {label} (s)"),
+                statistic: format!("{name}, {label} ({unit})"),
                 model: mean_ci(&values),
                 live: live.quantile(d, q),
             });
         }
+    };
+    let mut add = |name, per_network: &dyn Fn(&NetworkSample) -> Vec<f64>, d| {
+        add_at(TIME_QUANTILES, "s", name, per_network, d)
     };
     for size in live.sizes() {
         let d = &live.time_to_last_byte_s[&size.to_string()];
@@ -275,6 +298,15 @@ pub fn compare(networks: &[NetworkSample], live: &LiveData) -> Vec<LiveRow> {
         add(
             "circuit round trip (request to first byte)".into(),
             &|n| n.round_trip.clone(),
+            d,
+        );
+    }
+    if let Some(d) = &live.throughput_mbit_s {
+        add_at(
+            RATE_QUANTILES,
+            "Mbit/s",
+            "throughput, 0.5 to 1 MiB".into(),
+            &|n| n.throughput.clone(),
             d,
         );
     }
@@ -373,6 +405,21 @@ pub fn figures(variants: &[(String, Vec<NetworkSample>)], live: &LiveData) -> Ve
             )),
             caption: "From a successful measurement download's request to its first byte: one \
                       round trip over the circuit and the server's answer."
+                .into(),
+        });
+    }
+    if let Some(d) = &live.throughput_mbit_s {
+        out.push(Named {
+            stem: "live_throughput".into(),
+            figure: Figure::Lines(chart(
+                "Throughput: onionlab and the live network".into(),
+                "throughput between the 0.5th and 1st MiB (Mbit/s)",
+                &|n| n.throughput.clone(),
+                d,
+            )),
+            caption: "Successful 1 MiB and 5 MiB measurement downloads, 4,194,304 bits over the \
+                      time from their 524,288th to their 1,048,576th byte, as Tor Metrics \
+                      computes it."
                 .into(),
         });
     }
@@ -488,13 +535,15 @@ mod tests {
     fn live() -> LiveData {
         LiveData::parse(
             r#"{"period": {"from": "2019-01-01", "to": "2019-12-31"},
-                "quantiles": [0.25, 0.5, 0.9],
+                "quantiles": [0.1, 0.5, 0.9],
                 "time_to_last_byte_s": {"1000": {"count": 9, "min": 0.5, "max": 9,
                                                   "values": [1.0, 2.0, 4.0]}},
                 "circuit_build_time_s": {"count": 9, "min": 0.1, "max": 3,
                                          "values": [0.5, 1.0, 2.0]},
                 "circuit_round_trip_s": {"count": 9, "min": 0.1, "max": 2,
                                          "values": [0.2, 0.4, 0.8]},
+                "throughput_mbit_s": {"count": 9, "min": 1, "max": 9,
+                                      "values": [2.0, 4.0, 8.0]},
                 "daily_downloads": [{"date": "2019-01-01", "requests": 90, "timeouts": 8,
                                      "failures": 2},
                                     {"date": "2019-01-02", "requests": 10, "timeouts": 0,
@@ -513,6 +562,7 @@ mod tests {
             ttlb: BTreeMap::from([(1000, vec![1.0, 2.0, 3.0, 4.0, 5.0])]),
             circuit_build: vec![0.5, 1.5],
             round_trip: vec![0.3, 0.5, 0.7],
+            throughput: vec![9.0, 2.0, 6.0, 3.0, 8.0],
             downloads: 6,
             errors: 1,
         };
@@ -520,6 +570,7 @@ mod tests {
             ttlb: BTreeMap::from([(1000, vec![3.0, 4.0, 5.0, 6.0, 7.0])]),
             circuit_build: vec![1.0, 2.0],
             round_trip: vec![0.1, 0.3],
+            throughput: vec![5.0, 4.0],
             downloads: 5,
             errors: 0,
         };
@@ -534,6 +585,8 @@ mod tests {
                 "circuit build time, p90 (s)",
                 "circuit round trip (request to first byte), median (s)",
                 "circuit round trip (request to first byte), p90 (s)",
+                "throughput, 0.5 to 1 MiB, median (Mbit/s)",
+                "throughput, 0.5 to 1 MiB, p10 (Mbit/s)",
                 "downloads timed out or failed (share)",
             ]
         );
@@ -548,8 +601,12 @@ mod tests {
         // Round trips: nearest-rank medians 0.5 and 0.1, p90s 0.7 and 0.3.
         assert!(close(rows[4].model.mean, 0.3) && close(rows[4].live, 0.4));
         assert!(close(rows[5].model.mean, 0.5) && close(rows[5].live, 0.8));
+        // Throughput: nearest-rank medians 6 and 4, 10th percentiles 2 and 4 (the lowest of
+        // each), against the live 4 and 2.
+        assert!(close(rows[6].model.mean, 5.0) && close(rows[6].live, 4.0));
+        assert!(close(rows[7].model.mean, 3.0) && close(rows[7].live, 2.0));
         // Errors: 1/6 and 0/5, against 10 of 100 live requests.
-        assert!(close(rows[6].model.mean, 1.0 / 12.0) && close(rows[6].live, 0.1));
+        assert!(close(rows[8].model.mean, 1.0 / 12.0) && close(rows[8].live, 0.1));
         let csv = String::from_utf8(rows_csv(&[("as-generated".into(), rows)]).unwrap()).unwrap();
         assert!(
             csv.contains(
@@ -565,7 +622,8 @@ mod tests {
         let d = &l.circuit_build_time_s;
         assert_eq!(l.quantile(d, 0.5), 1.0);
         assert!((l.quantile(d, 0.7) - 1.5).abs() < 1e-12);
-        assert!(l.quantile(d, 0.1).is_nan() && l.quantile(d, 0.95).is_nan());
+        assert_eq!(l.quantile(d, 0.1), 0.5);
+        assert!(l.quantile(d, 0.05).is_nan() && l.quantile(d, 0.95).is_nan());
     }
 
     #[test]
@@ -608,6 +666,12 @@ mod tests {
         assert_eq!(l.quantile(&l.circuit_build_time_s, 0.5), 1.08);
         let round_trip = l.circuit_round_trip_s.as_ref().unwrap();
         assert_eq!(l.quantile(round_trip, 0.5), 0.40);
+        let throughput = l.throughput_mbit_s.as_ref().unwrap();
+        assert_eq!(
+            (l.quantile(throughput, 0.5), l.quantile(throughput, 0.1)),
+            (4.194, 1.712)
+        );
+        assert_eq!(throughput.count, 17_438 + 8_699);
         assert!((l.error_rate() - 12_292.0 / 144_894.0).abs() < 1e-12);
     }
 }

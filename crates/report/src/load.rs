@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::output::{
     io_err, OutputDir, ReportError, CIRCUITS_CSV, CIRCUITS_HEADER, CPU_COLUMNS, DIRECTION_COLUMN,
     DOWNLOADS_CSV, DOWNLOADS_HEADER, RELAYS_CSV, RELAYS_HEADER, REQUEST_COLUMN, RUN_JSON,
-    TRIALS_JSON,
+    THROUGHPUT_COLUMN, TRIALS_JSON,
 };
 use crate::records::{CircuitRecord, CpuShare, DownloadRecord, Outcome, RelaySample, RunInfo};
 
@@ -51,7 +51,7 @@ impl RunData {
             downloads: read_csv(
                 &dir.join(DOWNLOADS_CSV),
                 DOWNLOAD_COLUMNS,
-                &[&[DIRECTION_COLUMN], &[REQUEST_COLUMN]],
+                DOWNLOAD_OPTIONAL,
                 download_row,
             )?,
             relays: read_csv(
@@ -263,6 +263,9 @@ fn discover_trials(dir: &Path) -> Result<Vec<String>, ReportError> {
 
 // The loader requires exactly the columns the writer writes (extra columns are ignored).
 const DOWNLOAD_COLUMNS: &[&str] = &DOWNLOADS_HEADER;
+/// The columns later versions added to downloads.csv, each read where the file has it.
+const DOWNLOAD_OPTIONAL: &[&[&str]] =
+    &[&[DIRECTION_COLUMN], &[REQUEST_COLUMN], &[THROUGHPUT_COLUMN]];
 const RELAY_COLUMNS: &[&str] = &RELAYS_HEADER;
 const CIRCUIT_COLUMNS: &[&str] = &CIRCUITS_HEADER;
 
@@ -376,6 +379,7 @@ fn download_row(r: &Row) -> Result<DownloadRecord, String> {
         ttfb_s: r.opt_f64(5)?,
         ttlb_s: r.opt_f64(6)?,
         request_s: r.optional_non_negative(1)?,
+        throughput_mbit_s: r.optional_non_negative(2)?,
         outcome: r
             .cell(7)
             .parse::<Outcome>()
@@ -652,8 +656,8 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// downloads.csv loads with and without `request_s` (files written before it existed),
-    /// and refuses a negative one.
+    /// downloads.csv loads with and without `request_s` and `throughput_mbit_s` (files
+    /// written before they existed), and refuses a negative one.
     #[test]
     fn request_times_load_where_the_file_has_them() {
         let dir = std::env::temp_dir().join(format!("onionlab-request-{}", std::process::id()));
@@ -663,12 +667,7 @@ mod tests {
                    guard,middle,exit,bootstrap\nc,g,10,1.0,,0.5,0.6,ok,s,a,b,c,false\n";
         let read = |text: &str| {
             fs::write(&path, text).unwrap();
-            read_csv(
-                &path,
-                DOWNLOAD_COLUMNS,
-                &[&[DIRECTION_COLUMN], &[REQUEST_COLUMN]],
-                download_row,
-            )
+            read_csv(&path, DOWNLOAD_COLUMNS, DOWNLOAD_OPTIONAL, download_row)
         };
         assert_eq!(read(old).unwrap()[0].request_s, None);
         let new = old.replace("bootstrap\n", "bootstrap,request_s\n");
@@ -685,6 +684,19 @@ mod tests {
             err.contains("request_s") && err.contains("downloads.csv:2:"),
             "{err}"
         );
+        let newest = with.replace("request_s\n", "request_s,throughput_mbit_s\n");
+        let fast = newest.replace("0.25\n", "0.25,4.19\n");
+        let row = &read(&fast).unwrap()[0];
+        assert_eq!(
+            (row.request_s, row.throughput_mbit_s),
+            (Some(0.25), Some(4.19))
+        );
+        let row = &read(&newest.replace("0.25\n", "0.25,\n")).unwrap()[0];
+        assert_eq!(row.throughput_mbit_s, None);
+        let err = read(&newest.replace("0.25\n", "0.25,-2\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("throughput_mbit_s"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -51,10 +51,15 @@ pub const DOWNLOADS_HEADER: [&str; 13] = [
     "bootstrap",
 ];
 
-/// The last column, which says when a download's request left the client
+/// The column that says when a download's request left the client
 /// ([`DownloadRecord::request_s`]). Every run writes it; files written before it existed load
 /// without it.
 pub const REQUEST_COLUMN: &str = "request_s";
+
+/// The last column, a download's throughput as Tor Metrics takes it
+/// ([`DownloadRecord::throughput_mbit_s`]). Every run writes it; files written before it
+/// existed load without it.
+pub const THROUGHPUT_COLUMN: &str = "throughput_mbit_s";
 
 /// The column after [`DOWNLOADS_HEADER`] that says whether a row is a `download` or an
 /// `upload`. Only runs with uploads write it, so that the files of runs without stay as they
@@ -437,6 +442,7 @@ fn downloads_header(direction: bool) -> Vec<&'static str> {
         header.push(DIRECTION_COLUMN);
     }
     header.push(REQUEST_COLUMN);
+    header.push(THROUGHPUT_COLUMN);
     header
 }
 
@@ -460,6 +466,7 @@ fn download_row(r: &DownloadRecord, direction: bool) -> Vec<String> {
         row.push(if r.upload { "upload" } else { "download" }.to_string());
     }
     row.push(fixed_opt(r.request_s));
+    row.push(fixed_opt(r.throughput_mbit_s));
     row
 }
 
@@ -720,6 +727,7 @@ mod tests {
             ttfb_s: Some(0.5),
             ttlb_s: ttlb,
             request_s: Some(0.25),
+            throughput_mbit_s: None,
             outcome,
             server: "server3".into(),
             guard: "relay1".into(),
@@ -797,22 +805,22 @@ mod tests {
             .lines()
             .next()
             .unwrap()
-            .ends_with(",bootstrap,request_s"));
+            .ends_with(",bootstrap,request_s,throughput_mbit_s"));
         assert_eq!(
             lines.next().unwrap(),
             "web1,web,327680,1800.250000,,0.500000,2.000000,ok,server3,relay1,relay2,relay3,false,\
-             0.250000"
+             0.250000,"
         );
         assert_eq!(
             lines.next().unwrap(),
             "web1,web,327680,1800.250000,,0.500000,,timeout,server3,relay1,relay2,relay3,false,\
-             0.250000"
+             0.250000,"
         );
         // The reason contains a comma, so the csv writer must quote the cell.
         assert_eq!(
             lines.next().unwrap(),
             "web1,web,327680,1800.250000,,0.500000,,\"error:connection refused, by exit\",\
-             server3,relay1,relay2,relay3,false,0.250000"
+             server3,relay1,relay2,relay3,false,0.250000,"
         );
         assert!(text.ends_with('\n') && !text.contains('\r'));
     }

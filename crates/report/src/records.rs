@@ -83,6 +83,11 @@ pub struct DownloadRecord {
     /// the stream never opened, and in files written before the column existed.
     #[serde(default)]
     pub request_s: Option<f64>,
+    /// Tor Metrics' throughput, Mbit/s: the bits from the 524,288th to the 1,048,576th byte
+    /// received over the time between their arrivals. Empty for downloads under 1 MiB (and
+    /// those that stopped before 1 MiB), uploads, and files written before the column existed.
+    #[serde(default)]
+    pub throughput_mbit_s: Option<f64>,
     pub outcome: Outcome,
     pub server: String,
     pub guard: String,

@@ -508,6 +508,7 @@ mod tests {
             ttfb_s: Some(ttfb),
             ttlb_s: outcome.is_ok().then_some(ttlb),
             request_s: Some(ttfb / 2.0),
+            throughput_mbit_s: None,
             outcome,
             server: "s".into(),
             guard: "g".into(),

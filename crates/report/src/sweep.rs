@@ -486,6 +486,7 @@ mod tests {
             ttfb_s: Some(0.2),
             ttlb_s: Some(ttlb),
             request_s: Some(0.1),
+            throughput_mbit_s: None,
             outcome,
             server: "server-sink-1".into(),
             guard: "guard".into(),

@@ -130,6 +130,7 @@ fn write_run(dir: &Path, name: &str, seed: u64) -> RunData {
             ttfb_s: Some(ttfb),
             ttlb_s: outcome.is_ok().then_some(ttlb),
             request_s: Some(ttfb / 2.0),
+            throughput_mbit_s: None,
             outcome,
             server: "server-web-1".into(),
             guard: "guard1".into(),

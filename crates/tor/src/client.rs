@@ -29,7 +29,7 @@ use onionlab_torcore::cbt::BuildTimeEstimator;
 use onionlab_torcore::{
     Cell, CellCommand, ChannelDesign, FlowControl, RelayCommand, RELAY_DATA_BYTES,
 };
-use onionlab_traffic::{Action, ClientSchedule, Workload};
+use onionlab_traffic::{Action, ClientSchedule, ThroughputProbe, Workload};
 use rand::RngExt;
 
 use crate::circ_ids::ChannelCircuits;
@@ -186,6 +186,8 @@ struct Download {
     /// When its request left the client (OnionPerf's DATAREQUEST).
     request: Option<SimTime>,
     first_byte: Option<SimTime>,
+    /// When the bytes that bound Tor Metrics' throughput arrived.
+    throughput: ThroughputProbe,
     state: DlState,
     /// The last attempt to find a circuit for this download failed because no path could be
     /// chosen.
@@ -498,6 +500,7 @@ impl Client {
             received: 0,
             request: None,
             first_byte: None,
+            throughput: ThroughputProbe::default(),
             state: DlState::Waiting,
             no_path: false,
             sender: StreamSender::new(&self.world.params),
@@ -732,6 +735,7 @@ impl Client {
             circuit_build: build,
             request: d.request,
             first_byte: d.first_byte,
+            throughput: d.throughput.span(),
             last_byte: (outcome == DownloadOutcome::Ok).then_some(now),
             outcome,
             path,
@@ -1079,10 +1083,11 @@ impl Client {
             return;
         };
         let d = self.downloads[dl as usize].as_mut().unwrap();
+        d.received += cell.length as u64;
         if !d.upload {
             d.first_byte.get_or_insert(now);
+            d.throughput.on_received(d.received, now);
         }
-        d.received += cell.length as u64;
         match d.receiver.on_data() {
             Ok(true) => {
                 let sendme = Cell::relay(0, RelayCommand::Sendme, hops, cell.stream_id);

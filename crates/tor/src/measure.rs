@@ -45,6 +45,9 @@ pub struct DownloadLog {
     /// `first_byte - request` is one round trip over the circuit and the server's answer.
     pub request: Option<SimTime>,
     pub first_byte: Option<SimTime>,
+    /// When its 524,288th and 1,048,576th bytes arrived, for Tor Metrics' throughput
+    /// ([`onionlab_traffic::ThroughputProbe`]); None for downloads under 1 MiB and uploads.
+    pub throughput: Option<(SimTime, SimTime)>,
     pub last_byte: Option<SimTime>,
     pub outcome: DownloadOutcome,
     /// Consensus indices of guard, middle and exit, if a circuit was used.

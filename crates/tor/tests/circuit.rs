@@ -7,7 +7,7 @@ use onionlab_engine::time::{as_secs_f64, secs};
 use onionlab_tor::build::build;
 use onionlab_tor::measure::DownloadOutcome;
 use onionlab_torcore::{FlowControl, TorParams};
-use onionlab_traffic::Workload;
+use onionlab_traffic::{ThroughputProbe, Workload};
 
 const MIB: u64 = 1 << 20;
 
@@ -66,6 +66,50 @@ fn a_5_mib_download_goes_guard_middle_exit_and_arrives_whole_under_vegas() {
 #[test]
 fn a_5_mib_download_goes_guard_middle_exit_and_arrives_whole_under_sendme() {
     one_bulk_download(FlowControl::Sendme);
+}
+
+/// Tor Metrics' throughput (the 0.5th to 1st MiB) of one 5 MiB download under SENDME windows
+/// where nothing else limits it: relays unlimited on 100 Mbit/s links, every host 10 ms one
+/// way from every other. The exit may have 500 cells of the stream unacknowledged (249,000
+/// payload bytes), and a SENDME for them comes back one round trip between exit and client
+/// (three hops, 60 ms) after they leave: at most 33.2 Mbit/s, a third of the links' rate.
+/// The client acknowledges every 50 cells, so on average 25 cells of the window wait at the
+/// client for their SENDME, and each hop's scheduler run delays cells and SENDMEs by a few
+/// milliseconds more: the rate falls a fifth short of the bound. With `TCP_NODELAY`, as
+/// the build-time test sets it; with Nagle's rule (tor's default), each SENDME cell, smaller
+/// than a segment, may also wait at every hop for the ACK of the one before it.
+#[test]
+fn throughput_under_sendme_windows_is_the_window_per_round_trip() {
+    let params = TorParams {
+        flow_control: FlowControl::Sendme,
+        ..TorParams::default()
+    };
+    let bulk = Workload::Bulk {
+        size_bytes: 5 * MIB,
+        timeout: secs(120),
+    };
+    let relays = guard_middle_exit_relays();
+    let mut spec = network_spec(
+        params,
+        relays,
+        vec![(1 << 30, 100 * MBIT); 3],
+        vec![bulk],
+        1,
+    );
+    spec.net.tcp.nodelay = true;
+    let mut sim = build(spec).expect("network builds").0;
+    sim.run_until(secs(30));
+    let first = &client(&sim, 4).finished[0];
+    assert_eq!(first.outcome, DownloadOutcome::Ok, "{first:?}");
+    let (from, to) = first.throughput.expect("a 5 MiB download spans the window");
+    assert!(first.first_byte.unwrap() < from && to < first.last_byte.unwrap());
+    let mbit = ThroughputProbe::mbit_s(to - from).unwrap();
+    let bound = 500.0 * 498.0 * 8.0 / 0.060 / 1e6;
+    eprintln!("throughput {mbit:.2} Mbit/s; the window's bound {bound:.2}");
+    assert!(
+        mbit <= bound && mbit >= 0.75 * bound,
+        "throughput {mbit} Mbit/s against the window's bound {bound}"
+    );
 }
 
 /// The build time of the first circuit and its download's request-to-first-byte time, in

@@ -248,6 +248,53 @@ pub fn perf_timeout(size_bytes: u64) -> SimDuration {
     scaled.min(u64::MAX as u128) as u64
 }
 
+/// Tor Metrics' throughput of a download, as OnionPerf's timestamps give it: the
+/// 4,194,304 bits from its 524,288th to its 1,048,576th byte over the time between the two
+/// (DATAPERC50 to DATAPERC100 of a 1 MiB download, DATAPERC10 to DATAPERC20 of a 5 MiB one).
+/// The stretch starts after the first half mebibyte, so it leaves out the circuit, the
+/// request and the first burst of a window, and measures a transfer going at its pace.
+///
+/// The application that receives the download reports its running total after every
+/// arrival ([`on_received`](Self::on_received)); a download smaller than 1 MiB never
+/// completes the span. Times are nanoseconds on whatever clock the caller keeps (simulated
+/// time in the model, the emulation's clock there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThroughputProbe {
+    from: Option<u64>,
+    to: Option<u64>,
+}
+
+impl ThroughputProbe {
+    /// The byte whose arrival opens the span.
+    pub const FROM_BYTE: u64 = 512 * KIB;
+    /// The byte whose arrival closes it.
+    pub const TO_BYTE: u64 = MIB;
+
+    /// `received` bytes have arrived in all, the last of them at `now`.
+    pub fn on_received(&mut self, received: u64, now: u64) {
+        if self.to.is_some() {
+            return;
+        }
+        if self.from.is_none() && received >= Self::FROM_BYTE {
+            self.from = Some(now);
+        }
+        if received >= Self::TO_BYTE {
+            self.to = Some(now);
+        }
+    }
+
+    /// When the span opened and closed, once both bytes have arrived.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        Some((self.from?, self.to?))
+    }
+
+    /// The throughput over a span of `nanos`, in Mbit/s (None for an empty span).
+    pub fn mbit_s(nanos: u64) -> Option<f64> {
+        let bits = ((Self::TO_BYTE - Self::FROM_BYTE) * 8) as f64;
+        (nanos > 0).then(|| bits / 1e6 / (nanos as f64 / 1e9))
+    }
+}
+
 /// What the host should do next for one client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -538,6 +585,31 @@ mod tests {
         ] {
             w.validate().unwrap();
         }
+    }
+
+    /// Cells of 498 bytes arriving 1 ms apart: the span opens at the cell that brings the
+    /// 524,288th byte (cell 1,053) and closes at the one that brings the 1,048,576th (cell
+    /// 2,106), 1,053 ms later, so the throughput is 4,194,304 bits over 1.053 s.
+    #[test]
+    fn throughput_is_taken_between_half_a_mebibyte_and_one() {
+        let mut p = ThroughputProbe::default();
+        let mut received = 0;
+        for cell in 1..=3_000u64 {
+            received += 498;
+            p.on_received(received, cell * 1_000_000);
+            if cell == 2_105 {
+                assert_eq!(p.span(), None, "not closed before the 1,048,576th byte");
+            }
+        }
+        assert_eq!(p.span(), Some((1_053_000_000, 2_106_000_000)));
+        let mbit = ThroughputProbe::mbit_s(1_053_000_000).unwrap();
+        assert!((mbit - 4.194_304 / 1.053).abs() < 1e-9, "{mbit}");
+        assert_eq!(ThroughputProbe::mbit_s(0), None);
+        // A download smaller than 1 MiB never closes it.
+        let mut small = ThroughputProbe::default();
+        small.on_received(51_200, 5);
+        small.on_received(1_000_000, 6);
+        assert_eq!(small.span(), None);
     }
 
     #[test]
