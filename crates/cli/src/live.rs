@@ -28,7 +28,8 @@ pub(crate) const ABOUT: &str = "networks generated from the 2019 consensus \
     SENDME windows, and with relays placed at random instead of by address, 3 sampled \
     networks of 8 simulated minutes each, against Tor Metrics' 2019 OnionPerf measurements: \
     time to last byte per size, circuit build times, round trips, throughput and errors as \
-    means over networks with 95% intervals; index.html draws the distributions beside the live ones";
+    means over networks with 95% intervals; index.html draws the distributions beside the \
+    live ones";
 
 const CONSENSUS: &str = "consensus-2019-microdesc";
 const LIVE_FILE: &str = "live/tor-metrics-2019.json";
