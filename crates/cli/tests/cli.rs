@@ -929,6 +929,16 @@ fn uploads_give_identical_results_on_one_and_two_threads_and_a_report() {
         .count();
     assert!(ok_uploads >= 4, "{downloads}");
     assert!(rows.iter().any(|r| r.contains(",download,")));
+    // The 5 MiB downloads that finished have a throughput (the last column, the same on one
+    // and two threads), the uploads none.
+    let throughput = |r: &str| r.rsplit(',').next().unwrap().parse::<f64>().ok();
+    let done: Vec<&str> = (rows.iter().copied())
+        .filter(|r| r.contains(",ok,") && r.contains(",download,"))
+        .collect();
+    assert!(!done.is_empty() && done.iter().all(|r| throughput(r).is_some_and(|t| t > 0.0)));
+    assert!((rows.iter().copied())
+        .filter(|r| r.contains(",upload,"))
+        .all(|r| throughput(r).is_none()));
     let summary = fs::read_to_string(outputs[0].join("summary.txt")).unwrap();
     assert!(summary.contains("up (upload)"), "{summary}");
     assert!(summary.contains("Upload goodput per client"), "{summary}");
