@@ -8,7 +8,6 @@ use onionlab_report::{
 };
 use onionlab_tor::measure::{Census, CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
-use onionlab_traffic::ThroughputProbe;
 
 /// One batch of records, in the files' order: written, added to the summary, then dropped.
 pub struct Collected {
@@ -69,9 +68,7 @@ pub fn drain(
                         ttfb_s: d.first_byte.map(|t| as_secs_f64(t - d.start)),
                         ttlb_s: d.last_byte.map(|t| as_secs_f64(t - d.start)),
                         request_s: d.request.map(|t| as_secs_f64(t - d.start)),
-                        throughput_mbit_s: d
-                            .throughput
-                            .and_then(|(from, to)| ThroughputProbe::mbit_s(to - from)),
+                        throughput_mbit_s: d.throughput.mbit_s(),
                         outcome: match d.outcome {
                             DownloadOutcome::Ok => Outcome::Ok,
                             DownloadOutcome::Timeout => Outcome::Timeout,

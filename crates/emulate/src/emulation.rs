@@ -13,7 +13,7 @@ use onionlab_engine::host_rng;
 use onionlab_report::{CircuitRecord, DownloadRecord, Outcome, RelaySample};
 use onionlab_scenario::{Plan, Scenario};
 use onionlab_topology::Graph;
-use onionlab_traffic::{ClientSchedule, ThroughputProbe};
+use onionlab_traffic::ClientSchedule;
 
 use crate::cpu::{self, CpuReport, Snapshot};
 use crate::forwarder::{self, ForwarderConfig, ForwarderStats, Port};
@@ -723,8 +723,7 @@ fn download_records(
                 ttfb_s: d.first_byte.map(|t| ns(t - d.start)),
                 ttlb_s: d.last_byte.map(|t| ns(t - d.start)),
                 request_s: d.request.map(|t| ns(t - d.start)),
-                throughput_mbit_s: (d.throughput.span())
-                    .and_then(|(from, to)| ThroughputProbe::mbit_s(to - from)),
+                throughput_mbit_s: d.throughput.mbit_s(),
                 outcome: match &d.ending {
                     Ending::Ok => Outcome::Ok,
                     Ending::Timeout => Outcome::Timeout,

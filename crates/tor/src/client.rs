@@ -735,7 +735,7 @@ impl Client {
             circuit_build: build,
             request: d.request,
             first_byte: d.first_byte,
-            throughput: d.throughput.span(),
+            throughput: d.throughput,
             last_byte: (outcome == DownloadOutcome::Ok).then_some(now),
             outcome,
             path,

@@ -3,6 +3,7 @@
 
 use onionlab_engine::time::{SimDuration, SimTime};
 use onionlab_engine::HostId;
+use onionlab_traffic::ThroughputProbe;
 
 /// One second of a relay's activity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,9 +46,9 @@ pub struct DownloadLog {
     /// `first_byte - request` is one round trip over the circuit and the server's answer.
     pub request: Option<SimTime>,
     pub first_byte: Option<SimTime>,
-    /// When its 524,288th and 1,048,576th bytes arrived, for Tor Metrics' throughput
-    /// ([`onionlab_traffic::ThroughputProbe`]); None for downloads under 1 MiB and uploads.
-    pub throughput: Option<(SimTime, SimTime)>,
+    /// When its 524,288th and 1,048,576th bytes arrived, for Tor Metrics' throughput; no
+    /// span for downloads under 1 MiB and uploads.
+    pub throughput: ThroughputProbe,
     pub last_byte: Option<SimTime>,
     pub outcome: DownloadOutcome,
     /// Consensus indices of guard, middle and exit, if a circuit was used.

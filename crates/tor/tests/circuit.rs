@@ -7,7 +7,7 @@ use onionlab_engine::time::{as_secs_f64, secs};
 use onionlab_tor::build::build;
 use onionlab_tor::measure::DownloadOutcome;
 use onionlab_torcore::{FlowControl, TorParams};
-use onionlab_traffic::{ThroughputProbe, Workload};
+use onionlab_traffic::Workload;
 
 const MIB: u64 = 1 << 20;
 
@@ -101,9 +101,9 @@ fn throughput_under_sendme_windows_is_the_window_per_round_trip() {
     sim.run_until(secs(30));
     let first = &client(&sim, 4).finished[0];
     assert_eq!(first.outcome, DownloadOutcome::Ok, "{first:?}");
-    let (from, to) = first.throughput.expect("a 5 MiB download spans the window");
+    let (from, to) = (first.throughput.span()).expect("a 5 MiB download spans the window");
     assert!(first.first_byte.unwrap() < from && to < first.last_byte.unwrap());
-    let mbit = ThroughputProbe::mbit_s(to - from).unwrap();
+    let mbit = first.throughput.mbit_s().unwrap();
     let bound = 500.0 * 498.0 * 8.0 / 0.060 / 1e6;
     eprintln!("throughput {mbit:.2} Mbit/s; the window's bound {bound:.2}");
     assert!(

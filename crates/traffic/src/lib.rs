@@ -288,10 +288,12 @@ impl ThroughputProbe {
         Some((self.from?, self.to?))
     }
 
-    /// The throughput over a span of `nanos`, in Mbit/s (None for an empty span).
-    pub fn mbit_s(nanos: u64) -> Option<f64> {
+    /// The throughput over the span, in Mbit/s, once it has closed (None before, and for a
+    /// span of no time).
+    pub fn mbit_s(&self) -> Option<f64> {
+        let (from, to) = self.span()?;
         let bits = ((Self::TO_BYTE - Self::FROM_BYTE) * 8) as f64;
-        (nanos > 0).then(|| bits / 1e6 / (nanos as f64 / 1e9))
+        (to > from).then(|| bits / 1e6 / ((to - from) as f64 / 1e9))
     }
 }
 
@@ -602,14 +604,17 @@ mod tests {
             }
         }
         assert_eq!(p.span(), Some((1_053_000_000, 2_106_000_000)));
-        let mbit = ThroughputProbe::mbit_s(1_053_000_000).unwrap();
+        let mbit = p.mbit_s().unwrap();
         assert!((mbit - 4.194_304 / 1.053).abs() < 1e-9, "{mbit}");
-        assert_eq!(ThroughputProbe::mbit_s(0), None);
+        // Both bytes in one arrival: a span of no time has no throughput.
+        let mut at_once = ThroughputProbe::default();
+        at_once.on_received(MIB, 5);
+        assert_eq!((at_once.span(), at_once.mbit_s()), (Some((5, 5)), None));
         // A download smaller than 1 MiB never closes it.
         let mut small = ThroughputProbe::default();
         small.on_received(51_200, 5);
         small.on_received(1_000_000, 6);
-        assert_eq!(small.span(), None);
+        assert_eq!((small.span(), small.mbit_s()), (None, None));
     }
 
     #[test]
