@@ -145,6 +145,13 @@ pub struct NetworkSection {
     /// `true`.
     #[serde(default = "default_graph_loss")]
     pub graph_loss: bool,
+    /// Loss added to every edge of the graph, on top of the edge's own (the two combine as
+    /// independent losses): a uniform background loss for asking how much a little random
+    /// loss on every path changes a result. On `internet-geo`, whose paths are each one edge,
+    /// it is the loss of every path between two hosts of different countries, and of every
+    /// path within a country.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edge_loss: f64,
     /// Linux's quick-ACK and ping-pong modes in every host's TCP (on by default, as in
     /// Linux): `false` holds every ACK of a small segment for the delayed-ACK timeout.
     #[serde(default = "default_tcp_quickack")]
@@ -177,6 +184,10 @@ fn default_graph_loss() -> bool {
     true
 }
 
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
 fn default_tcp_quickack() -> bool {
     true
 }
@@ -194,6 +205,7 @@ impl Default for NetworkSection {
             down_queue: default_down_queue(),
             segment_offload: default_segment_offload(),
             graph_loss: default_graph_loss(),
+            edge_loss: 0.0,
             tcp_quickack: default_tcp_quickack(),
             impairments: Vec::new(),
         }

@@ -221,12 +221,21 @@ const MIN_FILE_LINK_BPS: u64 = 1_000_000;
 /// Loads the graph the scenario names (`builtin`, an alias, `data:` or a path).
 ///
 /// With `network.graph_loss: false` the graph's edges and nodes lose nothing (the builtin
-/// network's `loss` included); everything else about the graph stays.
+/// network's `loss` included); everything else about the graph stays. `network.edge_loss`
+/// then adds its loss to every edge, independently of the edge's own.
 pub fn load_graph(s: &Scenario) -> Result<Graph, ScenarioError> {
     let mut graph = read_graph(s)?;
     if !s.network.graph_loss {
         graph.edges.iter_mut().for_each(|e| e.packet_loss = 0.0);
         graph.nodes.iter_mut().for_each(|n| n.packet_loss = 0.0);
+    }
+    let extra = s.network.edge_loss;
+    if extra > 0.0 {
+        for e in &mut graph.edges {
+            // 1 − (1 − own)(1 − extra), written so that an edge without loss of its own gets
+            // exactly `extra`.
+            e.packet_loss += extra - e.packet_loss * extra;
+        }
     }
     Ok(graph)
 }

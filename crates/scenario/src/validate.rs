@@ -322,6 +322,16 @@ fn network(cx: &Ctx, s: &Scenario) -> Check {
             ),
         ));
     }
+    if !(n.edge_loss >= 0.0 && n.edge_loss < 1.0) {
+        return Err(cx.err(
+            "network.edge_loss",
+            format!(
+                "expected a probability between 0 and 1, below 1 (an edge that loses every \
+                 packet carries nothing), got {}",
+                format_real(n.edge_loss)
+            ),
+        ));
+    }
     impairments(cx, n)?;
     if n.down_queue.0 == 0 || n.down_queue > MAX_DOWN_QUEUE {
         return Err(cx.err(
@@ -1098,6 +1108,16 @@ pub(crate) fn warnings(s: &Scenario) -> Vec<ScenarioWarning> {
             message,
         })
     };
+    if s.network.edge_loss > WARN_LOSS {
+        warn(
+            "network.edge_loss".into(),
+            format!(
+                "a loss of {} on every edge makes most connections fail (TCP backs off \
+                 exponentially); real paths lose well under 1%",
+                format_real(s.network.edge_loss)
+            ),
+        );
+    }
     if let Some(b) = &s.network.builtin {
         if b.loss > WARN_LOSS {
             warn(

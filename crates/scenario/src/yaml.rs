@@ -127,7 +127,7 @@ fn expected_opt(field: &str) -> Option<String> {
         "bandwidth" | "bandwidth_up" | "bandwidth_down" | "link" | "link_up" | "link_down"
         | "bandwidth_rate" | "bandwidth_burst" | "relay_bandwidth_rate"
         | "relay_bandwidth_burst" | "median" | "fixed" => RATE.into(),
-        "loss" => "a probability between 0 and 1, such as 0.01".into(),
+        "loss" | "edge_loss" => "a probability between 0 and 1, such as 0.01".into(),
         "sigma" => "a number between 0 and 5".into(),
         "burst_factor" => "a number of at least 1.0, such as 1.67".into(),
         "rate_per_weight" => "bytes per second per unit of weight, from 1 to 1000000, such as 1000".into(),

@@ -61,7 +61,7 @@ fn zero_pauses_are_legal() {
 fn bounds_are_inclusive() {
     valid(&format!(
         "run: {{ seed: 18446744073709551615, stop_time: 720h, bootstrap: 719h, threads: 1024 }}\n\
-         network:\n  graph: builtin\n  builtin: {{ latency: 1h, loss: 0.999, bandwidth: 1000 Gbit }}\n  lookahead_floor: 1s\n  down_queue: 1m\n\
+         network:\n  graph: builtin\n  builtin: {{ latency: 1h, loss: 0.999, bandwidth: 1000 Gbit }}\n  lookahead_floor: 1s\n  down_queue: 1m\n  edge_loss: 0.999\n\
          {RELAYS}servers:\n  - {{ name: web, bandwidth: 8 kbit }}\n\
          clients:\n  - {{ name: web, workload: {{ web: {{ size: 4294967295, pause: [0s, 720h], timeout: 720h }} }}, start: [719h, 720h] }}\n  \
          - {{ name: perf, workload: {{ perf: {{ size: 1, interval: 1s, timeout: 1s }} }} }}\n"
@@ -87,6 +87,14 @@ fn bounds_are_inclusive() {
         (
             format!("{RUN}network: {{ builtin: {{ loss: 1 }} }}\n{RELAYS}"),
             "network.builtin.loss",
+        ),
+        (
+            format!("{RUN}network: {{ edge_loss: 1 }}\n{RELAYS}"),
+            "network.edge_loss",
+        ),
+        (
+            format!("{RUN}network: {{ edge_loss: -0.01 }}\n{RELAYS}"),
+            "network.edge_loss",
         ),
         (
             format!("{RUN}network: {{ lookahead_floor: 1000001us }}\n{RELAYS}"),
@@ -300,7 +308,7 @@ fn every_numeric_tor_parameter_has_a_range() {
 #[test]
 fn warnings_point_at_suspicious_settings() {
     let text = format!(
-        "{RUN}network: {{ graph: builtin, builtin: {{ latency: 10ms, loss: 0.6 }}, lookahead_floor: 30ms }}\n\
+        "{RUN}network: {{ graph: builtin, builtin: {{ latency: 10ms, loss: 0.6 }}, edge_loss: 0.7, lookahead_floor: 30ms }}\n\
          relays:\n  list:\n    - {{ name: g, count: 2, flags: [guard, fast], bandwidth_rate: 1 MiB/s }}\n    - {{ name: e, flags: [exit, fast], bandwidth_rate: 1 MiB/s }}\n    - {{ name: x, flags: [exit, fast], bandwidth_rate: 1 MiB/s, exit_policy: \"accept 443\" }}\n    - {{ name: slow, flags: [stable], bandwidth_rate: 1 MiB/s }}\n\
          {SERVERS}clients:\n  - {{ name: web, workload: {{ web: {{}} }}, start: [0s, 20m] }}\n"
     );
@@ -310,6 +318,7 @@ fn warnings_point_at_suspicious_settings() {
     assert_eq!(
         fields,
         [
+            "network.edge_loss",
             "network.builtin.loss",
             "network.lookahead_floor",
             "relays.list[2].exit_policy",
@@ -319,11 +328,11 @@ fn warnings_point_at_suspicious_settings() {
         "{w:#?}"
     );
     assert!(
-        w[1].message.contains("packets arrive up to 20ms late"),
+        w[2].message.contains("packets arrive up to 20ms late"),
         "{}",
-        w[1]
+        w[2]
     );
-    assert!(w[0]
+    assert!(w[1]
         .to_string()
         .starts_with("inline.yaml: network.builtin.loss: "));
     // The shipped examples are clean.

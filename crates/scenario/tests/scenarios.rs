@@ -284,6 +284,35 @@ fn graph_loss_false_keeps_the_graph_but_its_loss() {
         .any(|e| e.packet_loss > 0.0));
 }
 
+/// `network.edge_loss` adds its loss to every edge's own, as an independent loss, and with
+/// `graph_loss: false` is all the loss there is; latencies stay.
+#[test]
+fn edge_loss_adds_to_every_edge() {
+    let mut s = load(&example("consensus-2023")).unwrap();
+    let own = load_graph(&s).unwrap();
+    s.network.edge_loss = 0.001;
+    let more = load_graph(&s).unwrap();
+    for (a, b) in more.edges.iter().zip(&own.edges) {
+        assert!(
+            (a.packet_loss - (1.0 - 0.995 * 0.999)).abs() < 1e-12,
+            "{}",
+            a.packet_loss
+        );
+        assert_eq!((a.latency, a.jitter), (b.latency, b.jitter));
+    }
+    s.network.graph_loss = false;
+    let only = load_graph(&s).unwrap();
+    assert!(only.edges.iter().all(|e| e.packet_loss == 0.001));
+    assert!(only.nodes.iter().all(|n| n.packet_loss == 0.0));
+    // Written back into run.json only when set.
+    let text = serde_json::to_string(&s.network).unwrap();
+    assert!(text.contains("\"edge_loss\":0.001"), "{text}");
+    s.network.edge_loss = 0.0;
+    assert!(!serde_json::to_string(&s.network)
+        .unwrap()
+        .contains("edge_loss"));
+}
+
 #[test]
 fn generated_relays_follow_the_relays_file_countries() {
     let s = load(&example("large")).unwrap();
