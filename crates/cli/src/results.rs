@@ -38,20 +38,21 @@ pub fn drain(
         let name = world.name(id as u32).to_string();
         match sim.host_mut(id as u32) {
             TorHost::Relay(r) => {
-                out.relays.extend(r.samples.drain(..).map(|s| RelaySample {
-                    relay: name.clone(),
-                    second: s.second,
-                    bytes_read: s.bytes_read,
-                    bytes_written: s.bytes_written,
-                    cells_in: Some(s.cells_in),
-                    cells_out: Some(s.cells_out),
-                    queued_cells: Some(s.queued_cells),
-                    open_sockets: Some(s.open_sockets),
-                    socket_queued_bytes: Some(s.socket_queued_bytes),
-                    circuits_killed: Some(s.circuits_killed),
-                    conn_limit_refusals: Some(s.conn_limit_refusals),
-                    cpu: s.cpu.map(cpu_share),
-                }));
+                out.relays
+                    .extend(r.meter.samples.drain(..).map(|s| RelaySample {
+                        relay: name.clone(),
+                        second: s.second,
+                        bytes_read: s.bytes_read,
+                        bytes_written: s.bytes_written,
+                        cells_in: Some(s.cells_in),
+                        cells_out: Some(s.cells_out),
+                        queued_cells: Some(s.queued_cells),
+                        open_sockets: Some(s.open_sockets),
+                        socket_queued_bytes: Some(s.socket_queued_bytes),
+                        circuits_killed: Some(s.circuits_killed),
+                        conn_limit_refusals: Some(s.conn_limit_refusals),
+                        cpu: s.cpu.map(cpu_share),
+                    }));
             }
             TorHost::Client(c) => {
                 if closing {
@@ -170,7 +171,7 @@ pub fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord
     };
     for id in 0..sim.host_count() {
         if let TorHost::Relay(r) = sim.host(id as u32) {
-            let c = r.channel_stats;
+            let c = r.meter.channels;
             t.quic_channels += c.quic_channels;
             t.tcp_fallbacks += c.tcp_fallbacks;
             t.relay_cell_bytes += c.cells_written * onionlab_torcore::CELL_BYTES as u64;

@@ -159,7 +159,7 @@ fn measure(shape: Shape, until: SimTime) -> Held {
     // What a run hands to the output files and drops, as `onionlab run` does.
     for h in 0..sim.host_count() as HostId {
         match sim.host_mut(h) {
-            TorHost::Relay(r) => r.samples = Vec::new(),
+            TorHost::Relay(r) => r.meter.samples = Vec::new(),
             TorHost::Client(c) => {
                 c.finished = Vec::new();
                 c.circuit_log = Vec::new();

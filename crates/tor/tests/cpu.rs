@@ -133,6 +133,7 @@ fn set_cpu(spec: &mut TorNetwork, host: usize, cfg: CpuConfig) {
 fn cells_per_sec(sim: &Simulation<TorHost>, host: u32, from: u64, to: u64) -> f64 {
     let r = relay_host(sim, host);
     let seconds: Vec<u64> = r
+        .meter
         .samples
         .iter()
         .filter(|s| s.second > from && s.second <= to)
@@ -179,6 +180,7 @@ fn a_relay_forwards_no_more_than_one_cell_per_cost_and_is_saturated_under_load()
         "{rate} cells/s: the loaded relay is not saturated"
     );
     let busy: Vec<f64> = relay_host(&sim, MIDDLE)
+        .meter
         .samples
         .iter()
         .filter(|s| s.second > 4)
@@ -191,7 +193,11 @@ fn a_relay_forwards_no_more_than_one_cell_per_cost_and_is_saturated_under_load()
         "busy fraction {mean} is not the work done, {rate} cells at {c_ns} ns"
     );
     // The relays without a CPU model report none.
-    assert!(relay_host(&sim, 0).samples.iter().all(|s| s.cpu.is_none()));
+    assert!(relay_host(&sim, 0)
+        .meter
+        .samples
+        .iter()
+        .all(|s| s.cpu.is_none()));
 }
 
 #[test]
@@ -224,6 +230,7 @@ fn below_saturation_a_relay_moves_what_it_moves_without_the_model() {
         let moved = |sim: &Simulation<TorHost>| {
             let r = relay_host(sim, h);
             let late: Vec<u64> = r
+                .meter
                 .samples
                 .iter()
                 .filter(|s| s.second > 5)
@@ -349,6 +356,7 @@ fn onion_skins_queue_for_the_worker_threads_and_delay_circuit_builds() {
         b.sort_unstable();
         assert_eq!(b.len(), 10, "every client finished a download");
         let skins: u64 = relay_host(&sim, MIDDLE)
+            .meter
             .samples
             .iter()
             .filter_map(|s| s.cpu.map(|c| c.onion_skins))
@@ -405,6 +413,7 @@ fn link_handshakes_keep_the_main_thread_busy() {
         );
         let first = &client(&sim, 4).finished[0];
         let crypto: u64 = relay_host(&sim, MIDDLE)
+            .meter
             .samples
             .iter()
             .filter_map(|s| s.cpu.map(|c| c.crypto))
@@ -426,7 +435,7 @@ fn fingerprint(sim: &Simulation<TorHost>) -> String {
     let mut out = String::new();
     for h in 0..sim.host_count() as u32 {
         match sim.host(h) {
-            TorHost::Relay(r) => out.push_str(&format!("{:?}\n", r.samples)),
+            TorHost::Relay(r) => out.push_str(&format!("{:?}\n", r.meter.samples)),
             TorHost::Client(c) => out.push_str(&format!("{:?}{:?}\n", c.finished, c.circuit_log)),
             _ => {}
         }

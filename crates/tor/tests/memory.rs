@@ -80,7 +80,7 @@ fn run_draining(sim: &mut Simulation<TorHost>, until: SimTime) -> usize {
         sim.run_until((sim.now() + secs(10)).min(until));
         for h in 0..sim.host_count() as u32 {
             match sim.host_mut(h) {
-                TorHost::Relay(r) => r.samples.clear(),
+                TorHost::Relay(r) => r.meter.samples.clear(),
                 TorHost::Client(c) => {
                     finished += c.finished.len();
                     c.finished.clear();

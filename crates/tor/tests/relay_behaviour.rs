@@ -44,17 +44,17 @@ fn sendme_windows_bound_cells_in_flight_per_circuit_and_stream() {
     let exit = relay_host(&sim, EXIT);
     eprintln!(
         "max in flight: circuit {} stream {}",
-        exit.max_circuit_in_flight, exit.max_stream_in_flight
+        exit.meter.max_circuit_in_flight, exit.meter.max_stream_in_flight
     );
     // In flight at the exit, counted from the DATA cells it packaged and the SENDMEs it
     // accepted (not from the window that gates packaging): never beyond the windows.
-    assert!(exit.max_circuit_in_flight <= 1000);
-    assert!(exit.max_stream_in_flight <= 500);
+    assert!(exit.meter.max_circuit_in_flight <= 1000);
+    assert!(exit.meter.max_stream_in_flight <= 500);
     // The invariant was exercised: the windows filled.
     assert!(
-        exit.max_stream_in_flight >= 450,
+        exit.meter.max_stream_in_flight >= 450,
         "{}",
-        exit.max_stream_in_flight
+        exit.meter.max_stream_in_flight
     );
     for host in 4..7 {
         let c = client(&sim, host);
@@ -135,7 +135,7 @@ fn a_rate_limited_relay_never_forwards_more_than_rate_times_time_plus_burst() {
         2,
     );
     sim.run_until(secs(41));
-    let samples = &relay_host(&sim, MIDDLE).samples;
+    let samples = &relay_host(&sim, MIDDLE).meter.samples;
     let written: Vec<u64> = samples.iter().map(|s| s.bytes_written).collect();
     for a in 0..written.len() {
         let mut sum = 0;
@@ -209,12 +209,12 @@ fn where_cells_wait(scheduler: SchedulerKind) -> (f64, f64, KistAudit, u64) {
         1,
     );
     match sim.host_mut(MIDDLE) {
-        TorHost::Relay(r) => r.kist_audit = Some(KistAudit::default()),
+        TorHost::Relay(r) => r.meter.kist_audit = Some(KistAudit::default()),
         _ => panic!("host {MIDDLE} is not a relay"),
     }
     sim.run_until(secs(60));
     let middle = relay_host(&sim, MIDDLE);
-    let tail = &middle.samples[20..];
+    let tail = &middle.meter.samples[20..];
     let n = tail.len() as f64;
     let kernel = tail
         .iter()
@@ -226,8 +226,8 @@ fn where_cells_wait(scheduler: SchedulerKind) -> (f64, f64, KistAudit, u64) {
         .map(|s| s.queued_cells as f64 * 543.0)
         .sum::<f64>()
         / n;
-    let audit = middle.kist_audit.expect("the audit was asked for");
-    (kernel, circuits, audit, middle.write_limit_hits)
+    let audit = middle.meter.kist_audit.expect("the audit was asked for");
+    (kernel, circuits, audit, middle.meter.write_limit_hits)
 }
 
 #[test]

@@ -126,7 +126,7 @@ fn imux_sizes_channels_within_the_cap_and_keeps_every_circuit_in_order() {
         let mut reordered = 0;
         for host in [GUARD, MIDDLE, EXIT] {
             let r = relay_host(&sim, host);
-            let s = r.channel_stats;
+            let s = r.meter.channels;
             eprintln!("{scheduler:?} relay {host}: {s:?}");
             // IMUX's connections never take the relay beyond ConnLimit * tau sockets; only
             // the exit's streams to the server may use the rest of ConnLimit.
@@ -139,9 +139,9 @@ fn imux_sizes_channels_within_the_cap_and_keeps_every_circuit_in_order() {
         }
         let guard = relay_host(&sim, GUARD);
         // The channel grew beyond one connection, and shrank again by the closing handshake.
-        assert!(guard.channel_stats.conns_opened > 2, "{scheduler:?}");
-        closed += relay_host(&sim, GUARD).channel_stats.conns_closed
-            + relay_host(&sim, MIDDLE).channel_stats.conns_closed;
+        assert!(guard.meter.channels.conns_opened > 2, "{scheduler:?}");
+        closed += relay_host(&sim, GUARD).meter.channels.conns_closed
+            + relay_host(&sim, MIDDLE).meter.channels.conns_closed;
         if scheduler != ImuxScheduler::RoundRobin {
             // Cells of one circuit travelled over several connections.
             assert!(reordered > 0, "{scheduler:?}: nothing arrived out of order");
@@ -184,10 +184,10 @@ fn an_imux_opener_holds_a_channel_at_what_its_peer_allows_instead_of_reopening()
         1,
     );
     sim.run_until(secs(60));
-    let guard = relay_host(&sim, GUARD).channel_stats;
+    let guard = relay_host(&sim, GUARD).meter.channels;
     let middle = relay_host(&sim, MIDDLE);
-    eprintln!("guard {guard:?}; middle {:?}", middle.channel_stats);
-    assert!(middle.channel_stats.max_open_sockets <= imux_socket_cap(20, 0.9));
+    eprintln!("guard {guard:?}; middle {:?}", middle.meter.channels);
+    assert!(middle.meter.channels.max_open_sockets <= imux_socket_cap(20, 0.9));
     assert!(guard.conns_opened < 100, "{guard:?}");
     assert!(all_ok(&sim, 4..7) > 3);
 }
@@ -217,7 +217,7 @@ fn a_client_closes_a_dirty_circuit_once_its_last_stream_is_done() {
     // The middle holds a connection each way per live circuit (the clean ones, the one in
     // use, one closing or being built), not per circuit ever built.
     let middle = relay_host(&sim, MIDDLE);
-    let open = middle.samples.last().unwrap().open_sockets;
+    let open = middle.meter.samples.last().unwrap().open_sockets;
     let preemptive = TorParams::default().preemptive_circuits;
     assert!(open <= 2 * (preemptive + 2), "{open}");
     assert!((open as usize) < 2 * closed.len(), "{open}");
@@ -231,7 +231,7 @@ fn torchestra_moves_a_bulk_circuit_to_the_heavy_connection_and_keeps_web_light()
     let middle = relay_host(&sim, MIDDLE);
     let mut circuits = middle.circuit_views();
     circuits.sort_by_key(|c| std::cmp::Reverse(c.cells));
-    eprintln!("{circuits:?} {:?}", middle.channel_stats);
+    eprintln!("{circuits:?} {:?}", middle.meter.channels);
     // The busiest circuit (the bulk download) is heavy; quiet ones are light.
     assert!(circuits[0].heavy, "{circuits:?}");
     assert!(circuits[0].cells > 10 * circuits[1].cells.max(1));
@@ -240,7 +240,7 @@ fn torchestra_moves_a_bulk_circuit_to_the_heavy_connection_and_keeps_web_light()
         .skip(1)
         .filter(|c| c.cells > 0)
         .all(|c| !c.heavy));
-    assert!(middle.channel_stats.switched_heavy > 0);
+    assert!(middle.meter.channels.switched_heavy > 0);
     assert!(all_ok(&sim, 4..8) > 0);
 }
 
@@ -261,7 +261,7 @@ fn idealised_torchestra_never_misclassifies() {
                 // Declared bulk circuits are heavy from the start, the others never.
                 assert_eq!(c.heavy, c.declared_heavy, "t={t} relay {host}: {c:?}");
             }
-            assert_eq!(r.channel_stats.switched_heavy, 0);
+            assert_eq!(r.meter.channels.switched_heavy, 0);
         }
     }
     assert!(relay_host(&sim, MIDDLE)
@@ -285,13 +285,14 @@ fn at_conn_limit_an_extend_that_needs_a_connection_fails_with_connect_failed() {
     let guard = relay_host(&sim, GUARD);
     assert!(
         guard
+            .meter
             .samples
             .iter()
             .map(|s| s.conn_limit_refusals)
             .sum::<u64>()
             > 0
     );
-    assert!(guard.channel_stats.max_open_sockets <= 2);
+    assert!(guard.meter.channels.max_open_sockets <= 2);
 }
 
 /// Guard, the victim middle with 100 sockets, exit and a second middle the clients can move to;
@@ -354,6 +355,7 @@ fn guard_middle_exit(
 fn victim_rate(sim: &Simulation<TorHost>, from: u64, to: u64) -> f64 {
     let r = relay_host(sim, MIDDLE);
     let sum: u64 = r
+        .meter
         .samples
         .iter()
         .filter(|s| s.second >= from && s.second < to)
@@ -367,11 +369,17 @@ fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
     let sim = attack(ChannelDesign::Pctcp, 1);
     let victim = relay_host(&sim, MIDDLE);
     let at_limit = victim
+        .meter
         .samples
         .iter()
         .filter(|s| s.second >= 30 && s.second < 50)
         .all(|s| s.open_sockets >= 90);
-    let refused: u64 = victim.samples.iter().map(|s| s.conn_limit_refusals).sum();
+    let refused: u64 = victim
+        .meter
+        .samples
+        .iter()
+        .map(|s| s.conn_limit_refusals)
+        .sum();
     let (before, during) = (victim_rate(&sim, 5, 20), victim_rate(&sim, 30, 50));
     eprintln!("pctcp: refusals {refused}, rate before {before:.0} during {during:.0}");
     // The victim sits at its ConnLimit for the rest of the attack and refuses connections;
@@ -380,7 +388,7 @@ fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
     assert!(
         at_limit,
         "the PCTCP victim holds its ConnLimit while attacked: {:?}",
-        victim.samples[28..52]
+        victim.meter.samples[28..52]
             .iter()
             .map(|s| s.open_sockets)
             .collect::<Vec<_>>()
@@ -397,6 +405,7 @@ fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
         "the PCTCP victim's throughput collapses: {before:.0} B/s before, {during:.0} during"
     );
     let min_during = victim
+        .meter
         .samples
         .iter()
         .filter(|s| s.second >= 30 && s.second < 50)
@@ -404,15 +413,21 @@ fn the_socket_exhaustion_attack_fills_a_pctcp_victim_but_not_an_imux_one() {
         .min();
     eprintln!("pctcp: fewest sockets while attacked {min_during:?}");
     // Afterwards the attacker's circuits are gone and the sockets with them.
-    assert!(victim.samples.last().unwrap().open_sockets < 100);
+    assert!(victim.meter.samples.last().unwrap().open_sockets < 100);
 
     let sim = attack(ChannelDesign::Imux, 1);
     let victim = relay_host(&sim, MIDDLE);
-    let peak = victim.samples.iter().map(|s| s.open_sockets).max().unwrap();
+    let peak = victim
+        .meter
+        .samples
+        .iter()
+        .map(|s| s.open_sockets)
+        .max()
+        .unwrap();
     let (before, during) = (victim_rate(&sim, 5, 20), victim_rate(&sim, 30, 50));
     eprintln!("imux: peak sockets {peak}, rate before {before:.0} during {during:.0}");
     assert!(peak <= imux_socket_cap(100, 0.9));
-    assert!(victim.channel_stats.max_open_sockets <= imux_socket_cap(100, 0.9));
+    assert!(victim.meter.channels.max_open_sockets <= imux_socket_cap(100, 0.9));
     // IMUX closes its own connections to stay under the cap instead of refusing its peers, so
     // the channels the clients' circuits need stay open and the victim keeps relaying.
     assert!(
@@ -425,7 +440,9 @@ fn fingerprint(sim: &Simulation<TorHost>) -> String {
     let mut out = String::new();
     for h in 0..sim.host_count() as u32 {
         match sim.host(h) {
-            TorHost::Relay(r) => out.push_str(&format!("{:?}{:?}\n", r.samples, r.channel_stats)),
+            TorHost::Relay(r) => {
+                out.push_str(&format!("{:?}{:?}\n", r.meter.samples, r.meter.channels))
+            }
             TorHost::Client(c) => out.push_str(&format!("{:?}{:?}\n", c.finished, c.circuit_log)),
             _ => {}
         }
@@ -475,18 +492,18 @@ fn quic_channels_carry_each_circuit_on_a_stream_of_one_connection() {
     let (guard, middle) = (relay_host(&sim, GUARD), relay_host(&sim, MIDDLE));
     eprintln!(
         "guard {:?}\nmiddle {:?}",
-        guard.channel_stats, middle.channel_stats
+        guard.meter.channels, middle.meter.channels
     );
     // The guard's channel to the middle and the middle's to the exit went to QUIC.
-    assert!(guard.channel_stats.quic_channels >= 1);
-    assert!(middle.channel_stats.quic_channels >= 1);
+    assert!(guard.meter.channels.quic_channels >= 1);
+    assert!(middle.meter.channels.quic_channels >= 1);
     assert_eq!(
-        guard.channel_stats.tcp_fallbacks + middle.channel_stats.tcp_fallbacks,
+        guard.meter.channels.tcp_fallbacks + middle.meter.channels.tcp_fallbacks,
         0
     );
     // One socket per peer: the middle holds its QUIC connections (guard, exit) and no socket
     // per circuit, however many circuits came and went.
-    for s in &middle.samples {
+    for s in &middle.meter.samples {
         assert!(
             s.open_sockets <= 2,
             "second {}: {} sockets",
@@ -509,11 +526,11 @@ fn a_quic_channel_falls_back_to_tcp_when_quic_is_slower_than_the_link_handshake(
     let sim = quic_run(|spec| spec.net.quic.server_handshake_bytes = 40_000, 1);
     let (guard, middle) = (relay_host(&sim, GUARD), relay_host(&sim, MIDDLE));
     assert_eq!(
-        guard.channel_stats.quic_channels + middle.channel_stats.quic_channels,
+        guard.meter.channels.quic_channels + middle.meter.channels.quic_channels,
         0
     );
-    assert!(guard.channel_stats.tcp_fallbacks >= 1);
-    assert!(middle.channel_stats.tcp_fallbacks >= 1);
+    assert!(guard.meter.channels.tcp_fallbacks >= 1);
+    assert!(middle.meter.channels.tcp_fallbacks >= 1);
     assert!(all_ok(&sim, 4..8) > 10);
 }
 

@@ -350,7 +350,7 @@ impl Relay {
         role: u32,
     ) -> Option<u32> {
         if self.open_sockets >= self.socket_limit() {
-            self.now_counters.conn_limit_refusals += 1;
+            self.meter.second.conn_limit_refusals += 1;
             return None;
         }
         let peer = self.channels[ch as usize].peer;
@@ -363,7 +363,7 @@ impl Relay {
         if self.design == ChannelDesign::Imux && extra || self.design == ChannelDesign::Quic {
             self.update_conn(k, |c| c.confirmed = false);
         }
-        self.channel_stats.conns_opened += 1;
+        self.meter.channels.conns_opened += 1;
         if !self.conns[k as usize].link.is_open() {
             // The Join follows the link handshake (`link_flight`).
             return Some(k);
@@ -555,7 +555,7 @@ impl Relay {
             && self.open_sockets > self.socket_limit()
         {
             // Over the cap: refuse the extra connection with the closing handshake.
-            self.now_counters.conn_limit_refusals += 1;
+            self.meter.second.conn_limit_refusals += 1;
             self.begin_closing(io, k);
         } else if matches!(self.design, ChannelDesign::Imux | ChannelDesign::Quic) {
             let bytes = self.world.cell_wire_bytes();
@@ -575,7 +575,7 @@ impl Relay {
             let socket = conn.socket;
             self.drop_conn(k);
             io.abort(socket);
-            self.channel_stats.conns_closed += 1;
+            self.meter.channels.conns_closed += 1;
             return;
         }
         self.update_conn(k, |c| c.state = ConnState::Closing);
@@ -589,7 +589,7 @@ impl Relay {
         let ch = self.conns[k as usize].chan;
         self.drop_conn(k);
         io.close(socket);
-        self.channel_stats.conns_closed += 1;
+        self.meter.channels.conns_closed += 1;
         // Circuits pinned to it (round robin) find another connection when they next send.
         if !self.channels[ch as usize].mux.is_empty() {
             self.mark_pending(io, ch);
@@ -615,11 +615,11 @@ impl Relay {
             .reorder
             .arrive(circ_id, seq, expected, cell)
         {
-            self.channel_stats.cells_reordered += 1;
+            self.meter.channels.cells_reordered += 1;
             return;
         }
         if seq < expected {
-            self.channel_stats.order_violations += 1;
+            self.meter.channels.order_violations += 1;
         }
         let mut next = Some(cell);
         while let Some(cell) = next {
@@ -745,7 +745,7 @@ impl Relay {
             return Some(ch);
         }
         if self.open_sockets >= self.socket_limit() {
-            self.now_counters.conn_limit_refusals += 1;
+            self.meter.second.conn_limit_refusals += 1;
             return None;
         }
         let ch = self.add_channel(io.now(), target, true);
@@ -772,7 +772,7 @@ impl Relay {
                         let quic = io.quic_connect(target, QUIC_PORT);
                         self.bind_quic(ch, quic);
                     } else {
-                        self.now_counters.conn_limit_refusals += 1;
+                        self.meter.second.conn_limit_refusals += 1;
                     }
                 }
             }
@@ -941,7 +941,7 @@ impl Relay {
         peer: HostId,
     ) {
         if self.open_sockets >= self.socket_limit() {
-            self.now_counters.conn_limit_refusals += 1;
+            self.meter.second.conn_limit_refusals += 1;
             io.abort(socket);
             return;
         }
@@ -984,7 +984,7 @@ impl Relay {
         let ready = io.quic_info(quic).is_some_and(|i| i.established);
         if !ready {
             self.channels[ch as usize].carrier = Carrier::Tcp;
-            self.channel_stats.tcp_fallbacks += 1;
+            self.meter.channels.tcp_fallbacks += 1;
             if quic != NO_SOCKET {
                 self.unbind_quic(quic);
                 io.close(quic);
@@ -992,7 +992,7 @@ impl Relay {
             return;
         }
         self.channels[ch as usize].carrier = Carrier::Quic;
-        self.channel_stats.quic_channels += 1;
+        self.meter.channels.quic_channels += 1;
         let tcp = self.channels[ch as usize].conns.clone();
         let circuits: Vec<u32> = self.channels[ch as usize].circs.all().collect();
         for circ in circuits {

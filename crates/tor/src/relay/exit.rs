@@ -66,7 +66,7 @@ impl Relay {
         // leaves for everything else. Capping the exit's streams at the share made an IMUX
         // exit whose channels had filled it refuse its clients' streams.
         if self.open_sockets >= self.conn_limit {
-            self.now_counters.conn_limit_refusals += 1;
+            self.meter.second.conn_limit_refusals += 1;
             self.refuse_stream(io, circ, cell.stream_id);
             return;
         }
@@ -298,9 +298,8 @@ impl Relay {
 
     /// Turns server data into DATA cells for as long as the circuit's and streams' windows,
     /// the data waiting and the read bucket allow, serving the circuit's streams in turn.
-    /// Packages what the circuit's streams have read from their servers into DATA cells,
-    /// as far as the windows allow. Each call that packages anything reads its streams'
-    /// sockets once (one system call, as tor reads a socket's waiting bytes at once).
+    /// Each call that packages anything reads its streams' sockets once (one system call, as
+    /// tor reads a socket's waiting bytes at once).
     pub(super) fn package(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
         let before = self.work.cells;
         self.package_cells(io, circ);
@@ -309,13 +308,14 @@ impl Relay {
         }
     }
 
+    /// Packages one cell at a time, from the next stream in turn that has data, until the
+    /// circuit's window or queue, the streams or the read bucket stop it.
     fn package_cells(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
         let now = io.now();
         loop {
             let Some(c) = self.circuits[circ as usize].as_mut() else {
                 return;
             };
-            let hop = c.hop;
             let Some(exit) = c.exit.as_mut() else {
                 return;
             };
@@ -329,90 +329,105 @@ impl Relay {
             let mut progressed = false;
             let n_streams = exit.streams.len();
             for k in 0..n_streams {
-                let exit = self.circuits[circ as usize]
-                    .as_mut()
-                    .unwrap()
-                    .exit
-                    .as_mut()
-                    .unwrap();
+                let exit = self.exit_of(circ);
                 if !exit.sender.can_send() {
                     break;
                 }
                 let i = (exit.turn + k) % exit.streams.len();
-                let st = exit.streams[i];
-                let s = self.streams[st as usize].as_mut().unwrap();
-                if !s.connected || !s.sender.can_send() {
-                    continue;
-                }
-                let waiting = match s.dir_left {
-                    Some(left) => u64::from(left),
-                    None => io.readable(s.socket),
-                };
-                if waiting == 0 {
-                    if s.server_done {
-                        self.end_stream(io, st, false);
+                match self.package_from(io, circ, i, now) {
+                    Packaged::Nothing => continue,
+                    Packaged::Cell | Packaged::Ended => {
                         progressed = true;
                         break;
                     }
-                    continue;
+                    Packaged::OutOfTokens => return,
                 }
-                let allowance = match s.dir_left {
-                    Some(_) => u64::MAX,
-                    None => self.buckets.read_allowance(now, false),
-                };
-                if allowance == 0 {
-                    if !self.package_waiting.contains(&circ) {
-                        self.package_waiting.push(circ);
-                    }
-                    self.arm_refill(io);
-                    return;
-                }
-                let want = waiting.min(RELAY_DATA_BYTES as u64).min(allowance);
-                let socket = s.socket;
-                let stream_id = s.stream_id;
-                s.sender.on_sent();
-                s.packaged += 1;
-                if s.sender.windowed() {
-                    let in_flight = s.packaged.saturating_sub(s.acked);
-                    self.max_stream_in_flight = self
-                        .max_stream_in_flight
-                        .max(in_flight.min(u32::MAX as u64) as u32);
-                }
-                let n = match s.dir_left.as_mut() {
-                    Some(left) => {
-                        *left -= want as u32;
-                        want
-                    }
-                    None => {
-                        let n = io.read(socket, want);
-                        self.buckets.note_read(n, false);
-                        n
-                    }
-                };
-                let mut data = Cell::relay(0, RelayCommand::Data, hop, stream_id);
-                self.work.originate();
-                data.length = n as u16;
-                let exit = self.circuits[circ as usize]
-                    .as_mut()
-                    .unwrap()
-                    .exit
-                    .as_mut()
-                    .unwrap();
-                exit.sender.on_sent(now);
-                exit.packaged += 1;
-                let in_flight = exit.packaged.saturating_sub(exit.acked);
-                self.max_circuit_in_flight = self
-                    .max_circuit_in_flight
-                    .max(in_flight.min(u32::MAX as u64) as u32);
-                exit.turn = (i + 1) % exit.streams.len();
-                self.queue_towards(io, circ, false, data);
-                progressed = true;
-                break;
             }
             if !progressed {
                 return;
             }
         }
+    }
+
+    /// The exit state of a circuit known to be an exit circuit.
+    fn exit_of(&mut self, circ: u32) -> &mut ExitCircuit {
+        self.circuits[circ as usize]
+            .as_mut()
+            .unwrap()
+            .exit
+            .as_mut()
+            .unwrap()
+    }
+
+    /// Packages one DATA cell from the circuit's `i`th stream, if it may send and has data;
+    /// ends the stream if its server is done and nothing is left.
+    fn package_from(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        circ: u32,
+        i: usize,
+        now: SimTime,
+    ) -> Packaged {
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let hop = c.hop;
+        let st = c.exit.as_ref().unwrap().streams[i];
+        let s = self.streams[st as usize].as_mut().unwrap();
+        if !s.connected || !s.sender.can_send() {
+            return Packaged::Nothing;
+        }
+        let waiting = match s.dir_left {
+            Some(left) => u64::from(left),
+            None => io.readable(s.socket),
+        };
+        if waiting == 0 {
+            if s.server_done {
+                self.end_stream(io, st, false);
+                return Packaged::Ended;
+            }
+            return Packaged::Nothing;
+        }
+        let allowance = match s.dir_left {
+            Some(_) => u64::MAX,
+            None => self.buckets.read_allowance(now, false),
+        };
+        if allowance == 0 {
+            if !self.package_waiting.contains(&circ) {
+                self.package_waiting.push(circ);
+            }
+            self.arm_refill(io);
+            return Packaged::OutOfTokens;
+        }
+        let want = waiting.min(RELAY_DATA_BYTES as u64).min(allowance);
+        let socket = s.socket;
+        let stream_id = s.stream_id;
+        s.sender.on_sent();
+        s.packaged += 1;
+        if s.sender.windowed() {
+            let in_flight = s.packaged.saturating_sub(s.acked);
+            self.meter.stream_in_flight(in_flight);
+        }
+        let n = match s.dir_left.as_mut() {
+            Some(left) => {
+                *left -= want as u32;
+                want
+            }
+            None => {
+                let n = io.read(socket, want);
+                self.buckets.note_read(n, false);
+                n
+            }
+        };
+        let mut data = Cell::relay(0, RelayCommand::Data, hop, stream_id);
+        self.work.originate();
+        data.length = n as u16;
+        let exit = self.exit_of(circ);
+        exit.sender.on_sent(now);
+        exit.packaged += 1;
+        let in_flight = exit.packaged.saturating_sub(exit.acked);
+        exit.turn = (i + 1) % exit.streams.len();
+        self.meter.circuit_in_flight(in_flight);
+        self.queue_towards(io, circ, false, data);
+        Packaged::Cell
     }
 
     pub(super) fn end_stream(&mut self, io: &mut impl Io<RelayTimer>, st: u32, failed: bool) {
@@ -439,4 +454,16 @@ impl Relay {
         end.arg = failed as u32;
         self.queue_towards(io, s.circ, false, end);
     }
+}
+
+/// What [`Relay::package_from`] did with a stream.
+enum Packaged {
+    /// It may not send, or has nothing waiting.
+    Nothing,
+    /// It sent a DATA cell.
+    Cell,
+    /// Its server was done and everything sent: the stream ended.
+    Ended,
+    /// The read bucket is empty: packaging waits for its refill.
+    OutOfTokens,
 }

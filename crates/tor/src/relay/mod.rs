@@ -17,6 +17,17 @@
 //! The relay is a sans-IO state machine ([`crate::io::Machine`]): everything it does to the
 //! outside world goes through the [`Io`] of the call, so its unit tests below drive it
 //! without an engine or a network stack.
+//!
+//! Its files, by job:
+//! - `mod.rs`: the relay's state, what arrives on sockets and timers, cells for this hop,
+//!   circuits' creation, extension and destruction;
+//! - `channels.rs`: channels and their connections (opening, joining, closing, which
+//!   connection a circuit is pinned to, sequenced cells);
+//! - `scheduler.rs`: what a scheduler run does, cell by cell;
+//! - `runs.rs`: the scheduler's own state, `Scheduler`: its work list, and whether it
+//!   is idle, armed or parked;
+//! - `exit.rs`: the exit's streams to servers and the packaging of their data into cells;
+//! - `meter.rs`: what the relay measures, [`RelayMeter`], which the model never reads.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -41,14 +52,20 @@ use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
 use crate::host::Ev;
 use crate::io::{Io, Machine, TimerEvent};
 use crate::link::{LinkHandshake, LinkMessage};
-use crate::measure::{Census, RelaySample};
+use crate::measure::Census;
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
 use crate::wire::{Wire, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT, QUIC_PORT};
 
 mod channels;
 mod exit;
+mod meter;
+mod runs;
 mod scheduler;
+
+pub use meter::RelayMeter;
+use meter::SecondEnd;
+use runs::Scheduler;
 
 /// Timers of a relay.
 #[derive(Clone, Copy, Debug)]
@@ -529,19 +546,6 @@ impl Default for KistAudit {
     }
 }
 
-/// Counters of the current second.
-#[derive(Default)]
-struct Counters {
-    bytes_read: u64,
-    bytes_written: u64,
-    cells_in: u64,
-    cells_out: u64,
-    /// Circuits closed because their queue exceeded the cap.
-    circuits_killed: u64,
-    /// Connections refused or not opened because of ConnLimit.
-    conn_limit_refusals: u64,
-}
-
 /// What the channel design counts, for tests and the IMUX audit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ChannelStats {
@@ -605,20 +609,8 @@ pub struct Relay {
     streams: Vec<Option<ExitStream>>,
     free_streams: Vec<u32>,
     stream_by_socket: Vec<u32>,
-    /// Channels with cells to send (scheduler's work list).
-    pending: Vec<u32>,
-    /// The scheduler's working lists, kept empty between runs (see `run_scheduler`).
-    sched_scratch: scheduler::SchedScratch,
-    schedule_armed: bool,
-    /// The KIST scheduler is parked: its last run found no connection of its pending channels
-    /// with room, and it arms no timer until one of their sockets gives room or something
-    /// else may (see `Relay::unpark_scheduler`).
-    scheduler_parked: bool,
-    /// The sockets a parked scheduler waits on: those of its pending channels' connections.
-    parked_on: Vec<SocketId>,
-    /// When the KIST scheduler last ran: new work waits only for the rest of the run
-    /// interval since then, and an idle relay's scheduler runs at once, as in tor.
-    last_schedule_run: Option<SimTime>,
+    /// The circuit scheduler's work list and when it runs.
+    sched: Scheduler,
     /// Connections with data left unread for lack of read tokens.
     read_waiting: Vec<u32>,
     /// Connections (with their socket, to notice a reused slot) whose peer had closed and
@@ -634,25 +626,8 @@ pub struct Relay {
     refill_armed: bool,
     queued_cells: u64,
     open_sockets: u32,
-    now_counters: Counters,
-    pub samples: Vec<RelaySample>,
-    /// Largest number of cells in flight seen on any exit circuit: DATA cells packaged minus
-    /// the cells acknowledged by the SENDMEs accepted, counted apart from the window state.
-    pub max_circuit_in_flight: u32,
-    /// The same for exit streams (windowed streams, SENDME flow control, only).
-    pub max_stream_in_flight: u32,
-    /// Times a channel still had cells when its write limit ran out.
-    pub write_limit_hits: u64,
-    /// KIST's limits as the sockets saw them, when asked for (`Some`): the audit reads every
-    /// written socket's state a second time in each run, a cost a run need not pay for a
-    /// figure that only tests read.
-    pub kist_audit: Option<KistAudit>,
-    pub channel_stats: ChannelStats,
-    /// Reused by IMUX's EWMA mapping to rank a channel's circuits in each scheduler run.
-    rank_scratch: Vec<(f64, u32)>,
-    /// Counts scheduler runs, so a connection's write limit is read once per run, when first
-    /// needed (a multi-connection channel may hold hundreds and use a few in one run).
-    run_stamp: u32,
+    /// What the relay measures; nothing in it feeds back into the model.
+    pub meter: RelayMeter,
     /// What the relay has done, for a CPU model to price.
     work: Work,
     /// CREATE2 cells whose onion skin the worker threads are handling, by when they are
@@ -707,6 +682,7 @@ impl Relay {
         );
         let clock = EwmaClock::from_params(p, 0);
         let conn_limit = limits.conn_limit.unwrap_or(p.conn_limit);
+        let sched = Scheduler::new(millis(p.kist_run_interval_ms));
         Relay {
             relay,
             buckets,
@@ -731,12 +707,7 @@ impl Relay {
             streams: Vec::new(),
             free_streams: Vec::new(),
             stream_by_socket: Vec::new(),
-            pending: Vec::new(),
-            sched_scratch: Default::default(),
-            schedule_armed: false,
-            scheduler_parked: false,
-            parked_on: Vec::new(),
-            last_schedule_run: None,
+            sched,
             read_waiting: Vec::new(),
             ended_after_read: Vec::new(),
             unsent_watch: Vec::new(),
@@ -744,15 +715,7 @@ impl Relay {
             refill_armed: false,
             queued_cells: 0,
             open_sockets: 0,
-            now_counters: Counters::default(),
-            samples: Vec::new(),
-            max_circuit_in_flight: 0,
-            max_stream_in_flight: 0,
-            write_limit_hits: 0,
-            kist_audit: None,
-            channel_stats: ChannelStats::default(),
-            rank_scratch: Vec::new(),
-            run_stamp: 0,
+            meter: RelayMeter::default(),
             work: Work::default(),
             onion_skins: BinaryHeap::new(),
         }
@@ -784,14 +747,13 @@ impl Relay {
 
     fn note_socket_opened(&mut self) {
         self.open_sockets += 1;
-        self.channel_stats.max_open_sockets =
-            self.channel_stats.max_open_sockets.max(self.open_sockets);
+        self.meter.sockets_open(self.open_sockets);
     }
 
     /// Handles everything the stack reported, including what handling it caused.
     fn pump(&mut self, io: &mut impl Io<RelayTimer>) {
         self.handle_events(io);
-        if self.world.params.scheduler == SchedulerKind::Vanilla && !self.pending.is_empty() {
+        if self.world.params.scheduler == SchedulerKind::Vanilla && !self.sched.pending.is_empty() {
             self.run_scheduler(io);
             self.handle_events(io);
         }
@@ -817,45 +779,8 @@ impl Relay {
 
     fn on_socket(&mut self, io: &mut impl Io<RelayTimer>, event: SocketEvent<Wire>) {
         match event {
-            SocketEvent::Accepted { socket, port, peer } => {
-                if port == QUIC_PORT && self.design == ChannelDesign::Quic {
-                    self.quic_accepted(io, socket, peer);
-                    return;
-                }
-                if port != OR_PORT {
-                    return;
-                }
-                if self.open_sockets >= self.socket_limit() {
-                    self.now_counters.conn_limit_refusals += 1;
-                    io.abort(socket);
-                    return;
-                }
-                // Until a Join names another channel, the connection is a channel of its own
-                // (always so for vanilla peers and for clients).
-                let ch = self.add_channel(io.now(), peer, false);
-                self.add_conn(io, ch, socket, true);
-                if self.design == ChannelDesign::Vanilla {
-                    // A relay that connects to us may be asked to extend back through us.
-                    self.chan_by_peer.entry(peer).or_insert(ch);
-                }
-            }
-            SocketEvent::Connected(socket) => {
-                if let Some(k) = self.conn_of(socket) {
-                    let mut first = None;
-                    self.update_conn(k, |c| {
-                        c.open = true;
-                        first = c.link.connected();
-                    });
-                    if let Some(hello) = first {
-                        self.write_conn(io, k, hello.wire_bytes(), Wire::Link(hello));
-                        self.flush_conn(io, k);
-                    }
-                    let ch = self.conns[k as usize].chan;
-                    self.mark_pending(io, ch);
-                } else if let Some(st) = self.stream_of(socket) {
-                    self.server_connected(io, st);
-                }
-            }
+            SocketEvent::Accepted { socket, port, peer } => self.accepted(io, socket, port, peer),
+            SocketEvent::Connected(socket) => self.connected(io, socket),
             SocketEvent::Readable(socket) => {
                 if let Some(k) = self.conn_of(socket) {
                     self.read_conn(io, k);
@@ -866,7 +791,7 @@ impl Relay {
             }
             SocketEvent::Data { socket, bytes } => {
                 if self.conn_of(socket).is_some() {
-                    self.now_counters.bytes_read += bytes;
+                    self.meter.second.bytes_read += bytes;
                 }
             }
             SocketEvent::Message {
@@ -914,24 +839,78 @@ impl Relay {
             }
             SocketEvent::Closed(socket)
             | SocketEvent::Reset(socket)
-            | SocketEvent::TimedOut(socket) => {
-                if let Some(ch) = self.chan_of_quic(socket) {
-                    self.quic_lost(io, ch);
-                } else if let Some(k) = self.conn_of(socket) {
-                    self.conn_lost(io, k);
-                } else if let Some(st) = self.stream_of(socket) {
-                    let done = self.streams[st as usize].as_ref().unwrap().server_done;
-                    if done {
-                        // The server closed after sending everything: package the rest.
-                        let circ = self.streams[st as usize].as_ref().unwrap().circ;
-                        self.package(io, circ);
-                    } else {
-                        self.end_stream(io, st, true);
-                    }
-                }
-            }
+            | SocketEvent::TimedOut(socket) => self.socket_gone(io, socket),
             SocketEvent::StreamAccepted { conn, stream } => self.stream_accepted(io, conn, stream),
             SocketEvent::Datagram { .. } => {}
+        }
+    }
+
+    /// A peer connected to us: on the OR port it is a channel of its own until a Join names
+    /// another (always so for vanilla peers and for clients), unless ConnLimit refuses it.
+    fn accepted(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        socket: SocketId,
+        port: u16,
+        peer: HostId,
+    ) {
+        if port == QUIC_PORT && self.design == ChannelDesign::Quic {
+            self.quic_accepted(io, socket, peer);
+            return;
+        }
+        if port != OR_PORT {
+            return;
+        }
+        if self.open_sockets >= self.socket_limit() {
+            self.meter.second.conn_limit_refusals += 1;
+            io.abort(socket);
+            return;
+        }
+        let ch = self.add_channel(io.now(), peer, false);
+        self.add_conn(io, ch, socket, true);
+        if self.design == ChannelDesign::Vanilla {
+            // A relay that connects to us may be asked to extend back through us.
+            self.chan_by_peer.entry(peer).or_insert(ch);
+        }
+    }
+
+    /// A connection we opened is up: a relay connection starts its link handshake and its
+    /// channel may send; an exit's connection to a server sends the request.
+    fn connected(&mut self, io: &mut impl Io<RelayTimer>, socket: SocketId) {
+        if let Some(k) = self.conn_of(socket) {
+            let mut first = None;
+            self.update_conn(k, |c| {
+                c.open = true;
+                first = c.link.connected();
+            });
+            if let Some(hello) = first {
+                self.write_conn(io, k, hello.wire_bytes(), Wire::Link(hello));
+                self.flush_conn(io, k);
+            }
+            let ch = self.conns[k as usize].chan;
+            self.mark_pending(io, ch);
+        } else if let Some(st) = self.stream_of(socket) {
+            self.server_connected(io, st);
+        }
+    }
+
+    /// A socket closed, was reset or timed out: a channel's QUIC connection, a relay
+    /// connection, or an exit's connection to a server (which, if the server had sent
+    /// everything, still packages what is left).
+    fn socket_gone(&mut self, io: &mut impl Io<RelayTimer>, socket: SocketId) {
+        if let Some(ch) = self.chan_of_quic(socket) {
+            self.quic_lost(io, ch);
+        } else if let Some(k) = self.conn_of(socket) {
+            self.conn_lost(io, k);
+        } else if let Some(st) = self.stream_of(socket) {
+            let done = self.streams[st as usize].as_ref().unwrap().server_done;
+            if done {
+                // The server closed after sending everything: package the rest.
+                let circ = self.streams[st as usize].as_ref().unwrap().circ;
+                self.package(io, circ);
+            } else {
+                self.end_stream(io, st, true);
+            }
         }
     }
 
@@ -977,7 +956,7 @@ impl Relay {
         if side.queue.len() + count as usize > cap {
             return false;
         }
-        self.now_counters.cells_in += u64::from(count);
+        self.meter.second.cells_in += u64::from(count);
         self.work.cells += u64::from(count);
         self.work.relay_crypt_cells(false, u64::from(count));
         self.queue_run_towards(io, circ, forward, cell, count);
@@ -993,13 +972,13 @@ impl Relay {
         }
         match message {
             Wire::Cell(cell) => {
-                self.now_counters.cells_in += 1;
+                self.meter.second.cells_in += 1;
                 self.work.cells += 1;
                 let ch = self.conns[k as usize].chan;
                 self.handle_cell(io, ch, k, cell);
             }
             Wire::Sequenced { cell, seq } => {
-                self.now_counters.cells_in += 1;
+                self.meter.second.cells_in += 1;
                 self.work.cells += 1;
                 self.sequenced_cell(io, k, cell, seq);
             }
@@ -1291,7 +1270,7 @@ impl Relay {
         cell.circ_id = side.circ_id;
         if side.queue.len() + count as usize > cap {
             debug_assert_eq!(count, 1);
-            self.now_counters.circuits_killed += 1;
+            self.meter.second.circuits_killed += 1;
             self.destroy_circuit(io, circ, None);
             return;
         }
@@ -1490,7 +1469,7 @@ impl Machine for Relay {
     /// arriving from the peer) would only give it more runs that write nothing.
     #[inline]
     fn after_event(&mut self, io: &mut impl Io<RelayTimer>) {
-        if self.scheduler_parked && io.take_watch_hit() && self.parked_room(io) {
+        if self.sched.is_parked() && io.take_watch_hit() && self.parked_room(io) {
             self.wake_scheduler(io);
         }
     }
@@ -1511,7 +1490,7 @@ impl Machine for Relay {
     fn on_timer(&mut self, io: &mut impl Io<RelayTimer>, timer: RelayTimer) {
         match timer {
             RelayTimer::Schedule => {
-                self.schedule_armed = false;
+                self.sched.fired();
                 self.run_scheduler(io);
             }
             RelayTimer::Refill => {
@@ -1524,26 +1503,19 @@ impl Machine for Relay {
                 for circ in std::mem::take(&mut self.package_waiting) {
                     self.package(io, circ);
                 }
-                if !self.pending.is_empty() {
+                if !self.sched.pending.is_empty() {
                     self.run_scheduler(io);
                 }
             }
             RelayTimer::OnionSkin => self.onion_skins_done(io),
             RelayTimer::Sample => {
                 self.recycle_channels();
-                let c = std::mem::take(&mut self.now_counters);
                 let socket_queued_bytes = self.sum_unsent(io);
-                self.samples.push(RelaySample {
+                self.meter.sample(SecondEnd {
                     second: io.now() / NANOS_PER_SEC,
-                    bytes_read: c.bytes_read,
-                    bytes_written: c.bytes_written,
-                    cells_in: c.cells_in,
-                    cells_out: c.cells_out,
                     queued_cells: self.queued_cells,
                     open_sockets: self.open_sockets,
                     socket_queued_bytes,
-                    circuits_killed: c.circuits_killed,
-                    conn_limit_refusals: c.conn_limit_refusals,
                     cpu: io.cpu_second(),
                 });
                 io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);

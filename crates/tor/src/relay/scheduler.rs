@@ -2,29 +2,12 @@
 //! written now (KIST's per-connection limit, the write bucket, the IMUX connection schedulers,
 //! Torchestra's light/heavy classification).
 
+use super::channels::HeldCells;
+use super::runs::{RunState, SchedScratch};
 use super::*;
-use onionlab_engine::time::SimDuration;
 use onionlab_net::tcp::SendWindow;
 use onionlab_torcore::ewma::CellWeight;
 use onionlab_torcore::TorParams;
-
-/// The lists one scheduler run works through, empty between runs; kept so that their
-/// buffers are reused rather than allocated for every run.
-#[derive(Default)]
-pub(super) struct SchedScratch {
-    /// Channels that may still send in this run, quietest circuit first.
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
-    /// Channels with cells left for a later run.
-    deferred: Vec<u32>,
-    /// Channels with circuits whose connection was full.
-    parked: Vec<u32>,
-    /// Connections written in this run, to flush at its end.
-    touched: Vec<u32>,
-    /// Exit circuits whose queue fell low enough to read from their streams again.
-    unblocked: Vec<u32>,
-    /// The pending channels this run started with.
-    pending: Vec<u32>,
-}
 
 /// Where [`Relay::requeue_unless_first`] left a channel.
 pub(super) enum Requeued {
@@ -36,6 +19,34 @@ pub(super) enum Requeued {
     First(u32),
 }
 
+/// One scheduler run: what it reads for every cell, taken once at its start, and what it
+/// spends as it goes.
+struct Run {
+    now: SimTime,
+    /// The smallest cell on the wire: the write bucket is out of tokens below it.
+    base_cell_bytes: u64,
+    design: ChannelDesign,
+    /// What is left of the write bucket.
+    allowance: u64,
+    /// Every cell of the run is sent at `now`: one EWMA weight serves them all.
+    weight: CellWeight,
+    /// Cells written and not yet handed to their socket (see `Relay::write_held`).
+    held: Option<HeldCells>,
+}
+
+/// A cell the run has found a connection for.
+#[derive(Clone, Copy)]
+struct CellToWrite {
+    /// Its channel, circuit and connection.
+    ch: u32,
+    circ: u32,
+    k: u32,
+    /// Its size on the wire.
+    bytes: u64,
+    /// The channel runs on QUIC, whose connection's room the run counts down too.
+    on_quic: bool,
+}
+
 impl Relay {
     pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
         let chan = &mut self.channels[ch as usize];
@@ -43,81 +54,42 @@ impl Relay {
             return;
         }
         chan.pending = true;
-        self.pending.push(ch);
+        self.sched.pending.push(ch);
         self.wake_scheduler(io);
         self.arm_scheduler(io);
     }
 
-    /// Arms the KIST scheduler like tor's `kist_scheduler_schedule`: at the end of the run
-    /// interval counted from the last run, which is now if the last run is that long ago.
+    /// Arms the KIST scheduler like tor's `kist_scheduler_schedule` (see [`Scheduler::arm`]);
+    /// the old scheduler has no timer.
     pub(super) fn arm_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
-        if self.world.params.scheduler == SchedulerKind::Vanilla || self.schedule_armed {
+        if self.world.params.scheduler == SchedulerKind::Vanilla {
             return;
         }
-        self.schedule_armed = true;
-        let interval = self.run_interval();
-        let since = self
-            .last_schedule_run
-            .map_or(interval, |t| io.now().saturating_sub(t));
-        let at = io.now().saturating_add(interval.saturating_sub(since));
-        io.arm_leading_at(at, RelayTimer::Schedule);
-    }
-
-    /// KIST's run interval. Never 0: a run that leaves work (a blocked channel) would re-arm
-    /// itself at the same instant forever. Huge intervals saturate (the scheduler then never
-    /// runs again).
-    fn run_interval(&self) -> SimDuration {
-        millis(self.world.params.kist_run_interval_ms).max(1)
-    }
-
-    /// Wakes a parked scheduler (see `unpark_scheduler`); nothing if it is not parked. Called
-    /// for what may give it room without moving a socket it waits on: a channel that becomes
-    /// pending, a connection added to a channel, a run outside the timer.
-    pub(super) fn wake_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
-        if self.scheduler_parked {
-            self.unpark_scheduler(io);
+        if let Some(at) = self.sched.arm(io.now()) {
+            io.arm_leading_at(at, RelayTimer::Schedule);
         }
     }
 
-    /// Brings a parked scheduler up to the present and arms its next run: once a socket it
-    /// waits on has moved so that a pending channel has room (`Machine::after_event`), or
-    /// through `wake_scheduler`.
+    /// Wakes a parked scheduler: once a socket it waits on has moved so that a pending
+    /// channel has room (`Machine::after_event`), and for what may give it room without
+    /// moving such a socket (a channel that becomes pending, a connection added to a channel,
+    /// a run outside the timer). Nothing if it is not parked.
     ///
-    /// A KIST run that finds no connection of its pending channels with room writes nothing
-    /// and changes nothing but its own bookkeeping, and so does every run after it, one per
-    /// run interval, until one of those connections' sockets moves (an ACK, a timer, a
-    /// segment sent: their send windows are the only thing the runs read that could give
-    /// them room) or another channel becomes pending. On web-6876, runs that wrote nothing
-    /// were 76% of all scheduler runs (31.1 M of 40.7 M in the first 100 simulated seconds),
-    /// each an event whose host state had mostly left the cache. A parked scheduler skips
-    /// them: it watches its pending channels' sockets (`Io::watch`), and the wake counts the
-    /// runs it would have made before now (their run stamps and last run time) and arms the
-    /// next one on the same grid of run intervals. The run is a leading timer
-    /// (`Io::arm_leading_at`), so it keeps its place among the relay's other events at its
-    /// instant however late it is armed; a run due at the very instant of the waking event
-    /// is one of the skipped ones when it would have come first. Token buckets are refilled
-    /// from the clock whenever they are read, so the skipped reads change nothing.
-    fn unpark_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
-        self.scheduler_parked = false;
-        for socket in self.parked_on.drain(..) {
+    /// On web-6876, runs that wrote nothing were 76% of all scheduler runs (31.1 M of 40.7 M
+    /// in the first 100 simulated seconds), each an event whose host state had mostly left
+    /// the cache; a parked scheduler skips them ([`Scheduler::unpark`] counts them). The next
+    /// run is a leading timer (`Io::arm_leading_at`), so it keeps its place among the relay's
+    /// other events at its instant however late it is armed. Token buckets are refilled from
+    /// the clock whenever they are read, so the skipped reads change nothing.
+    pub(super) fn wake_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
+        if !self.sched.is_parked() {
+            return;
+        }
+        let now = io.now();
+        let (next, sockets) = self.sched.unpark(now, || io.leading_timer_first());
+        for socket in sockets {
             io.watch(socket, false);
         }
-        let interval = self.run_interval();
-        let last = self
-            .last_schedule_run
-            .expect("a scheduler parks only at the end of a run");
-        let since = io.now().saturating_sub(last);
-        let mut skipped = since / interval;
-        if skipped > 0 && since % interval == 0 && !io.leading_timer_first() {
-            // The run due now would have come after this event, which may give it work.
-            skipped -= 1;
-        }
-        if skipped > 0 {
-            self.last_schedule_run = Some(last + skipped * interval);
-            self.run_stamp = self.run_stamp.wrapping_add(skipped as u32);
-        }
-        self.schedule_armed = true;
-        let next = last.saturating_add(interval.saturating_mul(skipped + 1));
         io.arm_leading_at(next, RelayTimer::Schedule);
     }
 
@@ -180,10 +152,10 @@ impl Relay {
     pub(super) fn refresh_limit(&mut self, io: &impl Io<RelayTimer>, k: u32) {
         let params = &self.world.params;
         let conn = &mut self.conns[k as usize];
-        if conn.limit_run == self.run_stamp {
+        if conn.limit_run == self.sched.stamp() {
             return;
         }
-        conn.limit_run = self.run_stamp;
+        conn.limit_run = self.sched.stamp();
         if !conn.usable() {
             conn.limit = 0;
             return;
@@ -204,7 +176,7 @@ impl Relay {
     /// their room only as it tries them) or under QUIC, so each is a TCP socket's.
     pub(super) fn parked_room(&self, io: &impl Io<RelayTimer>) -> bool {
         let params = &self.world.params;
-        self.pending.iter().any(|&ch| {
+        self.sched.pending.iter().any(|&ch| {
             let chan = &self.channels[ch as usize];
             let cell_bytes = self.chan_cell_bytes(ch);
             !chan.mux.is_empty()
@@ -278,7 +250,7 @@ impl Relay {
             fresh.sort_unstable_by(transport::ranking_order);
             assert_eq!(m.ranking, fresh, "IMUX ranking out of step");
         }
-        mux.ranks(now, &mut self.rank_scratch, &mut m.circ_ranks);
+        mux.ranks(now, &mut self.sched.rank_scratch, &mut m.circ_ranks);
     }
 
     /// The connection the next cell of `circ` goes on, among those with room in this run.
@@ -350,42 +322,50 @@ impl Relay {
 
     /// Moves queued cells into connection sockets: globally across channels, quietest
     /// circuit first, within each socket's write limit and the write bucket.
+    ///
+    /// A run takes the pending channels and reads their connections' room
+    /// ([`start_run`](Self::start_run)), writes cells until no channel may send more
+    /// ([`write_cells`](Self::write_cells)), then flushes what it wrote and decides when the
+    /// next run comes ([`end_run`](Self::end_run)).
     pub(super) fn run_scheduler(&mut self, io: &mut impl Io<RelayTimer>) {
         // A run outside the timer's (a token refill's): the parked runs before it come first.
         self.wake_scheduler(io);
         let now = io.now();
-        // Tor stamps the run when it ends; in simulated time that is this same instant, and
-        // stamping first keeps work queued during the run from re-arming it at once.
-        self.last_schedule_run = Some(now);
-        self.run_stamp = self.run_stamp.wrapping_add(1);
-        let base_cell_bytes = self.world.cell_wire_bytes();
-        // The few parameters the run reads, copied: cloning the shared world's `Arc` in every
-        // run would write its reference count, a cache line every worker reads.
-        let params = &self.world.params;
-        let imux_shortest_queue = params.imux_scheduler == ImuxScheduler::ShortestQueue;
-        let queue_low_cells = params.circuit_queue_low_cells as u64;
-        let kist = params.scheduler == SchedulerKind::Kist;
-        // KIST and KIST-lite run on a timer; the old scheduler runs when there is work.
-        let kist_timer = params.scheduler != SchedulerKind::Vanilla;
-        let sock_buf_size_factor = params.kist_sock_buf_size_factor;
-        let design = self.design;
-        let mut allowance = self.buckets.write_allowance(now, true);
-        // Every cell of the run is sent at `now`: one EWMA weight serves them all.
-        let weight = self.clock.cell_weight(now);
+        self.sched.begin_run(now);
+        let mut run = Run {
+            now,
+            base_cell_bytes: self.world.cell_wire_bytes(),
+            design: self.design,
+            allowance: self.buckets.write_allowance(now, true),
+            weight: self.clock.cell_weight(now),
+            held: None,
+        };
         // The run's working lists live in the relay between runs, so that a run (one per few
         // cells on a quiet relay) allocates nothing.
-        let mut scratch = std::mem::take(&mut self.sched_scratch);
+        let mut scratch = std::mem::take(&mut self.sched.scratch);
+        let any_room = self.start_run(io, &run, &mut scratch);
+        self.write_cells(io, &mut run, &mut scratch);
+        self.end_run(io, &run, any_room, scratch);
+    }
+
+    /// Takes the pending channels into the run: reads their connections' write limits, puts
+    /// each channel with room in the heap and the others aside for a later run. Returns
+    /// whether any had room: if none had, the run writes nothing, and the runs after it find
+    /// the same until something reaches the relay.
+    fn start_run(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        run: &Run,
+        scratch: &mut SchedScratch,
+    ) -> bool {
+        let imux_shortest_queue = self.world.params.imux_scheduler == ImuxScheduler::ShortestQueue;
         let SchedScratch {
             heap,
             deferred,
-            parked,
-            touched,
-            unblocked,
             pending,
-        } = &mut scratch;
-        std::mem::swap(&mut self.pending, pending);
-        // Whether any pending channel had a connection with room: if none had, the run writes
-        // nothing, and the runs after it find the same until something reaches the relay.
+            ..
+        } = scratch;
+        std::mem::swap(&mut self.sched.pending, pending);
         let mut any_room = false;
         for ch in pending.drain(..) {
             let chan = &mut self.channels[ch as usize];
@@ -398,239 +378,322 @@ impl Relay {
                 self.refresh_quic_limit(io, ch);
             }
             let lazy = self.channels[ch as usize].conns.len() > 1
-                && !(design == ChannelDesign::Imux && imux_shortest_queue);
+                && !(run.design == ChannelDesign::Imux && imux_shortest_queue);
             if lazy {
                 // Limits are read as connections are tried; running out of room shows as
                 // the channel's circuits parking one by one.
                 self.channels[ch as usize].room = u32::MAX;
-                self.rank_conns(ch, now);
+                self.rank_conns(ch, run.now);
             } else {
                 for i in 0..self.channels[ch as usize].conns.len() {
                     let k = self.channels[ch as usize].conns[i];
                     self.refresh_limit(io, k);
                 }
                 self.count_room(ch, cell_bytes);
-                self.rank_conns(ch, now);
+                self.rank_conns(ch, run.now);
             }
-            if self.requeue(ch, &weight, heap) {
+            if self.requeue(ch, &run.weight, heap) {
                 any_room = true;
             } else {
                 deferred.push(ch);
             }
         }
+        any_room
+    }
+
+    /// Writes cells one at a time, each from the channel whose quietest circuit is the
+    /// quietest, until no channel may send more in this run: its connections are full, the
+    /// write bucket is empty, or it has nothing left.
+    fn write_cells(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        run: &mut Run,
+        scratch: &mut SchedScratch,
+    ) {
         // The channel that stays first after writing a cell, taken next without the heap.
         let mut first = None;
-        // Cells written and not yet handed to their socket (see `write_held`).
-        let mut held = None;
         loop {
             let (ch, best) = match first.take() {
                 Some((ch, circ)) => (ch, Some(circ)),
-                None => match heap.pop() {
+                None => match scratch.heap.pop() {
                     Some(Reverse((_, ch))) => (ch, None),
                     None => break,
                 },
             };
             let cell_bytes = self.chan_cell_bytes(ch);
-            if allowance < cell_bytes {
-                deferred.push(ch);
+            if run.allowance < cell_bytes {
+                scratch.deferred.push(ch);
                 continue;
             }
             let on_quic = self.channels[ch as usize].carrier == Carrier::Quic;
             if on_quic && self.channels[ch as usize].quic_limit < cell_bytes {
                 // The QUIC connection has taken what KIST lets it have in this run.
-                self.write_limit_hits += 1;
-                deferred.push(ch);
+                self.meter.write_limit_hits += 1;
+                scratch.deferred.push(ch);
                 continue;
             }
-            let best = best.or_else(|| self.channels[ch as usize].mux.best(now));
+            let best = best.or_else(|| self.channels[ch as usize].mux.best(run.now));
             let Some(circ) = best else {
                 continue;
             };
-            let empty = self.circuits[circ as usize]
-                .as_mut()
-                .unwrap()
-                .side_for(ch)
-                .queue
-                .is_empty();
-            let chosen = if empty {
-                None
-            } else {
-                self.pick_conn(io, ch, circ, cell_bytes)
-            };
-            let Some(k) = chosen else {
-                // Nothing queued, or its connection is full: it waits for a later run while
-                // the channel's other circuits go on.
-                let chan = &mut self.channels[ch as usize];
-                chan.mux.remove(circ);
-                if !empty {
-                    chan.parked.push(circ);
-                    if chan.parked.len() == 1 {
-                        parked.push(ch);
-                    }
-                }
-                if !chan.mux.is_empty() && !self.requeue(ch, &weight, heap) {
-                    deferred.push(ch);
-                }
+            let Some(k) = self.conn_for_cell(io, run, ch, circ, cell_bytes, scratch) else {
                 continue;
             };
-            let c = self.circuits[circ as usize].as_mut().unwrap();
-            let side = c.side_for(ch);
-            let cell = side.queue.pop_front().unwrap();
-            let message = if self.channels[ch as usize].sequenced {
-                Wire::Sequenced {
-                    cell,
-                    seq: side.seq_out,
-                }
-            } else {
-                Wire::Cell(cell)
-            };
-            if !Self::write_held(
-                &mut self.conns,
-                &mut self.unsent_watch,
-                &mut self.work,
-                io,
-                &mut held,
+            let cell = CellToWrite {
+                ch,
+                circ,
                 k,
-                cell_bytes,
-                message,
-            ) {
-                side.queue.push_front(cell);
-                self.update_conn(k, |c| c.blocked = true);
-                // It had room (it was chosen for it); now it has none.
-                self.channels[ch as usize].room -= 1;
-                if !self.requeue(ch, &weight, heap) {
-                    deferred.push(ch);
-                }
+                bytes: cell_bytes,
+                on_quic,
+            };
+            if !self.write_cell(io, run, cell, scratch) {
                 continue;
-            }
-            side.seq_out += 1;
-            if on_quic {
-                self.channels[ch as usize].quic_limit -= cell_bytes;
-            }
-            let conn = &mut self.conns[k as usize];
-            conn.limit -= cell_bytes;
-            if conn.limit < cell_bytes {
-                self.channels[ch as usize].room -= 1;
-            }
-            conn.queued_bytes += cell_bytes;
-            conn.last_used = now;
-            if design == ChannelDesign::Imux {
-                conn.ewma.note_cells(&self.clock, 1, now);
-                if conn.ewma_seen_tick != u64::MAX {
-                    conn.ewma_seen_tick = u64::MAX;
-                    self.channels[ch as usize].multi_mut().rank_dirty.push(k);
-                }
-            }
-            let emptied = side.queue.is_empty();
-            let own = side.queue.len() as u64 + 1;
-            if let Some(exit) = c.exit.as_mut() {
-                if exit.edge_blocked && own - 1 <= queue_low_cells {
-                    exit.edge_blocked = false;
-                    unblocked.push(circ);
-                }
-            }
-            let chan = &mut self.channels[ch as usize];
-            c.stats.cells += 1;
-            c.stats.overtaken += chan.queued - own;
-            chan.queued -= 1;
-            self.queued_cells -= 1;
-            allowance -= cell_bytes;
-            self.buckets.note_written(cell_bytes, true);
-            self.now_counters.cells_out += 1;
-            self.channel_stats.cells_written += 1;
-            self.now_counters.bytes_written += cell_bytes;
-            chan.mux.note_sent_weighted(circ, 1, weight);
-            if emptied {
-                chan.mux.remove(circ);
-            }
-            if !self.conns[k as usize].touched {
-                self.conns[k as usize].touched = true;
-                touched.push(k);
-            }
-            if design == ChannelDesign::Torchestra {
-                Self::release(&self.conns, &mut self.work, io, &mut held);
-                self.classify_torchestra(io, ch, circ, now);
             }
             if !self.channels[ch as usize].mux.is_empty() {
-                match self.requeue_unless_first(ch, &weight, heap) {
+                match self.requeue_unless_first(ch, &run.weight, &mut scratch.heap) {
                     Requeued::NoRoom => {
-                        self.write_limit_hits += 1;
-                        deferred.push(ch);
+                        self.meter.write_limit_hits += 1;
+                        scratch.deferred.push(ch);
                     }
                     Requeued::First(circ) => first = Some((ch, circ)),
                     Requeued::Queued => {}
                 }
             }
         }
-        Self::release(&self.conns, &mut self.work, io, &mut held);
-        if let (true, Some(audit)) = (kist, self.kist_audit.as_mut()) {
-            // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
-            for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
-                let socket = self.conns[k as usize].socket;
-                if let Some(i) = io.send_window(socket) {
-                    let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
-                    let space = (cwnd - unacked).max(0) * mss;
-                    let extra = ((cwnd * mss) as f64 * sock_buf_size_factor) as i64;
-                    let excess = (i.notsent as i64).saturating_sub(space.saturating_add(extra));
-                    audit.checks += 1;
-                    audit.max_excess = audit.max_excess.max(excess);
+        Self::release(&self.conns, &mut self.work, io, &mut run.held);
+    }
+
+    /// The connection the next cell of `circ` goes on in this run. `None` if the circuit has
+    /// nothing queued or its connection is full: it then waits for a later run (parked, if
+    /// it has cells) while the channel's other circuits go on.
+    fn conn_for_cell(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        run: &Run,
+        ch: u32,
+        circ: u32,
+        cell_bytes: u64,
+        scratch: &mut SchedScratch,
+    ) -> Option<u32> {
+        let empty = self.circuits[circ as usize]
+            .as_mut()
+            .unwrap()
+            .side_for(ch)
+            .queue
+            .is_empty();
+        let chosen = if empty {
+            None
+        } else {
+            self.pick_conn(io, ch, circ, cell_bytes)
+        };
+        if chosen.is_none() {
+            let chan = &mut self.channels[ch as usize];
+            chan.mux.remove(circ);
+            if !empty {
+                chan.parked.push(circ);
+                if chan.parked.len() == 1 {
+                    scratch.parked.push(ch);
                 }
             }
+            if !chan.mux.is_empty() && !self.requeue(ch, &run.weight, &mut scratch.heap) {
+                scratch.deferred.push(ch);
+            }
         }
-        for &k in touched.iter() {
+        chosen
+    }
+
+    /// Writes the first queued cell of `cell.circ` to connection `cell.k`, and counts it
+    /// everywhere it counts. False if the socket refused it: the cell goes back to the head
+    /// of its queue, and the channel back to the heap if another connection has room.
+    fn write_cell(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        run: &mut Run,
+        cell: CellToWrite,
+        scratch: &mut SchedScratch,
+    ) -> bool {
+        let CellToWrite {
+            ch,
+            circ,
+            k,
+            bytes: cell_bytes,
+            on_quic,
+        } = cell;
+        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let side = c.side_for(ch);
+        let cell = side.queue.pop_front().unwrap();
+        let message = if self.channels[ch as usize].sequenced {
+            Wire::Sequenced {
+                cell,
+                seq: side.seq_out,
+            }
+        } else {
+            Wire::Cell(cell)
+        };
+        if !Self::write_held(
+            &mut self.conns,
+            &mut self.unsent_watch,
+            &mut self.work,
+            io,
+            &mut run.held,
+            k,
+            cell_bytes,
+            message,
+        ) {
+            side.queue.push_front(cell);
+            self.update_conn(k, |c| c.blocked = true);
+            // It had room (it was chosen for it); now it has none.
+            self.channels[ch as usize].room -= 1;
+            if !self.requeue(ch, &run.weight, &mut scratch.heap) {
+                scratch.deferred.push(ch);
+            }
+            return false;
+        }
+        side.seq_out += 1;
+        if on_quic {
+            self.channels[ch as usize].quic_limit -= cell_bytes;
+        }
+        let conn = &mut self.conns[k as usize];
+        conn.limit -= cell_bytes;
+        if conn.limit < cell_bytes {
+            self.channels[ch as usize].room -= 1;
+        }
+        conn.queued_bytes += cell_bytes;
+        conn.last_used = run.now;
+        if run.design == ChannelDesign::Imux {
+            conn.ewma.note_cells(&self.clock, 1, run.now);
+            if conn.ewma_seen_tick != u64::MAX {
+                conn.ewma_seen_tick = u64::MAX;
+                self.channels[ch as usize].multi_mut().rank_dirty.push(k);
+            }
+        }
+        let emptied = side.queue.is_empty();
+        let own = side.queue.len() as u64 + 1;
+        if let Some(exit) = c.exit.as_mut() {
+            let queue_low_cells = self.world.params.circuit_queue_low_cells as u64;
+            if exit.edge_blocked && own - 1 <= queue_low_cells {
+                exit.edge_blocked = false;
+                scratch.unblocked.push(circ);
+            }
+        }
+        let chan = &mut self.channels[ch as usize];
+        c.stats.cells += 1;
+        c.stats.overtaken += chan.queued - own;
+        chan.queued -= 1;
+        self.queued_cells -= 1;
+        run.allowance -= cell_bytes;
+        self.buckets.note_written(cell_bytes, true);
+        self.meter.second.cells_out += 1;
+        self.meter.channels.cells_written += 1;
+        self.meter.second.bytes_written += cell_bytes;
+        chan.mux.note_sent_weighted(circ, 1, run.weight);
+        if emptied {
+            chan.mux.remove(circ);
+        }
+        if !self.conns[k as usize].touched {
+            self.conns[k as usize].touched = true;
+            scratch.touched.push(k);
+        }
+        if run.design == ChannelDesign::Torchestra {
+            Self::release(&self.conns, &mut self.work, io, &mut run.held);
+            self.classify_torchestra(io, ch, circ, run.now);
+        }
+        true
+    }
+
+    /// Ends a run: flushes the connections it wrote, gives parked circuits back to their
+    /// channels, lets exit circuits whose queues fell low read from their streams again,
+    /// and puts the channels with cells left back on the work list. If there are some, the
+    /// next run is armed, or the scheduler parks (see [`Scheduler::park`]) where the runs it
+    /// would skip are sure to find what this one found.
+    fn end_run(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        run: &Run,
+        any_room: bool,
+        mut scratch: SchedScratch,
+    ) {
+        let kist_timer = self.world.params.scheduler != SchedulerKind::Vanilla;
+        if self.world.params.scheduler == SchedulerKind::Kist && self.meter.kist_audit.is_some() {
+            self.audit_kist(io, &scratch.touched);
+        }
+        for &k in scratch.touched.iter() {
             self.conns[k as usize].touched = false;
             self.flush_conn(io, k);
         }
-        touched.clear();
-        for ch in parked.drain(..) {
+        scratch.touched.clear();
+        for ch in scratch.parked.drain(..) {
             let chan = &mut self.channels[ch as usize];
             for circ in std::mem::take(&mut chan.parked) {
                 chan.mux.add_active(circ);
             }
-            deferred.push(ch);
+            scratch.deferred.push(ch);
         }
-        for circ in unblocked.drain(..) {
+        for circ in scratch.unblocked.drain(..) {
             self.package(io, circ);
         }
-        let out_of_tokens = allowance < base_cell_bytes;
-        for ch in deferred.drain(..) {
+        let out_of_tokens = run.allowance < run.base_cell_bytes;
+        for ch in scratch.deferred.drain(..) {
             let chan = &mut self.channels[ch as usize];
             if !chan.pending && !chan.mux.is_empty() {
                 chan.pending = true;
-                self.pending.push(ch);
+                self.sched.pending.push(ch);
             }
         }
-        self.sched_scratch = scratch;
-        if !self.pending.is_empty() {
-            if out_of_tokens {
-                self.arm_refill(io);
+        self.sched.scratch = scratch;
+        if self.sched.pending.is_empty() {
+            return;
+        }
+        if out_of_tokens {
+            self.arm_refill(io);
+        }
+        // Parked only where the runs it skips are sure to find what this one found: not
+        // while tokens are short (their refill is an event, and may come at the instant of
+        // a run), nor with a CPU model (which may hold a run back), nor under IMUX (whose
+        // connection ranking moves with the clock), nor under QUIC (whose channels' limits
+        // come from QUIC connections, which the stack does not watch); nor with a run
+        // already armed.
+        let park = !any_room
+            && !out_of_tokens
+            && self.sched.state() == RunState::Idle
+            && kist_timer
+            && run.design != ChannelDesign::Imux
+            && run.design != ChannelDesign::Quic
+            && !io.models_cpu();
+        if park {
+            let (channels, conns) = (&self.channels, &self.conns);
+            let sockets = self.sched.park(|ch, sockets| {
+                let of_conn = |&k: &u32| conns[k as usize].socket;
+                sockets.extend(channels[ch as usize].conns.iter().map(of_conn));
+            });
+            for &socket in sockets {
+                io.watch(socket, true);
             }
-            // Parked only where the runs it skips are sure to find what this one found: not
-            // while tokens are short (their refill is an event, and may come at the instant of
-            // a run), nor with a CPU model (which may hold a run back), nor under IMUX (whose
-            // connection ranking moves with the clock), nor under QUIC (whose channels' limits
-            // come from QUIC connections, which the stack does not watch); nor with a run
-            // already armed.
-            let park = !any_room
-                && !out_of_tokens
-                && !self.schedule_armed
-                && kist_timer
-                && design != ChannelDesign::Imux
-                && design != ChannelDesign::Quic
-                && !io.models_cpu();
-            if park {
-                self.scheduler_parked = true;
-                for &ch in &self.pending {
-                    for &k in &self.channels[ch as usize].conns {
-                        let socket = self.conns[k as usize].socket;
-                        io.watch(socket, true);
-                        self.parked_on.push(socket);
-                    }
-                }
-                // Whatever moved before now was seen by this run.
-                io.take_watch_hit();
-            } else {
-                self.arm_scheduler(io);
+            // Whatever moved before now was seen by this run.
+            io.take_watch_hit();
+        } else {
+            self.arm_scheduler(io);
+        }
+    }
+
+    /// Checks KIST's limits as the sockets written in this run see them: no socket holds
+    /// more unsent than its free congestion window plus KIST's extra space (tests read the
+    /// audit, `RelayMeter::kist_audit`).
+    fn audit_kist(&mut self, io: &impl Io<RelayTimer>, touched: &[u32]) {
+        let Some(audit) = self.meter.kist_audit.as_mut() else {
+            return;
+        };
+        let sock_buf_size_factor = self.world.params.kist_sock_buf_size_factor;
+        // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
+        for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
+            let socket = self.conns[k as usize].socket;
+            if let Some(i) = io.send_window(socket) {
+                let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
+                let space = (cwnd - unacked).max(0) * mss;
+                let extra = ((cwnd * mss) as f64 * sock_buf_size_factor) as i64;
+                let excess = (i.notsent as i64).saturating_sub(space.saturating_add(extra));
+                audit.checks += 1;
+                audit.max_excess = audit.max_excess.max(excess);
             }
         }
     }
@@ -667,7 +730,7 @@ impl Relay {
         // Torchestra half again vanilla's time); the circuit being judged counts with its
         // current value, so that a circuit alone on the light connection never outgrows
         // itself.
-        if chan.multi().light_run != self.run_stamp {
+        if chan.multi().light_run != self.sched.stamp() {
             let circuits = &self.circuits;
             let Channel { mux, multi, .. } = &mut self.channels[ch as usize];
             let m = MultiConn::made(multi);
@@ -680,7 +743,7 @@ impl Relay {
             }));
             m.light_counts.sort_unstable_by_key(|e| e.0);
             m.light_sum = m.light_counts.iter().map(|e| e.1).sum();
-            m.light_run = self.run_stamp;
+            m.light_run = self.sched.stamp();
         }
         let m = self.channels[ch as usize].multi();
         let n = m.light_counts.len();
@@ -705,9 +768,9 @@ impl Relay {
         let target = if heavy_now { heavy } else { light };
         self.pin_torchestra(circ, ch, circ_id, heavy_now, target);
         if heavy_now {
-            self.channel_stats.switched_heavy += 1;
+            self.meter.channels.switched_heavy += 1;
         } else {
-            self.channel_stats.switched_light += 1;
+            self.meter.channels.switched_light += 1;
         }
         let bytes = self.world.cell_wire_bytes();
         if self.write_conn(

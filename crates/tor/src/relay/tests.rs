@@ -148,8 +148,8 @@ fn a_started_relay_listens_on_its_or_port_and_samples_every_second() {
     let (mut relay, mut io) = guard(ChannelDesign::Vanilla, 100);
     assert_eq!(io.listening, [OR_PORT]);
     settle(&mut relay, &mut io, 3000);
-    assert_eq!(relay.samples.len(), 3);
-    assert_eq!(relay.samples[2].second, 3);
+    assert_eq!(relay.meter.samples.len(), 3);
+    assert_eq!(relay.meter.samples[2].second, 3);
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn a_create2_is_answered_with_created2_on_the_connection_it_came_on() {
         unreachable!()
     };
     assert_eq!(reply.circ_id, 5 | INITIATOR_BIT);
-    assert_eq!(relay.samples.len(), 0);
+    assert_eq!(relay.meter.samples.len(), 0);
     assert_eq!(relay.open_sockets(), 1);
 }
 
@@ -361,8 +361,8 @@ fn forward_data(params: TorParams, one_read: bool) -> (Vec<Wire>, Vec<Wire>, Wor
         written.into_iter().filter(is_data).collect()
     };
     let counters = [
-        relay.now_counters.cells_in,
-        relay.now_counters.circuits_killed,
+        relay.meter.second.cells_in,
+        relay.meter.second.circuits_killed,
     ];
     (
         data(io.written(next)),
@@ -419,7 +419,7 @@ fn a_run_too_long_for_its_circuits_queue_kills_the_circuit_at_the_same_cell() {
             }
         }
         settle(&mut relay, &mut io, 20);
-        let killed = relay.now_counters.circuits_killed;
+        let killed = relay.meter.second.circuits_killed;
         (killed, cell_work(relay.work), relay.circuit_views().len())
     };
     assert_eq!(run(true), run(false));
@@ -469,7 +469,7 @@ fn at_its_conn_limit_a_relay_refuses_connections_and_fails_the_extend() {
     assert_eq!(destroy.circ_id, 2 | INITIATOR_BIT);
     assert_eq!(destroy.arg, DESTROY_CONNECT_FAILED);
     assert_eq!(relay.open_sockets(), 2);
-    let refused: u64 = relay.now_counters.conn_limit_refusals;
+    let refused: u64 = relay.meter.second.conn_limit_refusals;
     assert_eq!(refused, 2);
 }
 
@@ -581,8 +581,8 @@ fn a_quic_channel_moves_its_circuits_to_streams_when_quic_is_ready_in_time() {
     io.quic_ready = true;
     io.arrive(tcp, bytes(), Wire::Joined);
     settle(&mut relay, &mut io, 20);
-    assert_eq!(relay.channel_stats.quic_channels, 1);
-    assert_eq!(relay.channel_stats.tcp_fallbacks, 0);
+    assert_eq!(relay.meter.channels.quic_channels, 1);
+    assert_eq!(relay.meter.channels.tcp_fallbacks, 0);
     // One stream per circuit, each carrying its circuit's CREATE2; nothing more on TCP,
     // which closes; the QUIC connection stays.
     assert_eq!(io.streams.len(), 2);
@@ -612,8 +612,8 @@ fn a_quic_channel_stays_on_tcp_when_quic_is_not_ready_in_time() {
     let (_, tcp, quic) = quic_channel(&mut relay, &mut io);
     io.arrive(tcp, bytes(), Wire::Joined);
     settle(&mut relay, &mut io, 20);
-    assert_eq!(relay.channel_stats.quic_channels, 0);
-    assert_eq!(relay.channel_stats.tcp_fallbacks, 1);
+    assert_eq!(relay.meter.channels.quic_channels, 0);
+    assert_eq!(relay.meter.channels.tcp_fallbacks, 1);
     assert!(io.streams.is_empty());
     assert!(io.asked.contains(&Asked::Close(quic)));
     assert_eq!(
@@ -645,8 +645,8 @@ fn a_quic_channel_without_a_socket_left_for_quic_stays_on_tcp_and_says_so() {
     io.quic_ready = true;
     io.arrive(tcp, bytes(), Wire::Joined);
     settle(&mut relay, &mut io, 20);
-    assert_eq!(relay.channel_stats.tcp_fallbacks, 1);
-    assert_eq!(relay.channel_stats.quic_channels, 0);
+    assert_eq!(relay.meter.channels.tcp_fallbacks, 1);
+    assert_eq!(relay.meter.channels.quic_channels, 0);
     assert_eq!(
         commands(&io.written(tcp)),
         [(CellCommand::Create2, RelayCommand::None)]
@@ -747,14 +747,14 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     let interval = millis(TorParams::default().kist_run_interval_ms);
     let (mut relay, mut io, [client, next]) = blocked_guard(5);
     assert!(
-        relay.scheduler_parked,
+        relay.sched.is_parked(),
         "nothing had room: the scheduler parks"
     );
     assert!(
         schedule_timers(&io).is_empty(),
         "a parked scheduler arms no run"
     );
-    let last = relay.last_schedule_run.unwrap();
+    let last = relay.sched.last_run().unwrap();
     let written = io.written(next).len();
 
     // More cells for the blocked circuit, from the client: the next hop's socket has not
@@ -765,7 +765,7 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     io.arrive(client, bytes(), Wire::Cell(out));
     hand_in(&mut relay, &mut io);
     assert!(
-        relay.scheduler_parked,
+        relay.sched.is_parked(),
         "the client's socket is not waited on"
     );
     assert!(schedule_timers(&io).is_empty());
@@ -774,7 +774,7 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     io.now += interval;
     io.set_cwnd(0);
     hand_in(&mut relay, &mut io);
-    assert!(relay.scheduler_parked, "a move that gives no room");
+    assert!(relay.sched.is_parked(), "a move that gives no room");
     assert!(schedule_timers(&io).is_empty());
 
     // The next hop's socket moves between two runs the scheduler would have made: the three
@@ -782,8 +782,8 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     io.now = last + 3 * interval + interval / 2;
     io.set_cwnd(10);
     hand_in(&mut relay, &mut io);
-    assert!(!relay.scheduler_parked);
-    assert_eq!(relay.last_schedule_run, Some(last + 3 * interval));
+    assert!(!relay.sched.is_parked());
+    assert_eq!(relay.sched.last_run(), Some(last + 3 * interval));
     assert_eq!(schedule_timers(&io), vec![last + 4 * interval]);
     assert_eq!(
         io.written(next).len(),
@@ -807,15 +807,15 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
 fn a_channel_that_becomes_pending_wakes_a_parked_scheduler() {
     let interval = millis(TorParams::default().kist_run_interval_ms);
     let (mut relay, mut io, _) = blocked_guard(1);
-    assert!(relay.scheduler_parked);
-    let last = relay.last_schedule_run.unwrap();
+    assert!(relay.sched.is_parked());
+    let last = relay.sched.last_run().unwrap();
     // A second client builds a circuit: its CREATED2 waits on a channel no run has seen.
     io.now = last + 2 * interval + interval / 4;
     let other = io.accept(CLIENT + 1, OR_PORT);
     io.arrive(other, bytes(), create(7));
     hand_in(&mut relay, &mut io);
-    assert!(!relay.scheduler_parked);
-    assert_eq!(relay.last_schedule_run, Some(last + 2 * interval));
+    assert!(!relay.sched.is_parked());
+    assert_eq!(relay.sched.last_run(), Some(last + 2 * interval));
     assert_eq!(schedule_timers(&io), vec![last + 3 * interval]);
 }
 
@@ -824,7 +824,7 @@ fn a_parked_schedulers_run_due_at_the_instant_of_an_input_keeps_its_place() {
     let interval = millis(TorParams::default().kist_run_interval_ms);
     for timers_first in [false, true] {
         let (mut relay, mut io, _) = blocked_guard(1);
-        let last = relay.last_schedule_run.unwrap();
+        let last = relay.sched.last_run().unwrap();
         io.timers_first = timers_first;
         io.now = last + 2 * interval;
         // The waited-on socket's window opens.
@@ -833,11 +833,11 @@ fn a_parked_schedulers_run_due_at_the_instant_of_an_input_keeps_its_place() {
         if timers_first {
             // The run due now came first, before the window opened, found nothing, and
             // armed the next.
-            assert_eq!(relay.last_schedule_run, Some(last + 2 * interval));
+            assert_eq!(relay.sched.last_run(), Some(last + 2 * interval));
             assert_eq!(schedule_timers(&io), vec![last + 3 * interval]);
         } else {
             // The run due now comes after this input, and sees what it changed.
-            assert_eq!(relay.last_schedule_run, Some(last + interval));
+            assert_eq!(relay.sched.last_run(), Some(last + interval));
             assert_eq!(schedule_timers(&io), vec![last + 2 * interval]);
         }
     }
@@ -875,7 +875,7 @@ fn writes_over_time(cpu: bool) -> (Vec<(SimTime, usize)>, u32) {
         if input && io.timers_first {
             hand_in(&mut relay, &mut io);
         }
-        parked_steps += u32::from(relay.scheduler_parked);
+        parked_steps += u32::from(relay.sched.is_parked());
         log.push((io.now, io.written(next).len()));
     }
     (log, parked_steps)
