@@ -10,6 +10,7 @@
 
 use std::fmt;
 
+use onionlab_topology::units::{leading_decimal, time_unit, Decimal, NumberSyntax};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -63,74 +64,21 @@ impl Rate {
     }
 }
 
-/// An exact non-negative decimal `mantissa / 10^scale`.
-#[derive(Clone, Copy, Debug)]
-struct Decimal {
-    mantissa: u128,
-    scale: u32,
-}
+/// How numbers are written in scenario files: no sign (a negative quantity gets its own
+/// error), no exponent, and YAML's digit groups (`1_000_000`).
+const SCENARIO_NUMBERS: NumberSyntax = NumberSyntax {
+    sign: false,
+    exponent: false,
+    digit_groups: true,
+};
 
-impl Decimal {
-    /// `self × factor` rounded half up; `None` on overflow of `u64`.
-    fn times(self, factor: u128) -> Option<u64> {
-        let product = self.mantissa.checked_mul(factor)?;
-        let div = 10u128.checked_pow(self.scale)?;
-        let q = product / div + u128::from(product % div >= div.div_ceil(2) && div > 1);
-        u64::try_from(q).ok()
-    }
-}
-
-/// Reads digits with an optional fractional part from the front of `s`; returns the number
-/// and the rest. A leading sign is refused here so callers can say "negative" precisely.
-fn leading_decimal(s: &str) -> Option<(Decimal, &str)> {
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    let mut mantissa: u128 = 0;
-    let mut scale = 0u32;
-    let mut digits = 0;
-    let mut seen_dot = false;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_digit() {
-            digits += 1;
-            // 30 significant digits are far more than any quantity needs; refusing more keeps
-            // the arithmetic inside u128.
-            if digits > 30 {
-                return None;
-            }
-            mantissa = mantissa * 10 + u128::from(c - b'0');
-            if seen_dot {
-                scale += 1;
-            }
-        } else if c == b'.' && !seen_dot {
-            seen_dot = true;
-        } else if c == b'_' && digits > 0 {
-            // YAML-style digit grouping: 1_000_000.
-        } else {
-            break;
-        }
-        i += 1;
-    }
-    if digits == 0 {
-        return None;
-    }
-    Some((Decimal { mantissa, scale }, &s[i..]))
-}
-
-fn duration_unit(unit: &str) -> Option<u128> {
-    Some(match unit {
-        "ns" => 1,
-        "us" | "µs" => NS_PER_US,
-        "ms" => NS_PER_MS,
-        "s" | "sec" | "secs" => NS_PER_S,
-        "m" | "min" | "mins" => 60 * NS_PER_S,
-        "h" | "hr" | "hrs" => 3600 * NS_PER_S,
-        _ => return None,
-    })
+/// The number at the front of `s` and the rest of it.
+fn leading_number(s: &str) -> Option<(Decimal, &str)> {
+    leading_decimal(s, SCENARIO_NUMBERS)
 }
 
 const DURATION_HINT: &str =
-    "a duration with a unit, such as \"90s\", \"250ms\", \"10m\", \"1h30m\" (units: ns, us, ms, s, m, h)";
+    "a duration with a unit, such as \"90s\", \"250ms\", \"10m\", \"1h30m\" (units: ns, us, ms, s, m, h, or their long forms such as seconds)";
 
 /// Parses durations such as `"90s"`, `"1.5 s"`, `"1h30m"`; a bare number is refused because
 /// its unit would be a guess.
@@ -147,7 +95,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let mut rest = t;
     let mut total: u64 = 0;
     while !rest.is_empty() {
-        let (num, after) = leading_decimal(rest)
+        let (num, after) = leading_number(rest)
             .ok_or_else(|| format!("expected {DURATION_HINT}, got {text:?}"))?;
         let after = after.trim_start();
         let unit_len = after
@@ -159,11 +107,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
                 "{DURATION_HINT}, got {text:?} (bare numbers are ambiguous)"
             ));
         }
-        let factor = duration_unit(unit).ok_or_else(|| {
+        let factor = time_unit(unit).ok_or_else(|| {
             format!("expected {DURATION_HINT}; unknown unit {unit:?} in {text:?}")
         })?;
         let part = num
-            .times(factor)
+            .scale(factor)
             .ok_or_else(|| format!("duration {text:?} is too long"))?;
         total = total
             .checked_add(part)
@@ -201,11 +149,11 @@ pub fn parse_size(text: &str) -> Result<Size, String> {
         ));
     }
     let (num, unit) =
-        leading_decimal(t).ok_or_else(|| format!("expected {SIZE_HINT}, got {text:?}"))?;
+        leading_number(t).ok_or_else(|| format!("expected {SIZE_HINT}, got {text:?}"))?;
     let unit = unit.trim();
     let factor = size_unit(unit)
         .ok_or_else(|| format!("expected {SIZE_HINT}; unknown unit {unit:?} in {text:?}"))?;
-    num.times(factor)
+    num.scale(factor)
         .map(Size)
         .ok_or_else(|| format!("size {text:?} is too large"))
 }
@@ -252,14 +200,14 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
         ));
     }
     let (num, unit) =
-        leading_decimal(t).ok_or_else(|| format!("expected {RATE_HINT}, got {text:?}"))?;
+        leading_number(t).ok_or_else(|| format!("expected {RATE_HINT}, got {text:?}"))?;
     let unit = unit.trim();
     if unit.is_empty() {
         return Err(format!("expected {RATE_HINT}, got {text:?}"));
     }
     let factor = rate_unit(unit)
         .ok_or_else(|| format!("expected {RATE_HINT}; unknown unit {unit:?} in {text:?}"))?;
-    num.times(factor)
+    num.scale(factor)
         .map(Rate)
         .ok_or_else(|| format!("rate {text:?} is too large"))
 }
@@ -402,6 +350,13 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("99999999999999999999h").is_err());
+        // The time units of graph files, long forms and both micro signs included.
+        assert_eq!(parse_duration("2 minutes"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("5µs"), Ok(Duration(5_000)));
+        assert_eq!(parse_duration("5μs"), Ok(Duration(5_000)));
+        assert_eq!(parse_duration("1_000 ms"), Ok(Duration::from_secs(1)));
+        assert!(parse_duration("1e3 ms").is_err(), "no exponents");
+        assert!(parse_duration("+5s").is_err());
     }
 
     #[test]

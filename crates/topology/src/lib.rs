@@ -33,7 +33,7 @@ use onionlab_engine::time::SimDuration;
 mod gml;
 mod graphml;
 mod paths;
-mod units;
+pub mod units;
 
 pub use paths::{Path, PathTable};
 

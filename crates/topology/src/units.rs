@@ -1,7 +1,13 @@
-//! Quantities with units, following the grammar Shadow documents for its configuration files.
+//! Quantities with units: the one number parser of onionlab's inputs, and the grammar of
+//! Shadow's graph attributes.
 //!
 //! Magnitudes are handled as exact decimals rather than `f64` so that `"22.585 ms"` becomes
-//! exactly 22 585 000 ns on every machine; rounding happens once, at the final nanosecond or bit.
+//! exactly 22 585 000 ns on every machine; rounding happens once, half up, at the final
+//! nanosecond, bit or byte. Graph files (Shadow's grammar: a sign, an exponent in some
+//! attributes, long unit names) and scenario files (the scenario crate's durations, sizes
+//! and rates: digit groups like `1_000`, units always written) read their numbers with the
+//! same [`leading_decimal`], each with its own [`NumberSyntax`], and their times with the
+//! same [`time_unit`].
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 
@@ -12,7 +18,7 @@ const MANTISSA_LIMIT: u128 = 10u128.pow(30);
 /// A non-negative decimal number `mantissa × 10^exponent`, plus whether a minus sign was written
 /// (kept separately so callers can say "negative" instead of "malformed").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Decimal {
+pub struct Decimal {
     pub negative: bool,
     pub mantissa: u128,
     pub exponent: i32,
@@ -50,14 +56,25 @@ impl Decimal {
     }
 }
 
-/// Reads a decimal number, optionally with an exponent (`1.5e-3`) when `allow_exponent` is set.
-/// The whole string must be consumed.
-pub(crate) fn parse_decimal(text: &str, allow_exponent: bool) -> Option<Decimal> {
+/// What a number may look like besides digits and one decimal point.
+#[derive(Clone, Copy, Debug)]
+pub struct NumberSyntax {
+    /// A leading `+` or `-` (a `-` is reported in [`Decimal::negative`]).
+    pub sign: bool,
+    /// An exponent after the digits, `1.5e-3`.
+    pub exponent: bool,
+    /// Underscores between digits, as YAML groups them: `1_000_000`.
+    pub digit_groups: bool,
+}
+
+/// Reads the number at the front of `text` and returns it with the rest of the text; `None`
+/// if there is no digit, or the exponent is malformed or out of range.
+pub fn leading_decimal(text: &str, syntax: NumberSyntax) -> Option<(Decimal, &str)> {
     let bytes = text.as_bytes();
     let mut i = 0;
     let mut negative = false;
     if let Some(&c) = bytes.first() {
-        if c == b'+' || c == b'-' {
+        if syntax.sign && (c == b'+' || c == b'-') {
             negative = c == b'-';
             i = 1;
         }
@@ -80,6 +97,8 @@ pub(crate) fn parse_decimal(text: &str, allow_exponent: bool) -> Option<Decimal>
             }
         } else if c == b'.' && !seen_dot {
             seen_dot = true;
+        } else if c == b'_' && syntax.digit_groups && digits > 0 {
+            // A digit group's separator.
         } else {
             break;
         }
@@ -88,22 +107,45 @@ pub(crate) fn parse_decimal(text: &str, allow_exponent: bool) -> Option<Decimal>
     if digits == 0 {
         return None;
     }
-    if i < bytes.len() {
-        if !allow_exponent || (bytes[i] != b'e' && bytes[i] != b'E') {
-            return None;
-        }
+    if syntax.exponent && i < bytes.len() && (bytes[i] == b'e' || bytes[i] == b'E') {
         let rest = &text[i + 1..];
-        let exp: i32 = rest.strip_prefix('+').unwrap_or(rest).parse().ok()?;
+        let end = rest
+            .char_indices()
+            .find(|&(k, c)| !(c.is_ascii_digit() || (k == 0 && (c == '+' || c == '-'))))
+            .map_or(rest.len(), |(k, _)| k);
+        let exp: i32 = rest[..end]
+            .strip_prefix('+')
+            .unwrap_or(&rest[..end])
+            .parse()
+            .ok()?;
         if !(-10_000..=10_000).contains(&exp) {
             return None;
         }
         exponent = exponent.checked_add(exp)?;
+        i += 1 + end;
     }
-    Some(Decimal {
-        negative,
-        mantissa,
-        exponent,
-    })
+    Some((
+        Decimal {
+            negative,
+            mantissa,
+            exponent,
+        },
+        &text[i..],
+    ))
+}
+
+/// Reads a decimal number, optionally with an exponent (`1.5e-3`) when `allow_exponent` is set.
+/// The whole string must be consumed.
+pub(crate) fn parse_decimal(text: &str, allow_exponent: bool) -> Option<Decimal> {
+    let syntax = NumberSyntax {
+        sign: true,
+        exponent: allow_exponent,
+        digit_groups: false,
+    };
+    match leading_decimal(text, syntax)? {
+        (d, "") => Some(d),
+        _ => None,
+    }
 }
 
 /// Splits `"100 Mbit"` / `"5Mbit"` into the magnitude text and the (trimmed) unit text, the way
@@ -117,11 +159,12 @@ fn split_quantity(text: &str) -> (&str, &str) {
     (text[..end].trim(), text[end..].trim())
 }
 
-/// Nanoseconds per unit for Shadow's time units (case-sensitive, as in Shadow).
-fn time_unit_factor(unit: &str) -> Option<u128> {
+/// Nanoseconds per time unit: short and long forms as Shadow writes them (case-sensitive),
+/// with the microsecond's `µ` either the micro sign or the Greek letter.
+pub fn time_unit(unit: &str) -> Option<u128> {
     Some(match unit {
         "ns" | "nanosecond" | "nanoseconds" => 1,
-        "us" | "μs" | "microsecond" | "microseconds" => 1_000,
+        "us" | "μs" | "µs" | "microsecond" | "microseconds" => 1_000,
         "ms" | "millisecond" | "milliseconds" => 1_000_000,
         "s" | "sec" | "secs" | "second" | "seconds" => NS_PER_SEC,
         "m" | "min" | "mins" | "minute" | "minutes" => 60 * NS_PER_SEC,
@@ -140,7 +183,7 @@ pub(crate) fn parse_time(text: &str) -> Result<u64, String> {
             "\"{text}\" has no unit; write the time with its unit, such as \"10 ms\""
         ));
     }
-    let factor = time_unit_factor(unit).ok_or_else(|| {
+    let factor = time_unit(unit).ok_or_else(|| {
         format!(
             "unknown time unit '{unit}' in \"{text}\" (expected ns, us, μs, ms, s, sec, m, min, \
              h, hr or their long forms)"
@@ -275,6 +318,12 @@ mod tests {
         assert_eq!(parse_decimal("1e", true), None);
         assert_eq!(parse_decimal(".", true), None);
         assert_eq!(parse_decimal("1e99999", true), None);
+        assert_eq!(parse_decimal("1e5x", true), None);
+        assert_eq!(
+            parse_decimal("1_000", false),
+            None,
+            "no digit groups in graphs"
+        );
         let big = parse_decimal("123456789012345678901234567890123456789012345", true).unwrap();
         assert_eq!(big.scale(1), None);
         let tiny = parse_decimal("1e-9000", true).unwrap();
