@@ -40,6 +40,7 @@ pub mod phold;
 mod queue;
 pub mod rng;
 mod sim;
+pub mod slab;
 pub mod time;
 
 /// A host's index in the simulation.

@@ -22,6 +22,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use onionlab_engine::slab::Slab;
 use onionlab_engine::time::{secs, secs_f64, SimDuration, SimTime};
 use onionlab_engine::HostId;
 use onionlab_net::{SocketEvent, SocketId};
@@ -275,12 +276,10 @@ pub struct Client {
     /// The channel last opened on each socket slot of the host's stack (`u32::MAX`: none), so
     /// that each cell finds its channel at once: a `markov` host has a channel per user.
     channel_by_slot: Vec<u32>,
-    circuits: Vec<Option<Circuit>>,
-    free_circuits: Vec<u32>,
+    circuits: Slab<Circuit>,
     circuit_generation: u32,
     next_circuit_id: u64,
-    downloads: Vec<Option<Download>>,
-    free_downloads: Vec<u32>,
+    downloads: Slab<Download>,
     download_generation: u32,
     cbt: BuildTimeEstimator,
     pub finished: Vec<DownloadLog>,
@@ -337,12 +336,10 @@ impl Client {
             next_user: 0,
             channels: Vec::new(),
             channel_by_slot: Vec::new(),
-            circuits: Vec::new(),
-            free_circuits: Vec::new(),
+            circuits: Slab::new(),
             circuit_generation: 0,
             next_circuit_id: 0,
-            downloads: Vec::new(),
-            free_downloads: Vec::new(),
+            downloads: Slab::new(),
             download_generation: 0,
             cbt,
             world,
@@ -513,16 +510,7 @@ impl Client {
             upload: self.uploads && dir.is_none(),
             dir,
         };
-        let idx = match self.free_downloads.pop() {
-            Some(i) => {
-                self.downloads[i as usize] = Some(d);
-                i
-            }
-            None => {
-                self.downloads.push(Some(d));
-                (self.downloads.len() - 1) as u32
-            }
-        };
+        let idx = self.downloads.insert(d);
         io.arm_in(
             timeout,
             ClientTimer::DownloadTimeout {
@@ -539,7 +527,7 @@ impl Client {
     fn attach(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
         let now = io.now();
         let dirtiness = self.dirtiness();
-        let d = self.downloads[dl as usize].as_ref().unwrap();
+        let d = self.downloads[dl].as_ref().unwrap();
         let (key, dir_user) = (d.isolation, d.dir.map(DirPart::user));
         let channels = &self.channels;
         // A directory request goes on its user's one-hop circuit to the directory guard; a
@@ -553,12 +541,12 @@ impl Client {
                 .is_none_or(|t| now < t.saturating_add(dirtiness))
                 && fits(c)
         };
-        let open = self.circuits.iter().position(|c| {
+        let open = self.circuits.slots().iter().position(|c| {
             c.as_ref()
                 .is_some_and(|c| c.state == CircState::Open && usable(c))
         });
         let building = || {
-            self.circuits.iter().position(|c| {
+            self.circuits.slots().iter().position(|c| {
                 c.as_ref()
                     .is_some_and(|c| matches!(c.state, CircState::Building { .. }) && fits(c))
             })
@@ -568,17 +556,16 @@ impl Client {
             None => match self.launch(io, dir_user) {
                 Ok(c) => c,
                 Err(why) => {
-                    self.downloads[dl as usize].as_mut().unwrap().no_path =
-                        why == NoCircuit::NoPath;
+                    self.downloads[dl].as_mut().unwrap().no_path = why == NoCircuit::NoPath;
                     self.arm_retry(io);
                     return;
                 }
             },
         };
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         c.downloads.push((dl, 0));
         c.isolation.get_or_insert(key);
-        let d = self.downloads[dl as usize].as_mut().unwrap();
+        let d = self.downloads[dl].as_mut().unwrap();
         d.circ = Some(circ);
         d.no_path = false;
         if c.state == CircState::Open {
@@ -588,8 +575,8 @@ impl Client {
 
     /// Tries again to attach every download that is waiting without a circuit.
     fn attach_pending(&mut self, io: &mut impl Io<ClientTimer>) {
-        for dl in 0..self.downloads.len() as u32 {
-            if self.downloads[dl as usize]
+        for dl in 0..self.downloads.slots().len() as u32 {
+            if self.downloads[dl]
                 .as_ref()
                 .is_some_and(|d| d.circ.is_none())
             {
@@ -608,7 +595,7 @@ impl Client {
     fn begin(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, dl: u32) {
         let now = io.now();
         let dirtiness = self.dirtiness();
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         let was_clean = c.first_used.is_none();
         c.first_used.get_or_insert(now);
         if was_clean {
@@ -628,7 +615,7 @@ impl Client {
         if let Some(entry) = c.downloads.iter_mut().find(|(x, _)| *x == dl) {
             entry.1 = stream_id;
         }
-        let d = self.downloads[dl as usize].as_mut().unwrap();
+        let d = self.downloads[dl].as_mut().unwrap();
         d.stream_id = stream_id;
         d.state = DlState::Connecting;
         let (command, hop) = match d.dir {
@@ -660,17 +647,17 @@ impl Client {
     fn retry_stream(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
         let now = io.now();
         let dirtiness = self.dirtiness();
-        let d = self.downloads[dl as usize].as_mut().unwrap();
+        let d = self.downloads[dl].as_mut().unwrap();
         let stream_id = d.stream_id;
         d.retries = (d.retries + 1).min(MAX_BEGIN_RETRIES);
         d.state = DlState::Waiting;
         let Some(circ) = d.circ.take() else {
             return;
         };
-        let hops = self.circuits[circ as usize].as_ref().unwrap().hops;
+        let hops = self.circuits[circ].as_ref().unwrap().hops;
         let end = Cell::relay(0, RelayCommand::End, hops, stream_id);
         self.send_on_circuit(io, circ, end);
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         c.downloads.retain(|&(x, _)| x != dl);
         // Dirty for the whole MaxCircuitDirtiness already, as tor's
         // `mark_circuit_unusable_for_new_conns` makes it.
@@ -685,8 +672,7 @@ impl Client {
     fn keep_preemptive(&mut self, io: &mut impl Io<ClientTimer>) {
         let clean = self
             .circuits
-            .iter()
-            .flatten()
+            .values()
             .filter(|c| c.hops == 3 && c.first_used.is_none())
             .count() as u32;
         let want = self.world.params.preemptive_circuits;
@@ -697,16 +683,15 @@ impl Client {
 
     fn finish(&mut self, io: &mut impl Io<ClientTimer>, dl: u32, outcome: DownloadOutcome) {
         let now = io.now();
-        let Some(d) = self.downloads[dl as usize].take() else {
+        let Some(d) = self.downloads.remove(dl) else {
             return;
         };
-        self.free_downloads.push(dl);
         let mut path = None;
         let mut build = None;
         let mut circuit = None;
         let dirtiness = self.dirtiness();
         if let Some(circ) = d.circ {
-            if let Some(c) = self.circuits[circ as usize].as_mut() {
+            if let Some(c) = self.circuits[circ].as_mut() {
                 c.downloads.retain(|&(x, _)| x != dl);
                 path = Some(c.path);
                 build = c.build;
@@ -764,8 +749,7 @@ impl Client {
     fn too_many_pending(&self) -> bool {
         let pending = self
             .circuits
-            .iter()
-            .flatten()
+            .values()
             .filter(|c| matches!(c.state, CircState::Building { .. }))
             .count() as u32;
         pending >= self.world.params.max_client_circuits_pending
@@ -886,18 +870,9 @@ impl Client {
             acked: 0,
             turn: 0,
         };
-        let idx = match self.free_circuits.pop() {
-            Some(i) => {
-                self.circuits[i as usize] = Some(circuit);
-                i
-            }
-            None => {
-                self.circuits.push(Some(circuit));
-                (self.circuits.len() - 1) as u32
-            }
-        };
+        let idx = self.circuits.insert(circuit);
         let circ_id = self.channels[ch].circs.allocate(idx);
-        self.circuits[idx as usize].as_mut().unwrap().circ_id = circ_id;
+        self.circuits[idx].as_mut().unwrap().circ_id = circ_id;
         let mut create = Cell::new(circ_id, CellCommand::Create2);
         create.hop = 1;
         // Idealised Torchestra: the client tells its relays the circuit's traffic class.
@@ -919,7 +894,7 @@ impl Client {
     }
 
     fn send_on_circuit(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, mut cell: Cell) {
-        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let c = self.circuits[circ].as_ref().unwrap();
         cell.circ_id = c.circ_id;
         let ch = c.chan as usize;
         self.send_cell(io, ch, cell);
@@ -970,7 +945,7 @@ impl Client {
         let Some(circ) = self.channels[ch].circs.lookup(cell.circ_id) else {
             return;
         };
-        if self.circuits[circ as usize].is_none() {
+        if self.circuits[circ].is_none() {
             return;
         }
         match (cell.command, cell.relay) {
@@ -987,14 +962,14 @@ impl Client {
             (_, RelayCommand::Sendme) => self.sendme(io, circ, cell.stream_id),
             (_, RelayCommand::Xoff | RelayCommand::Xon) => {
                 if let Some(dl) = self.download_on(circ, cell.stream_id) {
-                    let d = self.downloads[dl as usize].as_mut().unwrap();
+                    let d = self.downloads[dl].as_mut().unwrap();
                     d.sender.set_xoff(cell.relay == RelayCommand::Xoff);
                     self.package_uploads(io, circ);
                 }
             }
             (_, RelayCommand::End) => {
                 if let Some(dl) = self.download_on(circ, cell.stream_id) {
-                    let d = self.downloads[dl as usize].as_ref().unwrap();
+                    let d = self.downloads[dl].as_ref().unwrap();
                     if d.received < d.expected() {
                         let reason = if d.state == DlState::Connecting {
                             "refused by exit"
@@ -1011,7 +986,7 @@ impl Client {
 
     fn hop_built(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, hops: u8) {
         let now = io.now();
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         if c.state != (CircState::Building { hops: hops - 1 }) {
             return;
         }
@@ -1039,7 +1014,7 @@ impl Client {
     }
 
     fn download_on(&self, circ: u32, stream_id: u16) -> Option<u32> {
-        let c = self.circuits[circ as usize].as_ref()?;
+        let c = self.circuits[circ].as_ref()?;
         // A download begun on this circuit is no longer waiting: it waits again only when
         // the circuit closes and it moves to another, where it starts over at 0.
         c.downloads
@@ -1052,7 +1027,7 @@ impl Client {
         let Some(dl) = self.download_on(circ, stream_id) else {
             return;
         };
-        let d = self.downloads[dl as usize].as_mut().unwrap();
+        let d = self.downloads[dl].as_mut().unwrap();
         if d.upload {
             d.state = DlState::Sending;
             self.package_uploads(io, circ);
@@ -1060,7 +1035,7 @@ impl Client {
         }
         d.state = DlState::Receiving;
         d.request = Some(io.now());
-        let hops = self.circuits[circ as usize].as_ref().unwrap().hops;
+        let hops = self.circuits[circ].as_ref().unwrap().hops;
         let mut request = Cell::relay(0, RelayCommand::Data, hops, stream_id);
         request.length = REQUEST_BYTES as u16;
         request.arg = d.size.min(u32::MAX as u64) as u32;
@@ -1069,7 +1044,7 @@ impl Client {
 
     fn data(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, cell: Cell) {
         let now = io.now();
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         let hops = c.hops;
         match c.receiver.on_data() {
             Ok(true) => {
@@ -1082,7 +1057,7 @@ impl Client {
         let Some(dl) = self.download_on(circ, cell.stream_id) else {
             return;
         };
-        let d = self.downloads[dl as usize].as_mut().unwrap();
+        let d = self.downloads[dl].as_mut().unwrap();
         d.received += cell.length as u64;
         if !d.upload {
             d.first_byte.get_or_insert(now);
@@ -1096,7 +1071,7 @@ impl Client {
             Ok(false) => {}
             Err(_) => self.window_violations += 1,
         }
-        let d = self.downloads[dl as usize].as_ref().unwrap();
+        let d = self.downloads[dl].as_ref().unwrap();
         if d.received >= d.expected() {
             self.finish(io, dl, DownloadOutcome::Ok);
         }
@@ -1112,7 +1087,7 @@ impl Client {
         let now = io.now();
         let high = self.world.params.circuit_queue_high_cells as usize;
         loop {
-            let Some(c) = self.circuits[circ as usize].as_mut() else {
+            let Some(c) = self.circuits[circ].as_mut() else {
                 return;
             };
             if c.state != CircState::Open {
@@ -1135,7 +1110,7 @@ impl Client {
             let mut next = None;
             for k in 0..n {
                 let i = (c.turn + k) % n;
-                let d = self.downloads[c.downloads[i].0 as usize].as_ref().unwrap();
+                let d = self.downloads[c.downloads[i].0].as_ref().unwrap();
                 if d.state == DlState::Sending && d.sender.can_send() {
                     next = Some(i);
                     break;
@@ -1146,7 +1121,7 @@ impl Client {
             };
             c.turn = (i + 1) % n;
             let dl = c.downloads[i].0;
-            let d = self.downloads[dl as usize].as_mut().unwrap();
+            let d = self.downloads[dl].as_mut().unwrap();
             let mut cell = Cell::relay(0, RelayCommand::Data, 3, d.stream_id);
             if d.request_sent {
                 let n = (d.size - d.sent).min(u64::from(RELAY_DATA_BYTES));
@@ -1171,7 +1146,7 @@ impl Client {
                     .max_stream_in_flight
                     .max(in_flight.min(u32::MAX as u64) as u32);
             }
-            let c = self.circuits[circ as usize].as_mut().unwrap();
+            let c = self.circuits[circ].as_mut().unwrap();
             c.sender.as_mut().unwrap().on_sent(now);
             c.packaged += 1;
             let in_flight = c.packaged.saturating_sub(c.acked);
@@ -1188,7 +1163,7 @@ impl Client {
         let now = io.now();
         let params = &self.world.params;
         if stream_id == 0 {
-            let c = self.circuits[circ as usize].as_mut().unwrap();
+            let c = self.circuits[circ].as_mut().unwrap();
             let Some(sender) = c.sender.as_mut() else {
                 return;
             };
@@ -1206,7 +1181,7 @@ impl Client {
             let Some(dl) = self.download_on(circ, stream_id) else {
                 return;
             };
-            let d = self.downloads[dl as usize].as_mut().unwrap();
+            let d = self.downloads[dl].as_mut().unwrap();
             if !d.upload {
                 return;
             }
@@ -1227,12 +1202,12 @@ impl Client {
             return;
         }
         chan.uploads_blocked = false;
-        for circ in 0..self.circuits.len() {
+        for circ in 0..self.circuits.slots().len() as u32 {
             let uploading = self.circuits[circ]
                 .as_ref()
                 .is_some_and(|c| c.chan as usize == ch && c.sender.is_some());
             if uploading {
-                self.package_uploads(io, circ as u32);
+                self.package_uploads(io, circ);
             }
         }
     }
@@ -1247,10 +1222,9 @@ impl Client {
         send_destroy: bool,
     ) {
         let now = io.now();
-        let Some(c) = self.circuits[circ as usize].take() else {
+        let Some(c) = self.circuits.remove(circ) else {
             return;
         };
-        self.free_circuits.push(circ);
         self.channels[c.chan as usize].circs.release(c.circ_id);
         if send_destroy {
             let destroy = Cell::new(c.circ_id, CellCommand::Destroy);
@@ -1274,7 +1248,7 @@ impl Client {
             });
         }
         for (dl, _) in c.downloads {
-            let Some(d) = self.downloads[dl as usize].as_mut() else {
+            let Some(d) = self.downloads[dl].as_mut() else {
                 continue;
             };
             if d.received == 0 && !d.request_sent {
@@ -1306,7 +1280,7 @@ impl Client {
 
     /// Records circuits still open at the end of the run.
     pub fn close_log(&mut self) {
-        for c in self.circuits.iter().flatten().filter(|c| c.hops == 3) {
+        for c in self.circuits.values().filter(|c| c.hops == 3) {
             self.circuit_log.push(CircuitLog {
                 id: c.id,
                 path: c.path,
@@ -1326,8 +1300,7 @@ impl Client {
     /// Downloads still running (for partial results).
     pub fn unfinished(&self) -> impl Iterator<Item = (u64, SimTime, Option<SimTime>)> + '_ {
         self.downloads
-            .iter()
-            .flatten()
+            .values()
             .filter(|d| d.dir.is_none())
             .map(|d| (d.size, d.start, d.first_byte))
     }
@@ -1387,9 +1360,9 @@ impl Client {
             }
             d.failed(user, now);
             // The fetch starts over: its other requests still out are abandoned.
-            let others: Vec<u32> = (0..self.downloads.len() as u32)
+            let others: Vec<u32> = (0..self.downloads.slots().len() as u32)
                 .filter(|&i| {
-                    self.downloads[i as usize]
+                    self.downloads[i]
                         .as_ref()
                         .is_some_and(|x| x.dir.is_some_and(|p| p.user() == user))
                 })
@@ -1417,8 +1390,8 @@ impl Client {
             .iter()
             .filter(|c| c.relay != usize::MAX)
             .count() as u64;
-        census.client_circuits += self.circuits.iter().filter(|c| c.is_some()).count() as u64;
-        census.streams += self.downloads.iter().filter(|d| d.is_some()).count() as u64;
+        census.client_circuits += self.circuits.len() as u64;
+        census.streams += self.downloads.len() as u64;
     }
 
     /// How long a circuit takes new streams after its first (`MaxCircuitDirtiness`).
@@ -1468,7 +1441,7 @@ impl Machine for Client {
                 download,
                 generation,
             } => {
-                let outcome = self.downloads[download as usize]
+                let outcome = self.downloads[download]
                     .as_ref()
                     .filter(|d| d.generation == generation)
                     .map(|d| {
@@ -1491,7 +1464,7 @@ impl Machine for Client {
                 generation,
                 retries,
             } => {
-                let waiting = self.downloads[download as usize].as_ref().is_some_and(|d| {
+                let waiting = self.downloads[download].as_ref().is_some_and(|d| {
                     d.generation == generation
                         && d.retries == retries
                         && d.state == DlState::Connecting
@@ -1504,7 +1477,7 @@ impl Machine for Client {
                 circuit,
                 generation,
             } => {
-                let idle = self.circuits[circuit as usize]
+                let idle = self.circuits[circuit]
                     .as_ref()
                     .is_some_and(|c| c.generation == generation && c.downloads.is_empty());
                 if idle {
@@ -1515,11 +1488,11 @@ impl Machine for Client {
                 circuit,
                 generation,
             } => {
-                let building = self.circuits[circuit as usize].as_ref().is_some_and(|c| {
+                let building = self.circuits[circuit].as_ref().is_some_and(|c| {
                     c.generation == generation && matches!(c.state, CircState::Building { .. })
                 });
                 if building {
-                    if self.circuits[circuit as usize].as_ref().unwrap().hops == 3 {
+                    if self.circuits[circuit].as_ref().unwrap().hops == 3 {
                         self.cbt.add_timeout();
                     }
                     self.close_circuit(io, circuit, CircuitOutcome::Timeout, true);

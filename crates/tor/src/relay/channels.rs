@@ -18,7 +18,7 @@ impl Relay {
             .copied()
             .filter(|&s| {
                 s != NONE
-                    && self.streams[s as usize]
+                    && self.streams[s]
                         .as_ref()
                         .is_some_and(|st| st.socket == socket)
             })
@@ -501,7 +501,7 @@ impl Relay {
             let chan = &self.channels[ch as usize];
             let mut pinned = Vec::new();
             for circ in chan.circs.all() {
-                if let Some(c) = self.circuits[circ as usize].as_mut() {
+                if let Some(c) = self.circuits[circ].as_mut() {
                     if c.side_for(ch).conn == k {
                         pinned.push((circ, c.prev.chan == ch));
                     }
@@ -642,7 +642,7 @@ impl Relay {
         let Some(circ) = self.channels[ch as usize].circs.lookup(circ_id) else {
             return 0;
         };
-        self.circuits[circ as usize]
+        self.circuits[circ]
             .as_mut()
             .and_then(|c| c.side_on(ch, circ_id))
             .map_or(0, |s| s.seq_in)
@@ -652,7 +652,7 @@ impl Relay {
         let Some(circ) = self.channels[ch as usize].circs.lookup(circ_id) else {
             return;
         };
-        if let Some(side) = self.circuits[circ as usize]
+        if let Some(side) = self.circuits[circ]
             .as_mut()
             .and_then(|c| c.side_on(ch, circ_id))
         {
@@ -665,7 +665,7 @@ impl Relay {
     /// light one or for a declared bulk circuit the heavy one (Torchestra), the next in turn
     /// (IMUX round robin). IMUX's other schedulers choose per cell instead.
     pub(super) fn assign_conn(&mut self, circ: u32, forward: bool, arrived_on: u32) {
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         let declared_heavy = c.declared_heavy;
         let side = if forward {
             c.next.as_mut().unwrap()
@@ -714,7 +714,7 @@ impl Relay {
         heavy: bool,
         target: u32,
     ) {
-        let Some(side) = self.circuits[circ as usize]
+        let Some(side) = self.circuits[circ]
             .as_mut()
             .and_then(|c| c.side_on(ch, circ_id))
         else {
@@ -804,7 +804,7 @@ impl Relay {
             let target = transport::imux_max_conns(
                 nconns,
                 chan.circs.count(),
-                self.live_circuits,
+                self.circuits.len() as u32,
                 limit,
                 tau,
                 self.open_sockets,
@@ -864,9 +864,7 @@ impl Relay {
             self.chan_by_token.remove(&(peer, token));
         }
         for circ in circuits {
-            let from_prev = self.circuits[circ as usize]
-                .as_ref()
-                .map(|c| c.prev.chan == ch);
+            let from_prev = self.circuits[circ].as_ref().map(|c| c.prev.chan == ch);
             if let Some(from_prev) = from_prev {
                 self.destroy_circuit(io, circ, Some(from_prev));
             }
@@ -997,13 +995,13 @@ impl Relay {
         let circuits: Vec<u32> = self.channels[ch as usize].circs.all().collect();
         for circ in circuits {
             let Some(k) = self.open_stream_conn(io, ch) else {
-                let from_prev = self.circuits[circ as usize]
+                let from_prev = self.circuits[circ]
                     .as_ref()
                     .is_some_and(|c| c.prev.chan == ch);
                 self.destroy_circuit_because(io, circ, Some(from_prev), DESTROY_CONNECT_FAILED);
                 continue;
             };
-            let Some(c) = self.circuits[circ as usize].as_mut() else {
+            let Some(c) = self.circuits[circ].as_mut() else {
                 continue;
             };
             let side = c.side_for(ch);

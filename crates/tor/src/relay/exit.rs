@@ -30,7 +30,7 @@ pub(super) struct UploadEdge {
 impl Relay {
     pub(super) fn exit_circuit(&mut self, circ: u32, now: SimTime) -> &mut ExitCircuit {
         let params = &self.world.params;
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         c.exit.get_or_insert_with(|| {
             Box::new(ExitCircuit {
                 sender: CircuitSender::new(params, now),
@@ -45,9 +45,9 @@ impl Relay {
     }
 
     pub(super) fn find_stream(&self, circ: u32, stream_id: u16) -> Option<u32> {
-        let c = self.circuits[circ as usize].as_ref()?;
+        let c = self.circuits[circ].as_ref()?;
         c.exit.as_ref()?.streams.iter().copied().find(|&st| {
-            self.streams[st as usize]
+            self.streams[st]
                 .as_ref()
                 .is_some_and(|s| s.stream_id == stream_id)
         })
@@ -55,7 +55,7 @@ impl Relay {
 
     pub(super) fn begin(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
         let relay = &self.world.consensus.relays[self.relay];
-        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let c = self.circuits[circ].as_ref().unwrap();
         if c.next.is_some() || !relay.exit_policy.allows_port(HTTP_PORT) {
             self.refuse_stream(io, circ, cell.stream_id);
             return;
@@ -82,7 +82,7 @@ impl Relay {
 
     /// Answers a BEGIN (or BEGIN_DIR) this relay will not serve with an END.
     fn refuse_stream(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, stream_id: u16) {
-        let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
+        let hop = self.circuits[circ].as_ref().unwrap().hop;
         let mut end = Cell::relay(0, RelayCommand::End, hop, stream_id);
         self.work.originate();
         end.arg = 1;
@@ -90,16 +90,7 @@ impl Relay {
     }
 
     fn add_exit_stream(&mut self, stream: ExitStream) -> u32 {
-        match self.free_streams.pop() {
-            Some(i) => {
-                self.streams[i as usize] = Some(stream);
-                i
-            }
-            None => {
-                self.streams.push(Some(stream));
-                (self.streams.len() - 1) as u32
-            }
-        }
+        self.streams.insert(stream)
     }
 
     /// A BEGIN_DIR: a stream to this relay's directory cache, which every relay of the model
@@ -109,7 +100,7 @@ impl Relay {
     /// rate-limited channel).
     pub(super) fn begin_dir(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
         let now = io.now();
-        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let c = self.circuits[circ].as_ref().unwrap();
         let hop = c.hop;
         if c.next.is_some() {
             self.refuse_stream(io, circ, cell.stream_id);
@@ -124,15 +115,15 @@ impl Relay {
     }
 
     pub(super) fn server_connected(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
-        let s = self.streams[st as usize].as_mut().unwrap();
+        let s = self.streams[st].as_mut().unwrap();
         s.connected = true;
         let (circ, stream_id, socket, request) = (s.circ, s.stream_id, s.socket, s.request.take());
-        let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
+        let hop = self.circuits[circ].as_ref().unwrap().hop;
         let connected = Cell::relay(0, RelayCommand::Connected, hop, stream_id);
         self.work.originate();
         self.queue_towards(io, circ, false, connected);
         if let Some(bytes) = request {
-            let upload = self.streams[st as usize].as_ref().unwrap().upload.active;
+            let upload = self.streams[st].as_ref().unwrap().upload.active;
             self.send_request(io, socket, bytes, upload);
         }
     }
@@ -159,7 +150,7 @@ impl Relay {
     /// A DATA cell from the client: a stream's request (the first), or a piece of an upload.
     pub(super) fn exit_data(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
         let now = io.now();
-        let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
+        let hop = self.circuits[circ].as_ref().unwrap().hop;
         if self
             .exit_circuit(circ, now)
             .receiver
@@ -173,7 +164,7 @@ impl Relay {
         let Some(st) = self.find_stream(circ, cell.stream_id) else {
             return;
         };
-        let s = self.streams[st as usize].as_mut().unwrap();
+        let s = self.streams[st].as_mut().unwrap();
         // Counted now, acknowledged once its bytes are on their way (`drain_upload`). A cell
         // beyond the window is the client's protocol violation, which the model's clients
         // never commit.
@@ -206,11 +197,7 @@ impl Relay {
     /// Upload bytes that arrived and wait here to be written to their servers, over every
     /// stream (bounded by the client's windows only while the exit holds back SENDMEs).
     pub fn upload_bytes_waiting(&self) -> u64 {
-        self.streams
-            .iter()
-            .flatten()
-            .map(|s| s.upload.waiting)
-            .sum()
+        self.streams.values().map(|s| s.upload.waiting).sum()
     }
 
     /// The server connection can take more: write the upload's waiting bytes.
@@ -222,7 +209,7 @@ impl Relay {
     /// as the socket takes it, then gives the client the stream SENDMEs (or XON/XOFF) that the
     /// bytes left waiting allow.
     fn drain_upload(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
-        let s = self.streams[st as usize].as_mut().unwrap();
+        let s = self.streams[st].as_mut().unwrap();
         if s.connected && s.upload.waiting > 0 {
             let mut wrote = false;
             while s.upload.waiting > 0 {
@@ -257,11 +244,11 @@ impl Relay {
                 flow = Some(RelayCommand::Xon);
             }
         }
-        let hop = self.circuits[circ as usize].as_ref().unwrap().hop;
+        let hop = self.circuits[circ].as_ref().unwrap().hop;
         let replies = std::iter::repeat_n(RelayCommand::Sendme, sendmes).chain(flow);
         for command in replies {
             // A full circuit queue destroys the circuit, and with it the stream.
-            if self.circuits[circ as usize].is_none() {
+            if self.circuits[circ].is_none() {
                 return;
             }
             self.work.originate();
@@ -273,7 +260,7 @@ impl Relay {
         let now = io.now();
         if cell.stream_id == 0 {
             let blocked = {
-                let c = self.circuits[circ as usize].as_ref().unwrap();
+                let c = self.circuits[circ].as_ref().unwrap();
                 c.prev.conn != NONE && self.conns[c.prev.conn as usize].blocked
             };
             let increment = match self.world.params.flow_control {
@@ -288,7 +275,7 @@ impl Relay {
             exit.acked += increment;
         } else if let Some(st) = self.find_stream(circ, cell.stream_id) {
             let increment = self.world.params.stream_sendme_increment as u64;
-            let s = self.streams[st as usize].as_mut().unwrap();
+            let s = self.streams[st].as_mut().unwrap();
             if s.sender.on_sendme() {
                 s.acked += increment;
             }
@@ -313,7 +300,7 @@ impl Relay {
     fn package_cells(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
         let now = io.now();
         loop {
-            let Some(c) = self.circuits[circ as usize].as_mut() else {
+            let Some(c) = self.circuits[circ].as_mut() else {
                 return;
             };
             let Some(exit) = c.exit.as_mut() else {
@@ -351,12 +338,7 @@ impl Relay {
 
     /// The exit state of a circuit known to be an exit circuit.
     fn exit_of(&mut self, circ: u32) -> &mut ExitCircuit {
-        self.circuits[circ as usize]
-            .as_mut()
-            .unwrap()
-            .exit
-            .as_mut()
-            .unwrap()
+        self.circuits[circ].as_mut().unwrap().exit.as_mut().unwrap()
     }
 
     /// Packages one DATA cell from the circuit's `i`th stream, if it may send and has data;
@@ -368,10 +350,10 @@ impl Relay {
         i: usize,
         now: SimTime,
     ) -> Packaged {
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         let hop = c.hop;
         let st = c.exit.as_ref().unwrap().streams[i];
-        let s = self.streams[st as usize].as_mut().unwrap();
+        let s = self.streams[st].as_mut().unwrap();
         if !s.connected || !s.sender.can_send() {
             return Packaged::Nothing;
         }
@@ -431,10 +413,9 @@ impl Relay {
     }
 
     pub(super) fn end_stream(&mut self, io: &mut impl Io<RelayTimer>, st: u32, failed: bool) {
-        let Some(s) = self.streams[st as usize].take() else {
+        let Some(s) = self.streams.remove(st) else {
             return;
         };
-        self.free_streams.push(st);
         if s.dir_left.is_none() {
             self.stream_by_socket[s.socket.slot as usize] = NONE;
             self.open_sockets -= 1;
@@ -442,7 +423,7 @@ impl Relay {
                 io.close(s.socket);
             }
         }
-        let Some(c) = self.circuits[s.circ as usize].as_mut() else {
+        let Some(c) = self.circuits[s.circ].as_mut() else {
             return;
         };
         let hop = c.hop;

@@ -34,6 +34,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use onionlab_engine::heap::push_growing_by_eighths;
+use onionlab_engine::slab::Slab;
 use onionlab_engine::time::{millis, SimTime, NANOS_PER_SEC};
 use onionlab_engine::HostId;
 use onionlab_net::{SocketEvent, SocketId};
@@ -603,11 +604,8 @@ pub struct Relay {
     chan_by_token: HashMap<(HostId, u32), u32>,
     /// Channels by the socket slot of their QUIC connection.
     chan_by_quic: Vec<u32>,
-    circuits: Vec<Option<Circuit>>,
-    free_circuits: Vec<u32>,
-    live_circuits: u32,
-    streams: Vec<Option<ExitStream>>,
-    free_streams: Vec<u32>,
+    circuits: Slab<Circuit>,
+    streams: Slab<ExitStream>,
     stream_by_socket: Vec<u32>,
     /// The circuit scheduler's work list and when it runs.
     sched: Scheduler,
@@ -701,11 +699,8 @@ impl Relay {
             chan_by_peer: HashMap::new(),
             chan_by_token: HashMap::new(),
             chan_by_quic: Vec::new(),
-            circuits: Vec::new(),
-            free_circuits: Vec::new(),
-            live_circuits: 0,
-            streams: Vec::new(),
-            free_streams: Vec::new(),
+            circuits: Slab::new(),
+            streams: Slab::new(),
             stream_by_socket: Vec::new(),
             sched,
             read_waiting: Vec::new(),
@@ -785,7 +780,7 @@ impl Relay {
                 if let Some(k) = self.conn_of(socket) {
                     self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
-                    let circ = self.streams[st as usize].as_ref().unwrap().circ;
+                    let circ = self.streams[st].as_ref().unwrap().circ;
                     self.package(io, circ);
                 }
             }
@@ -832,8 +827,8 @@ impl Relay {
                     self.conns[k as usize].peer_finished = true;
                     self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
-                    self.streams[st as usize].as_mut().unwrap().server_done = true;
-                    let circ = self.streams[st as usize].as_ref().unwrap().circ;
+                    self.streams[st].as_mut().unwrap().server_done = true;
+                    let circ = self.streams[st].as_ref().unwrap().circ;
                     self.package(io, circ);
                 }
             }
@@ -903,10 +898,10 @@ impl Relay {
         } else if let Some(k) = self.conn_of(socket) {
             self.conn_lost(io, k);
         } else if let Some(st) = self.stream_of(socket) {
-            let done = self.streams[st as usize].as_ref().unwrap().server_done;
+            let done = self.streams[st].as_ref().unwrap().server_done;
             if done {
                 // The server closed after sending everything: package the rest.
-                let circ = self.streams[st as usize].as_ref().unwrap().circ;
+                let circ = self.streams[st].as_ref().unwrap().circ;
                 self.package(io, circ);
             } else {
                 self.end_stream(io, st, true);
@@ -942,7 +937,7 @@ impl Relay {
         let Some(circ) = self.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return false;
         };
-        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let c = self.circuits[circ].as_ref().unwrap();
         let forward = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
         let side = if forward {
             match &c.next {
@@ -1067,17 +1062,7 @@ impl Relay {
     }
 
     fn new_circuit(&mut self, circuit: Circuit) -> u32 {
-        self.live_circuits += 1;
-        match self.free_circuits.pop() {
-            Some(i) => {
-                self.circuits[i as usize] = Some(circuit);
-                i
-            }
-            None => {
-                push_growing_by_eighths(&mut self.circuits, Some(circuit));
-                (self.circuits.len() - 1) as u32
-            }
-        }
+        self.circuits.insert(circuit)
     }
 
     fn handle_cell(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
@@ -1088,7 +1073,7 @@ impl Relay {
         let Some(circ) = self.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return;
         };
-        let c = self.circuits[circ as usize].as_ref().unwrap();
+        let c = self.circuits[circ].as_ref().unwrap();
         let from_prev = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
         if matches!(cell.command, CellCommand::Relay | CellCommand::RelayEarly) {
             // One layer off (towards the exit) or on (towards the client); the hop a cell is
@@ -1133,9 +1118,7 @@ impl Relay {
             .bind_theirs(cell.circ_id, circ)
         {
             // The id is taken: a confused peer. Refuse.
-            self.circuits[circ as usize] = None;
-            self.free_circuits.push(circ);
-            self.live_circuits -= 1;
+            self.circuits.remove(circ);
             return;
         }
         self.assign_conn(circ, false, k);
@@ -1159,7 +1142,7 @@ impl Relay {
                 break;
             }
             self.onion_skins.pop();
-            let alive = self.circuits[circ as usize]
+            let alive = self.circuits[circ]
                 .as_ref()
                 .is_some_and(|c| c.prev.chan == ch && c.prev.circ_id == circ_id);
             if alive {
@@ -1183,7 +1166,7 @@ impl Relay {
             }
             RelayCommand::Xoff | RelayCommand::Xon => {
                 if let Some(st) = self.find_stream(circ, cell.stream_id) {
-                    let s = self.streams[st as usize].as_mut().unwrap();
+                    let s = self.streams[st].as_mut().unwrap();
                     s.sender.set_xoff(cell.relay == RelayCommand::Xoff);
                     if cell.relay == RelayCommand::Xon {
                         self.package(io, circ);
@@ -1195,12 +1178,7 @@ impl Relay {
     }
 
     fn extend(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, target: HostId) {
-        if self.circuits[circ as usize]
-            .as_ref()
-            .unwrap()
-            .next
-            .is_some()
-        {
+        if self.circuits[circ].as_ref().unwrap().next.is_some() {
             return;
         }
         let Some(ch) = self.channel_to(io, target) else {
@@ -1230,7 +1208,7 @@ impl Relay {
             }
         }
         let circ_id = self.channels[ch as usize].circs.allocate(circ);
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         c.next = Some(Side::new(ch, circ_id, 0));
         let mut create = Cell::new(0, CellCommand::Create2);
         create.hop = c.hop + 1;
@@ -1261,7 +1239,7 @@ impl Relay {
         count: u32,
     ) {
         let cap = self.world.params.max_circuit_queue_cells as usize;
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         let side = if forward {
             c.next.as_mut().unwrap()
         } else {
@@ -1303,11 +1281,9 @@ impl Relay {
         came_from_prev: Option<bool>,
         reason: u32,
     ) {
-        let Some(c) = self.circuits[circ as usize].take() else {
+        let Some(c) = self.circuits.remove(circ) else {
             return;
         };
-        self.free_circuits.push(circ);
-        self.live_circuits -= 1;
         let mut sides = vec![(c.prev, came_from_prev != Some(true))];
         if let Some(next) = c.next {
             sides.push((next, came_from_prev != Some(false)));
@@ -1374,8 +1350,7 @@ impl Relay {
         }
         if let Some(exit) = c.exit {
             for st in exit.streams {
-                if let Some(s) = self.streams[st as usize].take() {
-                    self.free_streams.push(st);
+                if let Some(s) = self.streams.remove(st) {
                     if s.dir_left.is_none() {
                         io.abort(s.socket);
                         self.open_sockets -= 1;
@@ -1404,8 +1379,7 @@ impl Relay {
     /// The circuits open here.
     pub fn circuit_views(&self) -> Vec<CircuitView> {
         self.circuits
-            .iter()
-            .flatten()
+            .values()
             .map(|c| CircuitView {
                 cells: c.stats.cells,
                 heavy: c.prev.heavy || c.next.as_ref().is_some_and(|n| n.heavy),
@@ -1433,8 +1407,8 @@ impl Relay {
                 census.relay_client_channels += 1;
             }
         }
-        census.relay_circuits += u64::from(self.live_circuits);
-        census.exit_streams += self.streams.iter().filter(|s| s.is_some()).count() as u64;
+        census.relay_circuits += self.circuits.len() as u64;
+        census.exit_streams += self.streams.len() as u64;
         census.queued_cells += self.queued_cells;
     }
 
@@ -1444,7 +1418,7 @@ impl Relay {
 
     /// Queue statistics of the circuits open here.
     pub fn circuit_queue_stats(&self) -> Vec<QueueStats> {
-        self.circuits.iter().flatten().map(|c| c.stats).collect()
+        self.circuits.values().map(|c| c.stats).collect()
     }
 
     /// For each exit circuit here that carries streams: its congestion window (Vegas) or
@@ -1452,8 +1426,7 @@ impl Relay {
     /// acknowledged by a SENDME).
     pub fn exit_flow(&self) -> Vec<(u32, u32)> {
         self.circuits
-            .iter()
-            .flatten()
+            .values()
             .filter_map(|c| c.exit.as_ref())
             .filter(|e| !e.streams.is_empty())
             .map(|e| (e.sender.window(), e.sender.in_flight()))

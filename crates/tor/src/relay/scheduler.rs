@@ -264,11 +264,7 @@ impl Relay {
         let room = |conns: &[Conn], k: u32| {
             k != NONE && conns[k as usize].usable() && conns[k as usize].limit >= cell_bytes
         };
-        let pinned = self.circuits[circ as usize]
-            .as_mut()
-            .unwrap()
-            .side_for(ch)
-            .conn;
+        let pinned = self.circuits[circ].as_mut().unwrap().side_for(ch).conn;
         let k = match (self.design, self.world.params.imux_scheduler) {
             (ChannelDesign::Imux, ImuxScheduler::ShortestQueue) => {
                 // Every connection's queue was read at the start of the run.
@@ -306,7 +302,7 @@ impl Relay {
                     let multi = MultiConn::made(&mut chan.multi);
                     multi.turn = (multi.turn + 1) % active;
                     let k = *chan.conns.iter().filter(is_active).nth(multi.turn).unwrap();
-                    let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
+                    let side = self.circuits[circ].as_mut().unwrap().side_for(ch);
                     side.conn = k;
                     self.conns[k as usize].circuits += 1;
                     k
@@ -475,7 +471,7 @@ impl Relay {
         cell_bytes: u64,
         scratch: &mut SchedScratch,
     ) -> Option<u32> {
-        let empty = self.circuits[circ as usize]
+        let empty = self.circuits[circ]
             .as_mut()
             .unwrap()
             .side_for(ch)
@@ -519,7 +515,7 @@ impl Relay {
             bytes: cell_bytes,
             on_quic,
         } = cell;
-        let c = self.circuits[circ as usize].as_mut().unwrap();
+        let c = self.circuits[circ].as_mut().unwrap();
         let side = c.side_for(ch);
         let cell = side.queue.pop_front().unwrap();
         let message = if self.channels[ch as usize].sequenced {
@@ -716,7 +712,7 @@ impl Relay {
         let Some(ewma) = chan.mux.value(circ, now) else {
             return;
         };
-        let was_heavy = self.circuits[circ as usize]
+        let was_heavy = self.circuits[circ]
             .as_ref()
             .is_some_and(|c| c.side_on_chan(ch).heavy);
         if !was_heavy && ewma < transport::TORCHESTRA_MIN_HEAVY_CELLS {
@@ -737,7 +733,7 @@ impl Relay {
             m.light_counts.clear();
             m.light_counts.extend(mux.values(now).filter(|&(c, value)| {
                 value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
-                    && circuits[c as usize]
+                    && circuits[c]
                         .as_ref()
                         .is_some_and(|cc| cc.side_on_chan(ch).conn == light)
             }));
@@ -763,7 +759,7 @@ impl Relay {
         if heavy_now == was_heavy {
             return;
         }
-        let side = self.circuits[circ as usize].as_mut().unwrap().side_for(ch);
+        let side = self.circuits[circ].as_mut().unwrap().side_for(ch);
         let circ_id = side.circ_id;
         let target = if heavy_now { heavy } else { light };
         self.pin_torchestra(circ, ch, circ_id, heavy_now, target);
