@@ -118,10 +118,65 @@ pub fn build_with(
     if control.is_interrupted() {
         return Err(stopped(0));
     }
-    let mut relay_hosts = vec![HostId::MAX; network.consensus.relays.len()];
+    let (relay_hosts, server_groups) = index_hosts(&network.hosts, network.consensus.relays.len())?;
+    let names = network.hosts.iter().map(|h| h.name.clone()).collect();
+    let world = Arc::new(TorWorld::new(
+        network.params,
+        network.consensus,
+        relay_hosts,
+        names,
+        server_groups,
+    ));
+    let mut models = Vec::with_capacity(network.hosts.len());
+    // How far ahead of the others each host may run (`Simulation::set_min_delays`): as far as
+    // its nearest sender allows, except that relays sharing a machine tell each other their
+    // CPU demand one lookahead ahead.
+    let mut min_delays = net.min_latencies_to_hosts();
+    for (id, h) in network.hosts.into_iter().enumerate() {
+        if id % CONTROL_EVERY_HOSTS == 0 && control.is_interrupted() {
+            return Err(stopped(id));
+        }
+        let stack = NetStack::new(id as HostId, net.clone());
+        models.push(host_model(
+            h,
+            id as HostId,
+            stack,
+            &world,
+            network.seed,
+            &mut min_delays,
+            &net,
+        )?);
+    }
+    let engine = EngineConfig {
+        seed: network.seed,
+        threads: network.threads.max(1),
+        lookahead: net.lookahead(),
+        trace: true,
+        work_stealing: true,
+    };
+    if control.is_interrupted() {
+        return Err(stopped(of));
+    }
+    let mut sim = Simulation::new(engine, models);
+    sim.set_control(control.clone());
+    sim.set_min_delays(&min_delays);
+    for h in 0..sim.host_count() {
+        sim.schedule(h as HostId, 0, Ev::Start);
+    }
+    Ok((sim, world))
+}
+
+/// Which host each consensus relay runs on, and the hosts of each server group (the shared
+/// servers last, under [`ALL_SERVERS`]).
+#[allow(clippy::type_complexity)]
+fn index_hosts(
+    hosts: &[HostSpec],
+    relays: usize,
+) -> Result<(Vec<HostId>, Vec<(String, Vec<HostId>)>), BuildError> {
+    let mut relay_hosts = vec![HostId::MAX; relays];
     let mut server_groups: Vec<(String, Vec<HostId>)> = Vec::new();
     let mut shared_servers: Vec<HostId> = Vec::new();
-    for (id, h) in network.hosts.iter().enumerate() {
+    for (id, h) in hosts.iter().enumerate() {
         match &h.role {
             HostRole::Relay { relay, .. } => {
                 let slot = relay_hosts.get_mut(*relay).ok_or_else(|| {
@@ -150,96 +205,74 @@ pub fn build_with(
             "consensus relay {r} has no host"
         )));
     }
-    let names = network.hosts.iter().map(|h| h.name.clone()).collect();
-    let world = Arc::new(TorWorld::new(
-        network.params,
-        network.consensus,
-        relay_hosts,
-        names,
-        server_groups,
-    ));
-    let mut models = Vec::with_capacity(network.hosts.len());
-    // How far ahead of the others each host may run (`Simulation::set_min_delays`): as far as
-    // its nearest sender allows, except that relays sharing a machine tell each other their
-    // CPU demand one lookahead ahead.
-    let mut min_delays = net.min_latencies_to_hosts();
-    for (id, h) in network.hosts.into_iter().enumerate() {
-        if id % CONTROL_EVERY_HOSTS == 0 && control.is_interrupted() {
-            return Err(stopped(id));
+    Ok((relay_hosts, server_groups))
+}
+
+/// The model host `h` runs as host `id` over `stack`. A relay sharing a machine's CPU with
+/// others lets them run only one lookahead ahead of it (`min_delays`).
+fn host_model(
+    h: HostSpec,
+    id: HostId,
+    stack: NetStack<crate::wire::Wire>,
+    world: &Arc<TorWorld>,
+    seed: u64,
+    min_delays: &mut [SimTime],
+    net: &Network,
+) -> Result<TorHost, BuildError> {
+    Ok(match h.role {
+        HostRole::Relay { relay, limits, cpu } => {
+            for &mate in cpu.iter().flat_map(|cfg| &cfg.mates) {
+                min_delays[mate as usize] = net.lookahead();
+            }
+            let driven = Driven::new(stack, Relay::new(relay, world.clone(), &limits));
+            TorHost::Relay(Box::new(match cpu {
+                Some(cfg) => driven.with_cpu(&cfg),
+                None => driven,
+            }))
         }
-        let stack = NetStack::new(id as HostId, net.clone());
-        models.push(match h.role {
-            HostRole::Relay { relay, limits, cpu } => {
-                for &mate in cpu.iter().flat_map(|cfg| &cfg.mates) {
-                    min_delays[mate as usize] = net.lookahead();
-                }
-                let driven = Driven::new(stack, Relay::new(relay, world.clone(), &limits));
-                TorHost::Relay(Box::new(match cpu {
-                    Some(cfg) => driven.with_cpu(&cfg),
-                    None => driven,
-                }))
+        HostRole::Client {
+            workload,
+            servers,
+            start,
+            options,
+        } => {
+            let hosts = world
+                .servers(&servers)
+                .ok_or_else(|| {
+                    BuildError::Invalid(format!("client {}: no server group {servers}", h.name))
+                })?
+                .to_vec();
+            if hosts.is_empty() {
+                return Err(BuildError::Invalid(format!(
+                    "client {}: server group {servers} is empty",
+                    h.name
+                )));
             }
-            HostRole::Client {
-                workload,
-                servers,
-                start,
-                options,
-            } => {
-                let hosts = world
-                    .servers(&servers)
-                    .ok_or_else(|| {
-                        BuildError::Invalid(format!("client {}: no server group {servers}", h.name))
-                    })?
-                    .to_vec();
-                if hosts.is_empty() {
-                    return Err(BuildError::Invalid(format!(
-                        "client {}: server group {servers} is empty",
-                        h.name
-                    )));
-                }
-                TorHost::Client(Box::new(Driven::new(
-                    stack,
-                    Client::new(
-                        world.clone(),
-                        workload,
-                        hosts,
-                        start,
-                        options,
-                        onionlab_engine::host_rng(network.seed, id as HostId, PURPOSE_DIRECTORY),
-                    ),
-                )))
+            TorHost::Client(Box::new(Driven::new(
+                stack,
+                Client::new(
+                    world.clone(),
+                    workload,
+                    hosts,
+                    start,
+                    options,
+                    onionlab_engine::host_rng(seed, id, PURPOSE_DIRECTORY),
+                ),
+            )))
+        }
+        HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),
+        HostRole::Attacker(plan) => {
+            if plan.victim >= world.relay_hosts.len() {
+                return Err(BuildError::Invalid(format!(
+                    "attacker {}: no relay {}",
+                    h.name, plan.victim
+                )));
             }
-            HostRole::Server { .. } => TorHost::Server(Box::new(Server::new(stack))),
-            HostRole::Attacker(plan) => {
-                if plan.victim >= world.relay_hosts.len() {
-                    return Err(BuildError::Invalid(format!(
-                        "attacker {}: no relay {}",
-                        h.name, plan.victim
-                    )));
-                }
-                TorHost::Attacker(Box::new(Driven::new(
-                    stack,
-                    Attacker::new(world.clone(), plan),
-                )))
-            }
-            HostRole::Idle => TorHost::Idle,
-        });
-    }
-    let engine = EngineConfig {
-        seed: network.seed,
-        threads: network.threads.max(1),
-        lookahead: net.lookahead(),
-        trace: true,
-        work_stealing: true,
-    };
-    if control.is_interrupted() {
-        return Err(stopped(of));
-    }
-    let mut sim = Simulation::new(engine, models);
-    sim.set_control(control.clone());
-    sim.set_min_delays(&min_delays);
-    for h in 0..sim.host_count() {
-        sim.schedule(h as HostId, 0, Ev::Start);
-    }
-    Ok((sim, world))
+            TorHost::Attacker(Box::new(Driven::new(
+                stack,
+                Attacker::new(world.clone(), plan),
+            )))
+        }
+        HostRole::Idle => TorHost::Idle,
+    })
 }
