@@ -26,6 +26,8 @@ struct Run {
     /// The smallest cell on the wire: the write bucket is out of tokens below it.
     base_cell_bytes: u64,
     design: ChannelDesign,
+    /// An exit circuit whose queue falls this low reads from its streams again.
+    queue_low_cells: u64,
     /// What is left of the write bucket.
     allowance: u64,
     /// Every cell of the run is sent at `now`: one EWMA weight serves them all.
@@ -332,6 +334,7 @@ impl Relay {
             now,
             base_cell_bytes: self.world.cell_wire_bytes(),
             design: self.design,
+            queue_low_cells: self.world.params.circuit_queue_low_cells as u64,
             allowance: self.buckets.write_allowance(now, true),
             weight: self.clock.cell_weight(now),
             held: None,
@@ -566,8 +569,7 @@ impl Relay {
         let emptied = side.queue.is_empty();
         let own = side.queue.len() as u64 + 1;
         if let Some(exit) = c.exit.as_mut() {
-            let queue_low_cells = self.world.params.circuit_queue_low_cells as u64;
-            if exit.edge_blocked && own - 1 <= queue_low_cells {
+            if exit.edge_blocked && own - 1 <= run.queue_low_cells {
                 exit.edge_blocked = false;
                 scratch.unblocked.push(circ);
             }
