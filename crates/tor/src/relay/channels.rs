@@ -1,6 +1,6 @@
-//! The relay's channel table: channels to each peer and the connections under them, how the
-//! design opens, joins, sizes and closes connections, ConnLimit, and putting sequenced cells
-//! of multi-connection channels back in order.
+//! The relay's channel table: channels to each peer and the connections under them, opening,
+//! joining and closing connections (where the design asks for it: see [`super::design`]),
+//! ConnLimit, and putting sequenced cells of multi-connection channels back in order.
 
 use super::*;
 
@@ -42,11 +42,9 @@ impl Relay {
             chan.token = self.next_token;
             // Wraps before reaching `NONE`, which marks an accepted channel not yet joined.
             self.next_token = (self.next_token + 1) % NONE;
-            chan.set_sequenced(sequenced(self.design));
+            chan.set_sequenced(self.sequenced());
         }
-        if self.design == ChannelDesign::Quic {
-            // Circuits have streams of their own, so a new circuit's CREATE2 could overtake
-            // an old one's DESTROY on another stream: never reuse an id.
+        if !with_design!(self.design, D => D::REUSES_CIRC_IDS) {
             chan.circs.reuse_ids = false;
         }
         if idx as usize == self.channels.len() {
@@ -55,22 +53,6 @@ impl Relay {
             self.channels[idx as usize] = chan;
         }
         idx
-    }
-
-    /// IMUX: the peer refused or closed a connection of a channel we opened, so its own
-    /// share for the channel is below ours. Hold the channel at what is left for
-    /// `IMUX_PEER_HOLD`, then probe one connection a second: without this the opener reopens
-    /// every refused connection each second and both relays churn thousands of handshakes.
-    /// Called while the refused or closed connection is still one of the channel's.
-    pub(super) fn peer_pushback(&mut self, ch: u32, now: SimTime) {
-        let chan = &mut self.channels[ch as usize];
-        if self.design != ChannelDesign::Imux || !chan.opener {
-            return;
-        }
-        let remaining = chan.conns.len().saturating_sub(1) as u32;
-        let multi = chan.multi_mut();
-        multi.peer_cap = remaining.max(1);
-        multi.peer_hold_until = now.saturating_add(transport::IMUX_PEER_HOLD);
     }
 
     /// Adds a connection (its socket already made) to a channel.
@@ -357,10 +339,7 @@ impl Relay {
         let extra = !self.channels[ch as usize].conns.is_empty();
         let socket = io.connect(peer, OR_PORT);
         let k = self.add_conn(io, ch, socket, false);
-        // IMUX: a connection beyond the first waits for its Joined. QUIC: the channel waits
-        // for the link handshake's round trip (the Joined that answers its Join), in which
-        // the QUIC connection may get ready.
-        if self.design == ChannelDesign::Imux && extra || self.design == ChannelDesign::Quic {
+        if with_design!(self.design, D => D::waits_for_joined(extra)) {
             self.update_conn(k, |c| c.confirmed = false);
         }
         self.meter.channels.conns_opened += 1;
@@ -375,7 +354,7 @@ impl Relay {
     /// A connection we opened names its channel to the peer (multi-connection designs):
     /// the first message after the link handshake, or the first on the socket without one.
     fn send_join(&mut self, io: &mut impl Io<RelayTimer>, k: u32, heavy: bool) {
-        if self.design == ChannelDesign::Vanilla {
+        if !with_design!(self.design, D => D::JOINS) {
             return;
         }
         let ch = self.conns[k as usize].chan;
@@ -470,52 +449,42 @@ impl Relay {
         }
     }
 
-    /// A connection ended without the closing handshake. Vanilla and Torchestra channels
-    /// fail with it; a PCTCP connection that carries no circuit (its circuit's DESTROY came
-    /// first) and an IMUX connection of a channel with others left just go.
+    /// A connection ended without the closing handshake: the design says what fails with it
+    /// ([`ConnLoss`]).
     pub(super) fn conn_lost(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
         let ch = self.conns[k as usize].chan;
-        self.peer_pushback(ch, io.now());
-        let conn = &self.conns[k as usize];
-        let quiet = match self.design {
-            _ if conn.stream => conn.circuits == 0,
-            ChannelDesign::Pctcp => conn.circuits == 0,
-            ChannelDesign::Imux => self.channels[ch as usize].conns.len() > 1,
-            _ => false,
-        };
-        if quiet {
-            let socket = conn.socket;
-            self.drop_conn(k);
-            if io.is_open(socket) {
-                io.close(socket);
-            }
-            if self.channels[ch as usize].conns.is_empty() {
-                self.close_channel(io, ch);
-            }
-        } else if conn.stream
-            || self.design == ChannelDesign::Pctcp && self.channels[ch as usize].conns.len() > 1
-        {
-            // A PCTCP connection (or QUIC stream) is its circuit's alone: only that circuit
-            // fails with it.
-            let socket = conn.socket;
-            let chan = &self.channels[ch as usize];
-            let mut pinned = Vec::new();
-            for circ in chan.circs.all() {
-                if let Some(c) = self.circuits[circ].as_mut() {
-                    if c.side_for(ch).conn == k {
-                        pinned.push((circ, c.prev.chan == ch));
-                    }
+        let now = io.now();
+        with_design!(self.design, D => D::peer_refused(self, ch, now));
+        let socket = self.conns[k as usize].socket;
+        match with_design!(self.design, D => D::conn_lost(self, ch, k)) {
+            ConnLoss::Quiet => {
+                self.drop_conn(k);
+                if io.is_open(socket) {
+                    io.close(socket);
+                }
+                if self.channels[ch as usize].conns.is_empty() {
+                    self.close_channel(io, ch);
                 }
             }
-            self.drop_conn(k);
-            if io.is_open(socket) {
-                io.abort(socket);
+            ConnLoss::Circuits => {
+                let chan = &self.channels[ch as usize];
+                let mut pinned = Vec::new();
+                for circ in chan.circs.all() {
+                    if let Some(c) = self.circuits[circ].as_mut() {
+                        if c.side_for(ch).conn == k {
+                            pinned.push((circ, c.prev.chan == ch));
+                        }
+                    }
+                }
+                self.drop_conn(k);
+                if io.is_open(socket) {
+                    io.abort(socket);
+                }
+                for (circ, from_prev) in pinned {
+                    self.destroy_circuit(io, circ, Some(from_prev));
+                }
             }
-            for (circ, from_prev) in pinned {
-                self.destroy_circuit(io, circ, Some(from_prev));
-            }
-        } else {
-            self.close_channel(io, ch);
+            ConnLoss::Channel => self.close_channel(io, ch),
         }
     }
 
@@ -540,28 +509,17 @@ impl Relay {
             self.conns[k as usize].chan = ch;
             self.attach_conn(io, ch, k);
         }
-        let chan = &mut self.channels[ch as usize];
-        chan.set_sequenced(sequenced(self.design));
-        if self.design == ChannelDesign::Torchestra || self.design == ChannelDesign::TorchestraIdeal
-        {
-            if heavy {
-                chan.multi_mut().heavy = k;
-            } else {
-                chan.multi_mut().light = k;
-            }
-        }
-        if self.design == ChannelDesign::Imux
-            && self.channels[ch as usize].conns.len() > 1
-            && self.open_sockets > self.socket_limit()
-        {
-            // Over the cap: refuse the extra connection with the closing handshake.
-            self.meter.second.conn_limit_refusals += 1;
-            self.begin_closing(io, k);
-        } else if matches!(self.design, ChannelDesign::Imux | ChannelDesign::Quic) {
-            let bytes = self.world.cell_wire_bytes();
-            self.write_conn(io, k, bytes, Wire::Joined);
-            self.flush_conn(io, k);
-        }
+        let sequenced = self.sequenced();
+        self.channels[ch as usize].set_sequenced(sequenced);
+        with_design!(self.design, D => D::joined(self, io, ch, k, heavy));
+    }
+
+    /// Confirms a connection the peer opened with a Joined (where the design waits for one,
+    /// `Design::waits_for_joined`).
+    pub(super) fn confirm_join(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+        let bytes = self.world.cell_wire_bytes();
+        self.write_conn(io, k, bytes, Wire::Joined);
+        self.flush_conn(io, k);
     }
 
     /// Starts IMUX's closing handshake on connection `k`: no more cells go on it.
@@ -660,78 +618,31 @@ impl Relay {
         }
     }
 
-    /// Pins a circuit's side on its channel to a connection where the design pins circuits:
-    /// the only one (vanilla), the one the circuit arrived on or was opened for (PCTCP), the
-    /// light one or for a declared bulk circuit the heavy one (Torchestra), the next in turn
-    /// (IMUX round robin). IMUX's other schedulers choose per cell instead.
+    /// Pins a circuit's side on its channel to a connection where the design pins circuits
+    /// (`Design::pin`): the only one in vanilla. `arrived_on` is the connection its CREATE2
+    /// came on, or the one made for it.
     pub(super) fn assign_conn(&mut self, circ: u32, forward: bool, arrived_on: u32) {
+        let c = self.circuits[circ].as_ref().unwrap();
+        let bulk = c.declared_heavy;
+        let ch = if forward {
+            c.next.as_ref().unwrap().chan
+        } else {
+            c.prev.chan
+        };
+        let (conn, heavy) = with_design!(self.design, D => D::pin(self, ch, bulk, arrived_on));
         let c = self.circuits[circ].as_mut().unwrap();
-        let declared_heavy = c.declared_heavy;
         let side = if forward {
             c.next.as_mut().unwrap()
         } else {
             &mut c.prev
         };
-        let chan = &mut self.channels[side.chan as usize];
-        let conn = match self.design {
-            ChannelDesign::Vanilla => chan.conns.first().copied().unwrap_or(NONE),
-            ChannelDesign::Quic if chan.carrier == Carrier::Quic => arrived_on,
-            ChannelDesign::Quic => chan.conns.first().copied().unwrap_or(NONE),
-            ChannelDesign::Pctcp => arrived_on,
-            ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
-                let (light, heavy) = (chan.multi().light, chan.multi().heavy);
-                if declared_heavy && heavy != NONE {
-                    side.heavy = true;
-                    heavy
-                } else if light != NONE {
-                    light
-                } else {
-                    arrived_on
-                }
-            }
-            ChannelDesign::Imux => match self.world.params.imux_scheduler {
-                ImuxScheduler::RoundRobin if !chan.conns.is_empty() => {
-                    let n = chan.conns.len();
-                    let multi = chan.multi_mut();
-                    multi.turn = (multi.turn + 1) % n;
-                    let turn = multi.turn;
-                    chan.conns[turn]
-                }
-                _ => NONE,
-            },
-        };
+        if heavy {
+            side.heavy = true;
+        }
         side.conn = conn;
         if conn != NONE && (conn as usize) < self.conns.len() {
             self.conns[conn as usize].circuits += 1;
         }
-    }
-
-    pub(super) fn pin_torchestra(
-        &mut self,
-        circ: u32,
-        ch: u32,
-        circ_id: u32,
-        heavy: bool,
-        target: u32,
-    ) {
-        let Some(side) = self.circuits[circ]
-            .as_mut()
-            .and_then(|c| c.side_on(ch, circ_id))
-        else {
-            return;
-        };
-        if side.heavy == heavy || side.conn == target {
-            side.heavy = heavy;
-            return;
-        }
-        let old = side.conn;
-        side.heavy = heavy;
-        side.conn = target;
-        if old != NONE {
-            let pinned = &mut self.conns[old as usize].circuits;
-            *pinned = pinned.saturating_sub(1);
-        }
-        self.conns[target as usize].circuits += 1;
     }
 
     /// The channel to `target` for an extend: the existing one, or a new one with its first
@@ -749,94 +660,9 @@ impl Relay {
             return None;
         }
         let ch = self.add_channel(io.now(), target, true);
-        match self.design {
-            // PCTCP opens a connection per circuit, when the circuit is extended.
-            ChannelDesign::Pctcp => {}
-            ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal => {
-                let light = self.open_conn(io, ch, 0);
-                let heavy = self.open_conn(io, ch, 1);
-                let chan = &mut self.channels[ch as usize];
-                let multi = chan.multi_mut();
-                multi.light = light.unwrap_or(NONE);
-                multi.heavy = heavy.unwrap_or(NONE);
-            }
-            ChannelDesign::Vanilla | ChannelDesign::Imux => {
-                self.open_conn(io, ch, 0);
-            }
-            ChannelDesign::Quic => {
-                if self.open_conn(io, ch, 0).is_some() {
-                    // Without a socket left for QUIC the channel still decides when its link
-                    // handshake completes, and so counts as a fallback to TCP.
-                    self.channels[ch as usize].carrier = Carrier::Undecided;
-                    if self.open_sockets < self.socket_limit() {
-                        let quic = io.quic_connect(target, QUIC_PORT);
-                        self.bind_quic(ch, quic);
-                    } else {
-                        self.meter.second.conn_limit_refusals += 1;
-                    }
-                }
-            }
-        }
+        with_design!(self.design, D => D::open_channel(self, io, ch, target));
         self.chan_by_peer.insert(target, ch);
         Some(ch)
-    }
-
-    /// IMUX's once-a-second housekeeping: sizes every channel's set of connections by its
-    /// share of the relay's circuits (`getMaxConns`), opening connections on channels this
-    /// relay opened and closing the surplus on any.
-    pub(super) fn manage_connections(&mut self, io: &mut impl Io<RelayTimer>) {
-        let p = &self.world.params;
-        let (tau, limit) = (p.imux_tau, self.conn_limit);
-        let now = io.now();
-        let mut ages = Vec::new();
-        let mut close = Vec::new();
-        for ch in 0..self.channels.len() as u32 {
-            let chan = &mut self.channels[ch as usize];
-            if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token == NONE {
-                continue;
-            }
-            if let Some(m) = chan.multi.as_deref_mut() {
-                if m.peer_cap != u32::MAX && now >= m.peer_hold_until {
-                    m.peer_cap += 1;
-                }
-            }
-            let nconns = chan.conns.len() as u32;
-            let target = transport::imux_max_conns(
-                nconns,
-                chan.circs.count(),
-                self.circuits.len() as u32,
-                limit,
-                tau,
-                self.open_sockets,
-            )
-            .min(chan.multi().peer_cap.max(nconns));
-            if target > nconns && chan.opener {
-                for _ in nconns..target {
-                    // Growth stops quietly at the cap: that is the design, not a refusal.
-                    if self.open_sockets >= self.socket_limit()
-                        || self.open_conn(io, ch, 0).is_none()
-                    {
-                        break;
-                    }
-                }
-            } else if target < nconns {
-                let chan = &self.channels[ch as usize];
-                ages.clear();
-                ages.extend(chan.conns.iter().map(|&k| {
-                    let c = &self.conns[k as usize];
-                    ConnAge {
-                        open: c.carries_cells(),
-                        created: c.created,
-                        last_used: c.last_used,
-                    }
-                }));
-                transport::imux_close_order(&ages, (nconns - target) as usize, &mut close);
-                let victims: Vec<u32> = close.iter().map(|&i| chan.conns[i]).collect();
-                for k in victims {
-                    self.begin_closing(io, k);
-                }
-            }
-        }
     }
 
     pub(super) fn close_channel(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
@@ -900,134 +726,6 @@ impl Relay {
             }
             named
         });
-    }
-
-    // --- the `quic` design (QUUX) ---
-
-    /// The channel of a QUIC connection.
-    pub(super) fn chan_of_quic(&self, socket: SocketId) -> Option<u32> {
-        self.chan_by_quic
-            .get(socket.slot as usize)
-            .copied()
-            .filter(|&ch| ch != NONE && self.channels[ch as usize].quic == socket)
-    }
-
-    /// Makes `quic` channel `ch`'s QUIC connection (which costs one socket).
-    fn bind_quic(&mut self, ch: u32, quic: SocketId) {
-        Self::map_socket(&mut self.chan_by_quic, quic, ch);
-        self.channels[ch as usize].quic = quic;
-        self.note_socket_opened();
-    }
-
-    /// Forgets a QUIC connection (closed, or about to be).
-    fn unbind_quic(&mut self, quic: SocketId) {
-        let Some(ch) = self.chan_of_quic(quic) else {
-            return;
-        };
-        self.channels[ch as usize].quic = NO_SOCKET;
-        self.chan_by_quic[quic.slot as usize] = NONE;
-        self.open_sockets -= 1;
-    }
-
-    /// A peer's QUIC connection completed its handshake: it is a channel of its own, whose
-    /// circuits arrive on its streams (the peer's TCP connection, if the peer moves the
-    /// channel here, goes unused and closes).
-    pub(super) fn quic_accepted(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        socket: SocketId,
-        peer: HostId,
-    ) {
-        if self.open_sockets >= self.socket_limit() {
-            self.meter.second.conn_limit_refusals += 1;
-            io.abort(socket);
-            return;
-        }
-        let ch = self.add_channel(io.now(), peer, false);
-        self.bind_quic(ch, socket);
-        self.channels[ch as usize].carrier = Carrier::Quic;
-    }
-
-    /// The peer opened a stream (for a circuit, whose CREATE2 is its first cell).
-    pub(super) fn stream_accepted(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        conn: SocketId,
-        stream: SocketId,
-    ) {
-        match self.chan_of_quic(conn) {
-            Some(ch) if self.channels[ch as usize].carrier == Carrier::Quic => {
-                self.add_stream(io, ch, stream);
-            }
-            _ => io.close(stream),
-        }
-    }
-
-    /// A QUIC connection closed or timed out: a channel on QUIC fails with it; one that
-    /// stayed on TCP (or is still deciding) just loses it.
-    pub(super) fn quic_lost(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        if self.channels[ch as usize].carrier == Carrier::Quic {
-            self.close_channel(io, ch);
-        } else {
-            let quic = self.channels[ch as usize].quic;
-            self.unbind_quic(quic);
-        }
-    }
-
-    /// The TCP link handshake of a `quic` channel we opened has completed: if its QUIC
-    /// connection is ready, the channel's circuits move to streams of it and the TCP
-    /// connection closes; otherwise the channel stays on TCP and the QUIC connection closes.
-    pub(super) fn quux_decide(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        let quic = self.channels[ch as usize].quic;
-        let ready = io.quic_info(quic).is_some_and(|i| i.established);
-        if !ready {
-            self.channels[ch as usize].carrier = Carrier::Tcp;
-            self.meter.channels.tcp_fallbacks += 1;
-            if quic != NO_SOCKET {
-                self.unbind_quic(quic);
-                io.close(quic);
-            }
-            return;
-        }
-        self.channels[ch as usize].carrier = Carrier::Quic;
-        self.meter.channels.quic_channels += 1;
-        let tcp = self.channels[ch as usize].conns.clone();
-        let circuits: Vec<u32> = self.channels[ch as usize].circs.all().collect();
-        for circ in circuits {
-            let Some(k) = self.open_stream_conn(io, ch) else {
-                let from_prev = self.circuits[circ]
-                    .as_ref()
-                    .is_some_and(|c| c.prev.chan == ch);
-                self.destroy_circuit_because(io, circ, Some(from_prev), DESTROY_CONNECT_FAILED);
-                continue;
-            };
-            let Some(c) = self.circuits[circ].as_mut() else {
-                continue;
-            };
-            let side = c.side_for(ch);
-            side.conn = k;
-            self.conns[k as usize].circuits += 1;
-        }
-        // Nothing but the Join went on the TCP connection: it closes unused.
-        for k in tcp {
-            let socket = self.conns[k as usize].socket;
-            self.drop_conn(k);
-            io.close(socket);
-        }
-        if !self.channels[ch as usize].mux.is_empty() {
-            self.mark_pending(io, ch);
-        }
-    }
-
-    /// Opens a stream for a circuit on a channel on QUIC.
-    pub(super) fn open_stream_conn(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        ch: u32,
-    ) -> Option<u32> {
-        let quic = self.channels[ch as usize].quic;
-        let stream = io.open_stream(quic)?;
-        Some(self.add_stream(io, ch, stream))
     }
 }
 

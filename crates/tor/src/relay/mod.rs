@@ -10,8 +10,10 @@
 //!
 //! A channel (all circuits between this relay and one peer) holds one connection under the
 //! vanilla design and several under the designs of `tor.channel`: the design decides when
-//! connections open and close and which connection a cell goes on ([`crate::transport`]
-//! holds those decisions); cells that may overtake each other on different connections carry
+//! connections open and close and which connection a cell goes on. The relay's code is
+//! vanilla tor's; wherever a design differs it calls a hook of `design::Design`, and each
+//! design is one file under `design/` ([`crate::transport`] holds the designs' decisions as
+//! plain functions). Cells that may overtake each other on different connections carry
 //! sequence numbers and are put back in order by the receiving channel.
 //!
 //! The relay is a sans-IO state machine ([`crate::io::Machine`]): everything it does to the
@@ -23,11 +25,25 @@
 //!   circuits' creation, extension and destruction;
 //! - `channels.rs`: channels and their connections (opening, joining, closing, which
 //!   connection a circuit is pinned to, sequenced cells);
+//! - `design/`: the channel designs, one file each, behind the hooks of `Design`;
 //! - `scheduler.rs`: what a scheduler run does, cell by cell;
 //! - `runs.rs`: the scheduler's own state, `Scheduler`: its work list, and whether it
 //!   is idle, armed or parked;
 //! - `exit.rs`: the exit's streams to servers and the packaging of their data into cells;
 //! - `meter.rs`: what the relay measures, [`RelayMeter`], which the model never reads.
+//!
+//! One relayed cell's path through these files (the hooks of the design in brackets):
+//!
+//! ```text
+//! on_socket_events ─► handle_events ─► on_socket(Readable) ─► read_conn   (read bucket)
+//!   └► on_message(Cell) / sequenced_cell (Sequenced, put back in order) / pass_run (a run)
+//!       └► handle_cell ─► queue_towards ─► CellQueue + CircuitMux ─► mark_pending
+//! on_timer(Schedule) ─► run_scheduler
+//!   ├► start_run     pending channels' write limits [rank, reads_every_limit]
+//!   ├► write_cells   quietest circuit first ─► conn_for_cell [pick_conn]
+//!   │    └► write_cell ─► write_held ─► Io::write_message_room [cell_written]
+//!   └► end_run       flush_conn ─► Io::flush; re-arm or park [MAY_PARK]
+//! ```
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -59,14 +75,17 @@ use crate::wire::{Wire, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT, QUIC_PORT};
 
 mod channels;
+mod design;
 mod exit;
 mod meter;
 mod runs;
 mod scheduler;
 
+use design::{with_design, ConnLoss, Design};
 pub use meter::RelayMeter;
 use meter::SecondEnd;
 use runs::Scheduler;
+use scheduler::Run;
 
 /// Timers of a relay.
 #[derive(Clone, Copy, Debug)]
@@ -345,6 +364,11 @@ impl Conn {
             && !self.blocked
             && self.state == ConnState::Active
             && self.socket.slot != NONE
+    }
+
+    /// It may take a cell of `cell_bytes` in this scheduler run (its limit read in it).
+    fn has_room(&self, cell_bytes: u64) -> bool {
+        self.usable() && self.limit >= cell_bytes
     }
 }
 
@@ -656,15 +680,6 @@ pub struct CircuitView {
     pub declared_heavy: bool,
 }
 
-/// Whether a design's cells may overtake each other on different connections, so that
-/// they carry sequence numbers.
-fn sequenced(design: ChannelDesign) -> bool {
-    matches!(
-        design,
-        ChannelDesign::Imux | ChannelDesign::Torchestra | ChannelDesign::TorchestraIdeal
-    )
-}
-
 impl Relay {
     pub fn new(relay: usize, world: Arc<TorWorld>, limits: &RelayLimits) -> Self {
         let p = &world.params;
@@ -716,28 +731,30 @@ impl Relay {
         }
     }
 
-    /// Bytes a cell takes on channel `ch`: IMUX adds its sequence number.
+    /// Bytes a cell takes on channel `ch`: a sequenced channel adds the design's sequence
+    /// number (IMUX's).
     fn chan_cell_bytes(&self, ch: u32) -> u64 {
         if self.channels[ch as usize].carrier == Carrier::Quic {
             // QUIC's own headers and AEAD tags are counted by the QUIC model, per packet.
             return onionlab_torcore::CELL_BYTES as u64;
         }
-        let seq = if self.design == ChannelDesign::Imux && self.channels[ch as usize].sequenced {
-            IMUX_SEQ_BYTES
+        let seq = if self.channels[ch as usize].sequenced {
+            with_design!(self.design, D => D::SEQ_BYTES)
         } else {
             0
         };
         self.world.cell_wire_bytes() + seq
     }
 
-    /// The number of sockets this relay may hold: its ConnLimit, or under IMUX the share
-    /// `ConnLimit * tau` that the design keeps for itself.
+    /// The number of sockets this relay may hold: its ConnLimit, or less where the design
+    /// keeps a share (IMUX).
     fn socket_limit(&self) -> u32 {
-        if self.design == ChannelDesign::Imux {
-            transport::imux_socket_cap(self.conn_limit, self.world.params.imux_tau)
-        } else {
-            self.conn_limit
-        }
+        with_design!(self.design, D => D::socket_limit(self))
+    }
+
+    /// Cells of this relay's design carry sequence numbers on multi-connection channels.
+    fn sequenced(&self) -> bool {
+        with_design!(self.design, D => D::SEQUENCED)
     }
 
     fn note_socket_opened(&mut self) {
@@ -849,8 +866,7 @@ impl Relay {
         port: u16,
         peer: HostId,
     ) {
-        if port == QUIC_PORT && self.design == ChannelDesign::Quic {
-            self.quic_accepted(io, socket, peer);
+        if with_design!(self.design, D => D::accepted(self, io, socket, port, peer)) {
             return;
         }
         if port != OR_PORT {
@@ -863,7 +879,7 @@ impl Relay {
         }
         let ch = self.add_channel(io.now(), peer, false);
         self.add_conn(io, ch, socket, true);
-        if self.design == ChannelDesign::Vanilla {
+        if !with_design!(self.design, D => D::JOINS) {
             // A relay that connects to us may be asked to extend back through us.
             self.chan_by_peer.entry(peer).or_insert(ch);
         }
@@ -990,7 +1006,8 @@ impl Relay {
                 }
             }
             Wire::ClosingBegin => {
-                self.peer_pushback(self.conns[k as usize].chan, io.now());
+                let (ch, now) = (self.conns[k as usize].chan, io.now());
+                with_design!(self.design, D => D::peer_refused(self, ch, now));
                 // Everything we wrote on it is in the socket already: answer and close.
                 self.update_conn(k, |c| c.state = ConnState::Closing);
                 let bytes = self.world.cell_wire_bytes();
@@ -1000,19 +1017,7 @@ impl Relay {
             }
             Wire::ClosingEnd => self.finish_closing(io, k),
             Wire::Switch { circ_id, heavy } => {
-                let ch = self.conns[k as usize].chan;
-                let chan = &self.channels[ch as usize];
-                let target = if heavy {
-                    chan.multi().heavy
-                } else {
-                    chan.multi().light
-                };
-                if target == NONE {
-                    return;
-                }
-                if let Some(circ) = chan.circs.lookup(circ_id) {
-                    self.pin_torchestra(circ, ch, circ_id, heavy, target);
-                }
+                design::Torchestra::switched(self, k, circ_id, heavy);
             }
             Wire::Request { .. } | Wire::Upload { .. } | Wire::UploadBody => {}
         }
@@ -1104,12 +1109,13 @@ impl Relay {
     }
 
     fn on_create(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
-        let seq_in = u32::from(sequenced(self.design));
+        let seq_in = u32::from(self.sequenced());
         let circ = self.new_circuit(Circuit {
             prev: Side::new(ch, cell.circ_id, seq_in),
             next: None,
             hop: cell.hop.max(1),
-            declared_heavy: self.design == ChannelDesign::TorchestraIdeal && cell.arg == 1,
+            declared_heavy: with_design!(self.design, D => D::HONOURS_DECLARED_BULK)
+                && cell.arg == 1,
             exit: None,
             stats: QueueStats::default(),
         });
@@ -1185,28 +1191,10 @@ impl Relay {
             self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
             return;
         };
-        let mut arrived_on = NONE;
-        if self.channels[ch as usize].carrier == Carrier::Quic {
-            match self.open_stream_conn(io, ch) {
-                Some(k) => arrived_on = k,
-                None => {
-                    self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
-                    return;
-                }
-            }
-        }
-        if self.design == ChannelDesign::Pctcp {
-            match self.open_conn(io, ch, 0) {
-                Some(k) => arrived_on = k,
-                None => {
-                    if self.channels[ch as usize].conns.is_empty() {
-                        self.close_channel(io, ch);
-                    }
-                    self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
-                    return;
-                }
-            }
-        }
+        let Ok(arrived_on) = with_design!(self.design, D => D::circuit_conn(self, io, ch)) else {
+            self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
+            return;
+        };
         let circ_id = self.channels[ch as usize].circs.allocate(circ);
         let c = self.circuits[circ].as_mut().unwrap();
         c.next = Some(Side::new(ch, circ_id, 0));
@@ -1326,26 +1314,10 @@ impl Relay {
                     self.flush_conn(io, conn);
                 }
             }
-            // QUIC: the circuit's stream goes with it (each side finishes its direction).
-            if side.conn != NONE
-                && self.channels[side.chan as usize].conns.contains(&side.conn)
-                && self.conns[side.conn as usize].stream
-                && self.conns[side.conn as usize].circuits == 0
-            {
-                let socket = self.conns[side.conn as usize].socket;
-                self.drop_conn(side.conn);
-                io.close(socket);
-            }
-            // PCTCP: the circuit's connection goes with it (the opener closes it).
-            if self.design == ChannelDesign::Pctcp
-                && side.conn != NONE
-                && self.channels[side.chan as usize].opener
-                && self.channels[side.chan as usize].conns.contains(&side.conn)
-                && self.conns[side.conn as usize].circuits == 0
-            {
-                let socket = self.conns[side.conn as usize].socket;
-                self.drop_conn(side.conn);
-                io.close(socket);
+            // Where the connection was the circuit's own (PCTCP, QUIC), it goes too.
+            if side.conn != NONE && self.channels[side.chan as usize].conns.contains(&side.conn) {
+                let (ch, k) = (side.chan, side.conn);
+                with_design!(self.design, D => D::circuit_left(self, io, ch, k));
             }
         }
         if let Some(exit) = c.exit {
@@ -1451,13 +1423,7 @@ impl Machine for Relay {
         io.listen(OR_PORT)
             .expect("a fresh relay has its OR port free");
         io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
-        if self.design == ChannelDesign::Imux {
-            io.arm_in(NANOS_PER_SEC, RelayTimer::ManageConnections);
-        }
-        if self.design == ChannelDesign::Quic {
-            io.quic_listen(QUIC_PORT)
-                .expect("a fresh relay has its QUIC port free");
-        }
+        with_design!(self.design, D => D::start(self, io));
     }
 
     fn on_timer(&mut self, io: &mut impl Io<RelayTimer>, timer: RelayTimer) {
@@ -1497,7 +1463,7 @@ impl Machine for Relay {
                 return;
             }
             RelayTimer::ManageConnections => {
-                self.manage_connections(io);
+                with_design!(self.design, D => D::manage(self, io));
                 io.arm_in(NANOS_PER_SEC, RelayTimer::ManageConnections);
             }
         }

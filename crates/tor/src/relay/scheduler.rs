@@ -1,6 +1,6 @@
 //! The circuit scheduler: which queued cell goes next, on which connection, and how many may be
-//! written now (KIST's per-connection limit, the write bucket, the IMUX connection schedulers,
-//! Torchestra's light/heavy classification).
+//! written now (KIST's per-connection limit, the write bucket, and where a channel has several
+//! connections, the design's choice among them: see [`super::design`]).
 
 use super::channels::HeldCells;
 use super::runs::{RunState, SchedScratch};
@@ -21,8 +21,8 @@ pub(super) enum Requeued {
 
 /// One scheduler run: what it reads for every cell, taken once at its start, and what it
 /// spends as it goes.
-struct Run {
-    now: SimTime,
+pub(super) struct Run {
+    pub(super) now: SimTime,
     /// The smallest cell on the wire: the write bucket is out of tokens below it.
     base_cell_bytes: u64,
     design: ChannelDesign,
@@ -33,7 +33,7 @@ struct Run {
     /// Every cell of the run is sent at `now`: one EWMA weight serves them all.
     weight: CellWeight,
     /// Cells written and not yet handed to their socket (see `Relay::write_held`).
-    held: Option<HeldCells>,
+    pub(super) held: Option<HeldCells>,
 }
 
 /// A cell the run has found a connection for.
@@ -145,7 +145,7 @@ impl Relay {
         chan.room = chan
             .conns
             .iter()
-            .filter(|&&k| conns[k as usize].usable() && conns[k as usize].limit >= cell_bytes)
+            .filter(|&&k| conns[k as usize].has_room(cell_bytes))
             .count() as u32;
     }
 
@@ -188,73 +188,6 @@ impl Relay {
                 })
         })
     }
-
-    /// What KIST lets a channel on QUIC write to its QUIC connection in this scheduler run:
-    /// the connection's free congestion window plus KIST's extra socket space, less what its
-    /// streams hold unsent (tor's `tcp_space` with the connection in the socket's place).
-    pub(super) fn refresh_quic_limit(&mut self, io: &impl Io<RelayTimer>, ch: u32) {
-        let info = io.send_window(self.channels[ch as usize].quic);
-        self.channels[ch as usize].quic_limit = write_limit(&self.world.params, info.as_ref());
-    }
-
-    /// Under IMUX's EWMA mapping, brings the channel's ranking of its usable connections up
-    /// to date and ranks its circuits, quietest first.
-    pub(super) fn rank_conns(&mut self, ch: u32, now: SimTime) {
-        if self.design != ChannelDesign::Imux
-            || self.world.params.imux_scheduler != ImuxScheduler::Ewma
-        {
-            return;
-        }
-        let clock = &self.clock;
-        let tick = clock.tick(now);
-        let Channel {
-            conns: chan_conns,
-            mux,
-            multi,
-            ..
-        } = &mut self.channels[ch as usize];
-        let m = MultiConn::made(multi);
-        let mut current = !m.ranking_stale && m.ranking_tick == tick;
-        if current {
-            for &k in &m.rank_dirty {
-                let conn = &mut self.conns[k as usize];
-                let old = (conn.ewma_seen, k);
-                conn.ewma_seen = conn.ewma.value(clock, now);
-                conn.ewma_seen_tick = tick;
-                if !transport::rerank(&mut m.ranking, old, (conn.ewma_seen, k)) {
-                    current = false;
-                }
-            }
-        }
-        m.rank_dirty.clear();
-        if !current {
-            m.ranking.clear();
-            for &k in chan_conns.iter() {
-                let conn = &mut self.conns[k as usize];
-                if conn.usable() {
-                    if conn.ewma_seen_tick != tick {
-                        conn.ewma_seen = conn.ewma.value(clock, now);
-                        conn.ewma_seen_tick = tick;
-                    }
-                    m.ranking.push((conn.ewma_seen, k));
-                }
-            }
-            m.ranking.sort_unstable_by(transport::ranking_order);
-            m.ranking_tick = tick;
-            m.ranking_stale = false;
-        }
-        if cfg!(test) {
-            // The ranking kept up to date is the one built afresh.
-            let mut fresh: Vec<(f64, u32)> = (chan_conns.iter())
-                .filter(|&&k| self.conns[k as usize].usable())
-                .map(|&k| (self.conns[k as usize].ewma.value(clock, now), k))
-                .collect();
-            fresh.sort_unstable_by(transport::ranking_order);
-            assert_eq!(m.ranking, fresh, "IMUX ranking out of step");
-        }
-        mux.ranks(now, &mut self.sched.rank_scratch, &mut m.circ_ranks);
-    }
-
     /// The connection the next cell of `circ` goes on, among those with room in this run.
     pub(super) fn pick_conn(
         &mut self,
@@ -263,59 +196,23 @@ impl Relay {
         circ: u32,
         cell_bytes: u64,
     ) -> Option<u32> {
-        let room = |conns: &[Conn], k: u32| {
-            k != NONE && conns[k as usize].usable() && conns[k as usize].limit >= cell_bytes
-        };
         let pinned = self.circuits[circ].as_mut().unwrap().side_for(ch).conn;
-        let k = match (self.design, self.world.params.imux_scheduler) {
-            (ChannelDesign::Imux, ImuxScheduler::ShortestQueue) => {
-                // Every connection's queue was read at the start of the run.
-                let chan = &self.channels[ch as usize];
-                let best =
-                    transport::shortest_queue(chan.conns.iter().map(|&k| {
-                        room(&self.conns, k).then(|| self.conns[k as usize].queued_bytes)
-                    }))?;
-                return Some(chan.conns[best]);
-            }
-            (ChannelDesign::Imux, ImuxScheduler::Ewma) => {
-                let multi = self.channels[ch as usize].multi();
-                let ranks = &multi.circ_ranks;
-                let rank = ranks
-                    .binary_search_by_key(&circ, |e| e.0)
-                    .map_or(0, |i| ranks[i].1 as usize);
-                transport::imux_ewma_pick(rank, ranks.len().max(1), &multi.ranking)?.1
-            }
-            (ChannelDesign::Imux, ImuxScheduler::RoundRobin) => {
-                // A freed slot has no socket; a reused one may sit on another channel.
-                let alive = pinned != NONE && {
-                    let c = &self.conns[pinned as usize];
-                    c.chan == ch && c.socket.slot != NONE && c.state == ConnState::Active
-                };
-                if alive {
-                    pinned
-                } else {
-                    let conns = &self.conns;
-                    let chan = &mut self.channels[ch as usize];
-                    let is_active = |k: &&u32| conns[**k as usize].state == ConnState::Active;
-                    let active = chan.conns.iter().filter(is_active).count();
-                    if active == 0 {
-                        return None;
-                    }
-                    let multi = MultiConn::made(&mut chan.multi);
-                    multi.turn = (multi.turn + 1) % active;
-                    let k = *chan.conns.iter().filter(is_active).nth(multi.turn).unwrap();
-                    let side = self.circuits[circ].as_mut().unwrap().side_for(ch);
-                    side.conn = k;
-                    self.conns[k as usize].circuits += 1;
-                    k
-                }
-            }
-            _ => pinned,
-        };
-        if k != NONE {
-            self.refresh_limit(io, k);
+        with_design!(self.design, D => D::pick_conn(self, io, ch, circ, pinned, cell_bytes))
+    }
+
+    /// Whether connection `k` (`NONE`: none) may take a cell of `cell_bytes` in this run,
+    /// reading its write limit first: `Some(k)` if it may.
+    pub(super) fn try_conn(
+        &mut self,
+        io: &impl Io<RelayTimer>,
+        k: u32,
+        cell_bytes: u64,
+    ) -> Option<u32> {
+        if k == NONE {
+            return None;
         }
-        room(&self.conns, k).then_some(k)
+        self.refresh_limit(io, k);
+        self.conns[k as usize].has_room(cell_bytes).then_some(k)
     }
 
     /// Moves queued cells into connection sockets: globally across channels, quietest
@@ -357,7 +254,7 @@ impl Relay {
         run: &Run,
         scratch: &mut SchedScratch,
     ) -> bool {
-        let imux_shortest_queue = self.world.params.imux_scheduler == ImuxScheduler::ShortestQueue;
+        let reads_every_limit = with_design!(run.design, D => D::reads_every_limit(self));
         let SchedScratch {
             heap,
             deferred,
@@ -376,20 +273,19 @@ impl Relay {
             if self.channels[ch as usize].carrier == Carrier::Quic {
                 self.refresh_quic_limit(io, ch);
             }
-            let lazy = self.channels[ch as usize].conns.len() > 1
-                && !(run.design == ChannelDesign::Imux && imux_shortest_queue);
+            let lazy = self.channels[ch as usize].conns.len() > 1 && !reads_every_limit;
             if lazy {
                 // Limits are read as connections are tried; running out of room shows as
                 // the channel's circuits parking one by one.
                 self.channels[ch as usize].room = u32::MAX;
-                self.rank_conns(ch, run.now);
+                with_design!(run.design, D => D::rank(self, ch, run.now));
             } else {
                 for i in 0..self.channels[ch as usize].conns.len() {
                     let k = self.channels[ch as usize].conns[i];
                     self.refresh_limit(io, k);
                 }
                 self.count_room(ch, cell_bytes);
-                self.rank_conns(ch, run.now);
+                with_design!(run.design, D => D::rank(self, ch, run.now));
             }
             if self.requeue(ch, &run.weight, heap) {
                 any_room = true;
@@ -559,13 +455,6 @@ impl Relay {
         }
         conn.queued_bytes += cell_bytes;
         conn.last_used = run.now;
-        if run.design == ChannelDesign::Imux {
-            conn.ewma.note_cells(&self.clock, 1, run.now);
-            if conn.ewma_seen_tick != u64::MAX {
-                conn.ewma_seen_tick = u64::MAX;
-                self.channels[ch as usize].multi_mut().rank_dirty.push(k);
-            }
-        }
         let emptied = side.queue.is_empty();
         let own = side.queue.len() as u64 + 1;
         if let Some(exit) = c.exit.as_mut() {
@@ -592,10 +481,7 @@ impl Relay {
             self.conns[k as usize].touched = true;
             scratch.touched.push(k);
         }
-        if run.design == ChannelDesign::Torchestra {
-            Self::release(&self.conns, &mut self.work, io, &mut run.held);
-            self.classify_torchestra(io, ch, circ, run.now);
-        }
+        with_design!(run.design, D => D::cell_written(self, io, run, ch, circ, k));
         true
     }
 
@@ -647,16 +533,13 @@ impl Relay {
         }
         // Parked only where the runs it skips are sure to find what this one found: not
         // while tokens are short (their refill is an event, and may come at the instant of
-        // a run), nor with a CPU model (which may hold a run back), nor under IMUX (whose
-        // connection ranking moves with the clock), nor under QUIC (whose channels' limits
-        // come from QUIC connections, which the stack does not watch); nor with a run
-        // already armed.
+        // a run), nor with a CPU model (which may hold a run back), nor where the design
+        // says not (`Design::MAY_PARK`); nor with a run already armed.
         let park = !any_room
             && !out_of_tokens
             && self.sched.state() == RunState::Idle
             && kist_timer
-            && run.design != ChannelDesign::Imux
-            && run.design != ChannelDesign::Quic
+            && with_design!(run.design, D => D::MAY_PARK)
             && !io.models_cpu();
         if park {
             let (channels, conns) = (&self.channels, &self.conns);
@@ -695,94 +578,6 @@ impl Relay {
             }
         }
     }
-
-    /// Torchestra: after a cell of `circ` left on channel `ch`, moves the circuit between
-    /// the light and the heavy connection if its EWMA crossed the threshold, and tells the
-    /// peer so it moves the circuit's other direction too.
-    pub(super) fn classify_torchestra(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        ch: u32,
-        circ: u32,
-        now: SimTime,
-    ) {
-        let chan = &self.channels[ch as usize];
-        let (light, heavy) = (chan.multi().light, chan.multi().heavy);
-        if light == NONE || heavy == NONE {
-            return;
-        }
-        let Some(ewma) = chan.mux.value(circ, now) else {
-            return;
-        };
-        let was_heavy = self.circuits[circ]
-            .as_ref()
-            .is_some_and(|c| c.side_on_chan(ch).heavy);
-        if !was_heavy && ewma < transport::TORCHESTRA_MIN_HEAVY_CELLS {
-            // Checked before the scan below: most cells are of circuits that stay light.
-            return;
-        }
-        // The average over the light connection's circuits that carry traffic (at least
-        // TORCHESTRA_MIN_HEAVY_CELLS recently): idle circuits would dilute it, and a web
-        // circuit's burst would then look heavy. The circuits and their counts are taken once
-        // per scheduler run (a few ms; scanning them for every cell of a busy circuit cost
-        // Torchestra half again vanilla's time); the circuit being judged counts with its
-        // current value, so that a circuit alone on the light connection never outgrows
-        // itself.
-        if chan.multi().light_run != self.sched.stamp() {
-            let circuits = &self.circuits;
-            let Channel { mux, multi, .. } = &mut self.channels[ch as usize];
-            let m = MultiConn::made(multi);
-            m.light_counts.clear();
-            m.light_counts.extend(mux.values(now).filter(|&(c, value)| {
-                value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
-                    && circuits[c]
-                        .as_ref()
-                        .is_some_and(|cc| cc.side_on_chan(ch).conn == light)
-            }));
-            m.light_counts.sort_unstable_by_key(|e| e.0);
-            m.light_sum = m.light_counts.iter().map(|e| e.1).sum();
-            m.light_run = self.sched.stamp();
-        }
-        let m = self.channels[ch as usize].multi();
-        let n = m.light_counts.len();
-        if n == 0 {
-            // No light circuit carries traffic: nothing to protect, the class stays.
-            return;
-        }
-        let own = m.light_counts.binary_search_by_key(&circ, |e| e.0);
-        let sum = m.light_sum + own.map_or(0.0, |i| ewma - m.light_counts[i].1);
-        let light_average = sum / n as f64;
-        let heavy_now = transport::torchestra_heavy(
-            was_heavy,
-            ewma,
-            light_average,
-            self.world.params.torchestra_threshold,
-        );
-        if heavy_now == was_heavy {
-            return;
-        }
-        let side = self.circuits[circ].as_mut().unwrap().side_for(ch);
-        let circ_id = side.circ_id;
-        let target = if heavy_now { heavy } else { light };
-        self.pin_torchestra(circ, ch, circ_id, heavy_now, target);
-        if heavy_now {
-            self.meter.channels.switched_heavy += 1;
-        } else {
-            self.meter.channels.switched_light += 1;
-        }
-        let bytes = self.world.cell_wire_bytes();
-        if self.write_conn(
-            io,
-            light,
-            bytes,
-            Wire::Switch {
-                circ_id,
-                heavy: heavy_now,
-            },
-        ) {
-            self.flush_conn(io, light);
-        }
-    }
 }
 
 /// The write limit (`write_limit`) for a usable TCP connection on `socket`, from the socket's
@@ -796,7 +591,7 @@ fn socket_limit(params: &TorParams, io: &impl Io<RelayTimer>, socket: SocketId) 
 /// What the scheduler may write to a socket (or QUIC connection) in one run: KIST's limit
 /// from its kernel facts, KIST-lite's output buffer, or for the old scheduler everything the
 /// kernel takes; nothing to a socket that is gone.
-fn write_limit(params: &TorParams, info: Option<&SendWindow>) -> u64 {
+pub(super) fn write_limit(params: &TorParams, info: Option<&SendWindow>) -> u64 {
     match (params.scheduler, info) {
         (_, None) => 0,
         (SchedulerKind::Kist, Some(i)) => kist_write_limit(

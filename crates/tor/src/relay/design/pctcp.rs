@@ -1,0 +1,55 @@
+//! PCTCP (AlSabah and Goldberg, "PCTCP: Per-Circuit TCP-over-IPsec Transport for Anonymous
+//! Communication Overlay Networks", CCS 2013): every circuit gets a TCP connection of its
+//! own under the channel, opened when the circuit is extended and closed with it, so a loss
+//! on one circuit's connection stalls no other.
+
+use super::super::*;
+use super::{ConnLoss, Design};
+
+/// A connection per circuit.
+pub(in crate::relay) struct Pctcp;
+
+impl Design for Pctcp {
+    const JOINS: bool = true;
+
+    /// Connections are opened per circuit, when each is extended (`circuit_conn`).
+    fn open_channel(_r: &mut Relay, _io: &mut impl Io<RelayTimer>, _ch: u32, _target: HostId) {}
+
+    fn circuit_conn(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32) -> Result<u32, ()> {
+        match r.open_conn(io, ch, 0) {
+            Some(k) => Ok(k),
+            None => {
+                if r.channels[ch as usize].conns.is_empty() {
+                    r.close_channel(io, ch);
+                }
+                Err(())
+            }
+        }
+    }
+
+    /// The circuit's own connection: the one it was opened for, or the one it arrived on.
+    fn pin(_r: &mut Relay, _ch: u32, _bulk: bool, arrived_on: u32) -> (u32, bool) {
+        (arrived_on, false)
+    }
+
+    /// The circuit's connection goes with it; the opener closes it.
+    fn circuit_left(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, k: u32) {
+        if r.channels[ch as usize].opener && r.conns[k as usize].circuits == 0 {
+            let socket = r.conns[k as usize].socket;
+            r.drop_conn(k);
+            io.close(socket);
+        }
+    }
+
+    /// A connection that carries no circuit (its circuit's DESTROY came first) just goes;
+    /// one of several fails its circuit only; the last one fails the channel.
+    fn conn_lost(r: &Relay, ch: u32, k: u32) -> ConnLoss {
+        if r.conns[k as usize].circuits == 0 {
+            ConnLoss::Quiet
+        } else if r.channels[ch as usize].conns.len() > 1 {
+            ConnLoss::Circuits
+        } else {
+            ConnLoss::Channel
+        }
+    }
+}
