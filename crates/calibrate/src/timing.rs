@@ -52,7 +52,7 @@ impl Timer {
 
     /// [`Timer::runs`] timings of `f`, in nanoseconds per operation; `f(n)` runs `n`
     /// operations.
-    pub fn samples(&self, mut f: impl FnMut(u64)) -> Vec<f64> {
+    pub(crate) fn samples(&self, mut f: impl FnMut(u64)) -> Vec<f64> {
         let n = self.batch(&mut f);
         (0..self.runs).map(|_| ns_per_op(&mut f, n)).collect()
     }
@@ -60,7 +60,7 @@ impl Timer {
     /// Timings of `a` and `b` taken in turns, as pairs, for costs derived from the two
     /// together: a pair shares the machine's state (frequency, other load), so the difference
     /// within a pair is steadier than the difference of two separate medians.
-    pub fn paired(&self, mut a: impl FnMut(u64), mut b: impl FnMut(u64)) -> Vec<(f64, f64)> {
+    pub(crate) fn paired(&self, mut a: impl FnMut(u64), mut b: impl FnMut(u64)) -> Vec<(f64, f64)> {
         let na = self.batch(&mut a);
         let nb = self.batch(&mut b);
         (0..self.runs)
@@ -94,7 +94,7 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
-    pub fn of(values: &[f64]) -> Summary {
+    pub(crate) fn of(values: &[f64]) -> Summary {
         Summary {
             median: quantile(values, 0.5),
             p10: quantile(values, 0.1),

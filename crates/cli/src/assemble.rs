@@ -19,7 +19,7 @@ fn place(node: usize, up: u64, down: u64) -> HostPlacement {
 }
 
 /// Host order: relays (host id = consensus index), authorities, servers, clients.
-pub fn tor_network(
+pub(crate) fn tor_network(
     scenario: &Scenario,
     graph: Graph,
     plan: &Plan,

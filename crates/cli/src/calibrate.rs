@@ -11,7 +11,7 @@ use onionlab_torcore::cpu::{CpuCalibration, MAX_UNIT_COST_NS};
 use crate::Failure;
 
 #[derive(clap::Args)]
-pub struct CalibrateArgs {
+pub(crate) struct CalibrateArgs {
     /// Calibration file to write.
     #[arg(short, long, value_name = "FILE", default_value = "cpu-profile.yaml")]
     pub output: PathBuf,
@@ -27,7 +27,7 @@ pub struct CalibrateArgs {
     pub force: bool,
 }
 
-pub fn calibrate(args: CalibrateArgs) -> Result<(), Failure> {
+pub(crate) fn calibrate(args: CalibrateArgs) -> Result<(), Failure> {
     let (cell_other, source) = match args.cell_other {
         Some(ns) if !(0.0..=MAX_UNIT_COST_NS).contains(&ns) => {
             return Err(Failure::input(format!(

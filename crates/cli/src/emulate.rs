@@ -15,7 +15,7 @@ use crate::run::{apply_overrides, format_secs, load_scenario, report, resolve, I
 use crate::Failure;
 
 #[derive(clap::Args)]
-pub struct EmulateArgs {
+pub(crate) struct EmulateArgs {
     /// Scenario file, or the name of a built-in scenario (emulation takes at most 40 tors).
     pub scenario: Option<String>,
     /// Output directory (default: out/<scenario name>-emulation).
@@ -46,7 +46,7 @@ pub struct EmulateArgs {
     pub cleanup: bool,
 }
 
-pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
+pub(crate) fn emulate(args: EmulateArgs) -> Result<(), Failure> {
     if args.cleanup {
         let removed = onionlab_emulate::lab::remove_stale().map_err(Failure::internal)?;
         if removed.is_empty() {

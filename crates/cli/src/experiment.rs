@@ -54,7 +54,7 @@ const COMPARE_DIR: &str = "compare";
 const EXPERIMENT_JSON: &str = "experiment.json";
 
 #[derive(clap::Args)]
-pub struct ExperimentArgs {
+pub(crate) struct ExperimentArgs {
     /// Experiment file (YAML): a base scenario and the variants of it to compare.
     pub file: PathBuf,
     /// Output directory (default: the file's `output:`, or out/<experiment name>).
@@ -69,7 +69,7 @@ pub struct ExperimentArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ReproduceArgs {
+pub(crate) struct ReproduceArgs {
     /// The reproduction to run; `--list` shows them.
     #[arg(required_unless_present = "list")]
     pub name: Option<String>,
@@ -93,7 +93,7 @@ pub struct ReproduceArgs {
 
 /// The flags `experiment` and `reproduce` share.
 #[derive(clap::Args)]
-pub struct ExperimentOptions {
+pub(crate) struct ExperimentOptions {
     /// Worker threads per run; overrides the scenario's run.threads (default: the machine's
     /// cores).
     #[arg(long)]
@@ -116,7 +116,7 @@ pub struct ExperimentOptions {
 }
 
 /// Runs the experiment in `args.file`.
-pub fn experiment(args: ExperimentArgs) -> Result<(), Failure> {
+pub(crate) fn experiment(args: ExperimentArgs) -> Result<(), Failure> {
     let file = &args.file;
     let shown = file.display().to_string();
     let text = read_experiment(file)?;
@@ -167,7 +167,7 @@ fn absolute(path: &Path) -> Result<PathBuf, Failure> {
 }
 
 /// Runs every experiment of the reproduction `args.name`, or lists the reproductions.
-pub fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
+pub(crate) fn reproduce(args: ReproduceArgs) -> Result<(), Failure> {
     if args.list {
         print!("{}", reproduction_list());
         return Ok(());

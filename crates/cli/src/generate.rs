@@ -20,12 +20,12 @@ use crate::Failure;
 
 /// Simultaneously active users on the whole network at load 1.0: the 2018 PrivCount count of
 /// active client IPs per 10 minutes, scaled to the whole network (791,935), as published.
-pub const ACTIVE_USERS: f64 = 792_000.0;
+pub(crate) const ACTIVE_USERS: f64 = 792_000.0;
 
 /// Users each client host stands for: 792k users on about 15,800 hosts at full scale, which
 /// keeps a full network's hosts in the tens of thousands (a tor client per host) while each
 /// host still carries many users' independent sessions.
-pub const USERS_PER_HOST: f64 = 50.0;
+pub(crate) const USERS_PER_HOST: f64 = 50.0;
 
 /// One user's access link (Mbit/s down, up): the median country of the 2020 speed data
 /// (`data/workload/client-speed-by-country-2020-04.json.xz`), as in the shipped examples. A
@@ -36,7 +36,7 @@ const USER_LINK_MBIT: (u64, u64) = (36, 20);
 /// Shares of Tor users by country, from Tor Metrics' "Top-10 countries by directly connecting
 /// users", 2013-05-30 to 2013-09-05 (the newest such table whose figures we could check; see
 /// data/SOURCES.md). The rest of the users are placed anywhere.
-pub const COUNTRY_SHARES: [(&str, f64); 10] = [
+pub(crate) const COUNTRY_SHARES: [(&str, f64); 10] = [
     ("US", 0.1239),
     ("DE", 0.0863),
     ("BR", 0.0631),
@@ -92,7 +92,7 @@ const LOOKAHEAD_FLOOR: u64 = 1_000_000;
 const GENERATED_CONN_LIMIT: u32 = 65_536;
 
 #[derive(clap::Args)]
-pub struct GenerateArgs {
+pub(crate) struct GenerateArgs {
     /// The consensus to take relays from: consensus-2023, consensus-2022,
     /// consensus-2019-microdesc, data:<path>, or a file.
     #[arg(long, value_name = "FILE")]
@@ -140,7 +140,7 @@ fn apportion(total: u64, weights: &[f64]) -> Vec<u64> {
     parts
 }
 
-pub fn generate(args: GenerateArgs) -> Result<(), Failure> {
+pub(crate) fn generate(args: GenerateArgs) -> Result<(), Failure> {
     let output = args.output.clone().unwrap_or_else(|| {
         PathBuf::from(format!(
             "net-{}pct.yaml",

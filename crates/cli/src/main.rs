@@ -151,7 +151,7 @@ enum Command {
 }
 
 #[derive(clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Scenario file, or the name of a built-in scenario; default: toy.
     pub scenario: Option<String>,
     /// Output directory (default: out/<scenario name>).
@@ -202,20 +202,25 @@ pub struct RunArgs {
 }
 
 /// An error with the exit code it deserves.
-pub struct Failure {
-    pub code: u8,
-    pub message: String,
+pub(crate) struct Failure {
+    /// The process's exit status: 2 for bad input, 1 for an internal failure.
+    pub(crate) code: u8,
+    /// What went wrong, printed after `error: `.
+    pub(crate) message: String,
 }
 
 impl Failure {
-    pub fn input(message: impl Into<String>) -> Self {
+    /// A problem with what the user gave (scenario, flags, files): exit status 2.
+    pub(crate) fn input(message: impl Into<String>) -> Self {
         Failure {
             code: 2,
             message: message.into(),
         }
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
+    /// A failure once the input was accepted (a file it cannot write, a run that stopped):
+    /// exit status 1.
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         Failure {
             code: 1,
             message: message.into(),

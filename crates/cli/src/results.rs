@@ -10,7 +10,7 @@ use onionlab_tor::measure::{Census, CircuitOutcome, DownloadOutcome};
 use onionlab_tor::{TorHost, TorWorld};
 
 /// One batch of records, in the files' order: written, added to the summary, then dropped.
-pub struct Collected {
+pub(crate) struct Collected {
     pub downloads: Vec<DownloadRecord>,
     pub relays: Vec<RelaySample>,
     pub circuits: Vec<CircuitRecord>,
@@ -20,7 +20,7 @@ pub struct Collected {
 /// the files do not depend on threads). With `closing`, clients also log the circuits still
 /// open, which is only right once, at the end of the run. Callers take a large network a
 /// slice of hosts at a time, so that the records in memory at once stay few.
-pub fn drain(
+pub(crate) fn drain(
     sim: &mut Simulation<TorHost>,
     world: &TorWorld,
     groups: &[String],
@@ -119,7 +119,7 @@ pub fn drain(
 
 /// Counts what the network's hosts hold now (see [`StateSample`]); `is_relay` is indexed by
 /// host id, `events` is what the run has handled so far.
-pub fn state(
+pub(crate) fn state(
     sim: &Simulation<TorHost>,
     is_relay: &[bool],
     wall_s: f64,
@@ -150,7 +150,7 @@ pub fn state(
 }
 
 impl Collected {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Collected {
             downloads: Vec::new(),
             relays: Vec::new(),
@@ -160,7 +160,7 @@ impl Collected {
 }
 
 /// How the relays carried their channels over the whole run, from their counters.
-pub fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord {
+pub(crate) fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord {
     let channel = serde_json::to_value(world.params.channel)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -194,7 +194,7 @@ pub fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> TransportRecord
 
 /// What the clients' users fetched from their directory guards, when the network has
 /// directory traffic.
-pub fn directory(sim: &Simulation<TorHost>, world: &TorWorld) -> Option<DirectoryRecord> {
+pub(crate) fn directory(sim: &Simulation<TorHost>, world: &TorWorld) -> Option<DirectoryRecord> {
     if !world.params.directory_traffic {
         return None;
     }
@@ -226,7 +226,7 @@ fn cpu_share(c: onionlab_tor::cpu::CpuSecond) -> CpuShare {
 }
 
 /// The CPU model for run.json.
-pub fn cpu_record(cpu: &onionlab_scenario::cpu::PlannedCpu) -> CpuRecord {
+pub(crate) fn cpu_record(cpu: &onionlab_scenario::cpu::PlannedCpu) -> CpuRecord {
     CpuRecord {
         profile: cpu.profile.name().to_string(),
         calibration: cpu.calibration.clone(),

@@ -69,7 +69,7 @@ pub(crate) fn resolve(
     Ok((graph, plan))
 }
 
-pub fn check(arg: &str) -> Result<(), Failure> {
+pub(crate) fn check(arg: &str) -> Result<(), Failure> {
     let scenario = load_scenario(arg)?;
     // `run` takes the scenario's thread count unless `--threads` replaces it, and its limit
     // depends on this machine's cores: say now what `run` would say.
@@ -229,7 +229,7 @@ pub(crate) fn memory_limit(arg: Option<&str>) -> Result<Option<u64>, Failure> {
     Ok(Some(bytes))
 }
 
-pub fn run(args: RunArgs) -> Result<(), Failure> {
+pub(crate) fn run(args: RunArgs) -> Result<(), Failure> {
     let arg = args.scenario.as_deref().unwrap_or("toy");
     let mut scenario = load_scenario(arg)?;
     apply_overrides(&mut scenario, args.seed, args.stop_time.as_deref())?;
@@ -368,7 +368,7 @@ pub(crate) fn plot_relays(scenario: &Scenario) -> Vec<String> {
     names
 }
 
-pub fn report(dir: &Path, relays: &[String]) -> Result<(), Failure> {
+pub(crate) fn report(dir: &Path, relays: &[String]) -> Result<(), Failure> {
     let input = onionlab_report::load_input(dir).map_err(|e| Failure::input(e.to_string()))?;
     let options = onionlab_report::ReportOptions {
         relays: relays.to_vec(),
@@ -384,7 +384,7 @@ pub fn report(dir: &Path, relays: &[String]) -> Result<(), Failure> {
 }
 
 /// Overlays several runs or trial sets.
-pub fn compare(
+pub(crate) fn compare(
     dirs: &[PathBuf],
     labels: &[String],
     out: &Path,

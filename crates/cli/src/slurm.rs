@@ -31,7 +31,7 @@ const MAX_TASKS: usize = 1000;
 
 /// The flags of `experiment` and `reproduce` for running on a cluster.
 #[derive(clap::Args)]
-pub struct SlurmOptions {
+pub(crate) struct SlurmOptions {
     /// Submit the trials still to run to Slurm as one job array, and a job that writes the
     /// comparison when the array ends; prints the job ids and returns.
     #[arg(long)]

@@ -319,7 +319,7 @@ mod walk {
     };
 
     #[derive(Clone, Debug, PartialEq)]
-    pub enum Shape {
+    pub(super) enum Shape {
         Struct(Vec<String>),
         Enum(Vec<String>),
         Seq,
@@ -330,11 +330,11 @@ mod walk {
     }
 
     /// The list-element segment of a path.
-    pub const ELEMENT: &str = "[]";
+    pub(super) const ELEMENT: &str = "[]";
     const PROBE: &str = "\u{1}no such key";
 
     #[derive(Debug)]
-    pub struct Error {
+    pub(super) struct Error {
         msg: String,
         expected: Option<Vec<String>>,
     }
@@ -362,7 +362,7 @@ mod walk {
         }
     }
 
-    pub struct Walker<'a> {
+    pub(super) struct Walker<'a> {
         pub path: Vec<String>,
         pub target: &'a [String],
         pub found: &'a RefCell<Option<Shape>>,

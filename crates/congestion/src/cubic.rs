@@ -28,7 +28,7 @@ pub(super) struct Cubic {
 }
 
 impl Cubic {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Cubic {
             w_max: 0.0,
             k: 0.0,
@@ -39,7 +39,7 @@ impl Cubic {
         }
     }
 
-    pub fn on_ack(
+    pub(super) fn on_ack(
         &mut self,
         cwnd: &mut u64,
         acked: u64,
@@ -90,12 +90,12 @@ impl Cubic {
         }
     }
 
-    pub fn reset_epoch(&mut self) {
+    pub(super) fn reset_epoch(&mut self) {
         self.epoch_start = NO_EPOCH;
     }
 
     /// Records the reduction point (with fast convergence) and returns the new ssthresh.
-    pub fn on_congestion(&mut self, cwnd: u64, mss: u64) -> u64 {
+    pub(super) fn on_congestion(&mut self, cwnd: u64, mss: u64) -> u64 {
         let cwnd_seg = cwnd as f64 / mss as f64;
         self.epoch_start = NO_EPOCH;
         self.cwnd_prior = cwnd_seg as f32;

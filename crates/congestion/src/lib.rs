@@ -48,6 +48,9 @@ enum Algorithm {
     Cubic(Cubic),
 }
 
+/// One connection's congestion state: the window in bytes that bounds what may be in flight,
+/// the slow-start threshold, and the chosen algorithm's own state. A TCP or QUIC connection
+/// owns one and calls its `on_*` methods as it sees ACKs, losses, timeouts and idle periods.
 #[derive(Clone, Debug)]
 pub struct Congestion {
     /// Congestion window, bytes.
@@ -58,6 +61,8 @@ pub struct Congestion {
 }
 
 impl Congestion {
+    /// A connection's congestion state before anything is sent: the window at `initial_cwnd`
+    /// bytes, in slow start with no threshold yet.
     #[inline]
     pub fn new(kind: CongestionControl, initial_cwnd: u64) -> Self {
         let algorithm = match kind {
@@ -71,6 +76,7 @@ impl Congestion {
         }
     }
 
+    /// Whether the window is still below ssthresh, so every acknowledged byte grows it.
     #[inline]
     pub fn in_slow_start(&self) -> bool {
         self.cwnd < self.ssthresh

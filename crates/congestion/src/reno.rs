@@ -7,7 +7,7 @@ pub(super) struct Reno {
 }
 
 impl Reno {
-    pub fn on_ack(&mut self, cwnd: &mut u64, acked: u64, mss: u64) {
+    pub(super) fn on_ack(&mut self, cwnd: &mut u64, acked: u64, mss: u64) {
         self.acked += acked;
         while self.acked >= *cwnd {
             self.acked -= *cwnd;
@@ -15,7 +15,7 @@ impl Reno {
         }
     }
 
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.acked = 0;
     }
 }

@@ -60,7 +60,9 @@ pub fn embedded(path: &str) -> Option<&'static DataFile> {
 /// Where an input comes from: a shipped file or a file on disk.
 #[derive(Clone, Debug)]
 pub enum Input {
+    /// A file compiled into the binary, named in a scenario as `data:<path>`.
     Embedded(&'static DataFile),
+    /// A file on disk, read when the input is needed.
     File(PathBuf),
 }
 

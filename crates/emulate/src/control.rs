@@ -30,12 +30,14 @@ const EVENT_CODE: u16 = 650;
 /// Why a control-port operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
+    /// Reading from or writing to the control connection failed (a timeout included).
     #[error("control connection I/O error: {0}")]
     Io(#[from] io::Error),
     /// Tor answered with an error code or with something this client cannot read; the text is
     /// tor's reply (or the offending line) so the cause shows up in logs.
     #[error("control protocol error: {0}")]
     Protocol(String),
+    /// Tor closed the connection before a complete reply.
     #[error("tor closed the control connection")]
     Closed,
 }
@@ -45,10 +47,14 @@ pub enum ControlError {
 pub enum Event {
     /// Bytes tor read and wrote in the last second (tor emits one per second).
     Bw {
+        /// Bytes read in that second.
         read: u64,
+        /// Bytes written in that second.
         written: u64,
     },
+    /// A circuit changed status.
     Circ(CircEvent),
+    /// An application stream changed status.
     Stream(StreamEvent),
     /// Any other event, or one whose fields did not parse: the full event text, with the lines
     /// of multi-line events joined by `\n`.
@@ -58,11 +64,13 @@ pub enum Event {
 /// A `CIRC` event: a circuit changed status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CircEvent {
+    /// Tor's circuit id, which later events of the same circuit repeat.
     pub id: u64,
     /// LAUNCHED, BUILT, GUARD_WAIT, EXTENDED, FAILED or CLOSED.
     pub status: String,
     /// The hops built so far (empty for a circuit that was only just launched).
     pub path: Vec<PathHop>,
+    /// What tor built the circuit for (`GENERAL`, `HS_VANGUARDS`, ...), if the event says.
     pub purpose: Option<String>,
     /// Why a circuit FAILED or CLOSED (e.g. `TIMEOUT`, `DESTROYED`, `FINISHED`).
     pub reason: Option<String>,
@@ -75,12 +83,14 @@ pub struct CircEvent {
 pub struct PathHop {
     /// The relay's identity fingerprint: 40 uppercase hex digits.
     pub fingerprint: String,
+    /// The relay's nickname, when tor gives one (`$FINGERPRINT~nickname` or `=nickname`).
     pub nickname: Option<String>,
 }
 
 /// A `STREAM` event: an application stream changed status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamEvent {
+    /// Tor's stream id, which later events of the same stream repeat.
     pub id: u64,
     /// NEW, SENTCONNECT, SUCCEEDED, FAILED, CLOSED, DETACHED, ...
     pub status: String,
@@ -88,6 +98,7 @@ pub struct StreamEvent {
     pub circuit: u64,
     /// `address:port` the client asked for.
     pub target: String,
+    /// Why a stream FAILED or CLOSED (e.g. `DONE`, `TIMEOUT`, `EXITPOLICY`).
     pub reason: Option<String>,
     /// The client's end of the SOCKS connection, which lets the emulator tie a stream to the
     /// SOCKS connection that made it.
@@ -97,10 +108,13 @@ pub struct StreamEvent {
 /// One router status entry from `GETINFO ns/all`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterStatus {
+    /// The relay's nickname, from the `r` line.
     pub nickname: String,
     /// Identity fingerprint: 40 uppercase hex digits.
     pub fingerprint: String,
+    /// The relay's IPv4 address, from the `r` line.
     pub address: Ipv4Addr,
+    /// The relay's ORPort, where other relays and clients open channels to it.
     pub or_port: u16,
     /// The `s` line: Fast, Guard, Exit, Running, Valid, ...
     pub flags: Vec<String>,

@@ -12,7 +12,9 @@ use std::time::Instant;
 /// A process's CPU time so far, in clock ticks, as `/proc/PID/stat` gives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ticks {
+    /// Time spent in user mode, in clock ticks (`utime`, field 14).
     pub user: u64,
+    /// Time spent in the kernel on the process's behalf, in clock ticks (`stime`, field 15).
     pub system: u64,
     /// When the process started (ticks after boot). Two readings with different start times
     /// are of different processes: the first one ended and its PID was reused.
@@ -68,19 +70,24 @@ pub struct Process {
     pub name: String,
     /// `relay`, `authority` or `client`.
     pub role: &'static str,
+    /// The tor process's id.
     pub pid: u32,
 }
 
 /// Every recorded process's CPU time at one instant.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
+    /// When the snapshot was taken (wall clock).
     pub at: Instant,
     /// In the order of the processes it was taken of.
     pub tors: Vec<Option<Ticks>>,
+    /// The emulator's own process, all its threads together.
     pub emulator: Option<Ticks>,
 }
 
 impl Snapshot {
+    /// Reads the CPU time of every process of `tors` and of the emulator now; a process that
+    /// has gone reads as `None`.
     pub fn take(tors: &[Process]) -> Snapshot {
         Snapshot {
             at: Instant::now(),
@@ -93,11 +100,14 @@ impl Snapshot {
 /// CPU seconds spent in a period.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CpuUse {
+    /// CPU seconds in user mode.
     pub user_s: f64,
+    /// CPU seconds in the kernel.
     pub system_s: f64,
 }
 
 impl CpuUse {
+    /// User and kernel CPU seconds together.
     pub fn total_s(&self) -> f64 {
         self.user_s + self.system_s
     }
@@ -120,7 +130,9 @@ pub fn used(first: Option<Ticks>, last: Option<Ticks>, ticks_per_second: u64) ->
 /// One tor's share of the measured period.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TorCpu {
+    /// The scenario's name for the host.
     pub name: String,
+    /// `relay`, `authority` or `client`.
     pub role: &'static str,
     /// `None` if the tor was gone by the end (it exited, and was reaped).
     pub used: Option<CpuUse>,
@@ -131,8 +143,11 @@ pub struct TorCpu {
 pub struct CpuReport {
     /// Wall seconds between the two readings.
     pub measured_seconds: f64,
+    /// The unit of the kernel's readings ([`clock_ticks_per_second`]).
     pub clock_ticks_per_second: u64,
+    /// Each tor's use, in the order of the processes given.
     pub tors: Vec<TorCpu>,
+    /// The emulator's own use (switch, workload, monitors); `None` if a reading failed.
     pub emulator: Option<CpuUse>,
     /// Cores this process may run on, which the tors share with it.
     pub machine_cores: usize,

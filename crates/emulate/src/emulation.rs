@@ -32,6 +32,7 @@ pub enum Error {
     Setup(String),
 }
 
+/// How to run an emulation.
 pub struct Options {
     /// Scenario time to run after the network has bootstrapped.
     pub duration: Duration,
@@ -47,14 +48,19 @@ pub struct Options {
 
 /// What an emulation measured.
 pub struct Measured {
+    /// Every download the clients made, as the simulator records them.
     pub downloads: Vec<DownloadRecord>,
+    /// Each relay's bytes read and written per second, from tor's BW events.
     pub relays: Vec<RelaySample>,
+    /// The clients' circuits, from tor's CIRC events.
     pub circuits: Vec<CircuitRecord>,
     /// Scenario seconds that ran.
     pub seconds: f64,
     /// Wall seconds from start to the end of bootstrap.
     pub setup_seconds: f64,
+    /// The version `tor --version` reports (`unknown` if it could not be run).
     pub tor_version: String,
+    /// The switch's counters at the end of the run.
     pub switch: ForwarderStats,
     /// CPU time of every tor and of this process over the same period as `relays` (from the
     /// end of bootstrap to the end of the run); `None` if the kernel gives no clock tick rate.

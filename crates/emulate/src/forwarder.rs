@@ -50,9 +50,11 @@ pub struct Port {
 /// What the switch connects and how each direction between two ports behaves.
 #[derive(Clone, Debug)]
 pub struct ForwarderConfig {
+    /// The switch's ports, one per node; a port's index is its row and column in `paths`.
     pub ports: Vec<Port>,
     /// `paths[src][dst]`, one-way, `ports.len()` square.
     pub paths: Vec<Vec<PathSpec>>,
+    /// Seed of the random stream that draws jitter and loss.
     pub seed: u64,
     /// See [`DelayLine::new`].
     pub allow_reorder: bool,

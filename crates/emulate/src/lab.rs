@@ -35,6 +35,7 @@ struct TorProcess {
     child: Child,
 }
 
+/// This process's emulation on the machine: what it created, so that all of it is removed.
 pub struct Lab {
     /// `onionlab-<pid>`: this lab's namespaces are `<id>-hub` and `<id>-<host index>`.
     id: String,
@@ -73,10 +74,12 @@ impl Lab {
         })
     }
 
+    /// The lab's working directory (`<temp dir>/onionlab-<pid>`), removed with the lab.
     pub fn work_dir(&self) -> &Path {
         &self.work_dir
     }
 
+    /// The name of the hub namespace, where the switch and its ports live.
     pub fn hub(&self) -> String {
         format!("{}-hub", self.id)
     }

@@ -38,21 +38,28 @@ pub fn connect(ns: &str, timeout: Duration) -> Result<ControlConn, String> {
 pub struct BwSample {
     /// Scenario second that just ended (1 = the first).
     pub second: u64,
+    /// Bytes the relay read in that second.
     pub read: u64,
+    /// Bytes the relay wrote in that second.
     pub written: u64,
 }
 
 /// A circuit of a client, with the instants at which its events arrived.
 #[derive(Clone, Debug, Default)]
 pub struct CircuitSeen {
+    /// When the LAUNCHED event arrived.
     pub launched: Option<Instant>,
+    /// When the BUILT event arrived.
     pub built: Option<Instant>,
+    /// When the CLOSED event arrived.
     pub closed: Option<Instant>,
     /// Fingerprints, guard first.
     pub path: Vec<String>,
+    /// tor's purpose for the circuit (`GENERAL`, ...), as the last event that gave one said.
     pub purpose: Option<String>,
     /// `FAILED` reason, if it failed.
     pub failure: Option<String>,
+    /// Streams that succeeded on the circuit.
     pub streams: u32,
 }
 

@@ -14,34 +14,57 @@ use crate::delay::PathSpec;
 pub const MAX_TOR_PROCESSES: usize = 40;
 
 /// Each tor's port numbers; every host has its own address, so they can be the same everywhere.
+/// This one is the ORPort, where relays and authorities accept channels.
 pub const OR_PORT: u16 = 9001;
+/// The authorities' DirPort, where they serve directory documents.
 pub const DIR_PORT: u16 = 7000;
+/// The clients' SOCKS port, on 127.0.0.1 of their namespace, where the workload opens streams.
 pub const SOCKS_PORT: u16 = 9050;
+/// Every tor's ControlPort, on 127.0.0.1 of its namespace, which the monitors read.
 pub const CONTROL_PORT: u16 = 9051;
 /// The file servers' port, as in the simulator.
 pub const HTTP_PORT: u16 = 80;
 
+/// What an emulated host runs, with what the scenario says about it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Role {
+    /// A directory authority: a tor that votes on the consensus.
     Authority,
+    /// A relay's tor.
     Relay {
+        /// Consensus flags the scenario gives the relay; the authorities vote Guard and Exit
+        /// as these say.
         flags: RelayFlags,
+        /// Consensus weight (nominally kB/s, as in a `w Bandwidth=` line), written into the
+        /// authorities' bandwidth file.
         consensus_weight: u64,
+        /// tor's `BandwidthRate`, in bytes per second.
         bandwidth_rate: u64,
+        /// tor's `BandwidthBurst`, in bytes.
         bandwidth_burst: u64,
+        /// tor's `RelayBandwidthRate`, in bytes per second, where the scenario sets one.
         relay_bandwidth_rate: Option<u64>,
+        /// tor's `RelayBandwidthBurst`, in bytes, where the scenario sets one.
         relay_bandwidth_burst: Option<u64>,
+        /// Whether the relay runs as an exit: it has the Exit flag and its policy allows
+        /// [`HTTP_PORT`].
         exit: bool,
+        /// Family id: relays with the same id declare each other in `MyFamily`.
         family: Option<u32>,
     },
+    /// A file server the clients download from (no tor).
     Server {
         /// Whether clients that name no server group download from it (not so for a
         /// dedicated group).
         shared: bool,
     },
+    /// A client's tor and the workload that drives it through SOCKS.
     Client {
+        /// What the client fetches, in bytes and nanoseconds.
         workload: ClientWorkload,
+        /// The server group to download from; `None`: any shared server.
         server_group: Option<String>,
+        /// Scenario time (ns) of the client's first activity.
         start: u64,
         /// tor's `UseEntryGuards`.
         use_entry_guards: bool,
@@ -55,17 +78,25 @@ pub enum Role {
 pub struct Node {
     /// The scenario's name for the host, used in every output file.
     pub name: String,
+    /// The scenario group the host belongs to (`relay` for every relay).
     pub group: String,
+    /// What the host runs.
     pub role: Role,
+    /// The host's IPv4 address in 10.0.0.0/16.
     pub address: Ipv4Addr,
+    /// MAC address of the host's end of its veth pair (locally administered, encodes the
+    /// host index).
     pub mac: [u8; 6],
+    /// Upstream access link rate, in bits per second.
     pub link_up_bps: u64,
+    /// Downstream access link rate, in bits per second.
     pub link_down_bps: u64,
     /// Index into the scenario graph's nodes.
     pub graph_node: usize,
 }
 
 impl Node {
+    /// Whether the host runs a tor (every role but a file server).
     pub fn runs_tor(&self) -> bool {
         !matches!(self.role, Role::Server { .. })
     }
@@ -93,10 +124,12 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// How many of the hosts run a tor.
     pub fn tor_processes(&self) -> usize {
         self.nodes.iter().filter(|n| n.runs_tor()).count()
     }
 
+    /// Indices of the hosts whose role `pick` accepts, in port order.
     pub fn indices(&self, pick: impl Fn(&Role) -> bool) -> Vec<usize> {
         (0..self.nodes.len())
             .filter(|&i| pick(&self.nodes[i].role))

@@ -24,6 +24,7 @@ const ATYP_IPV6: u8 = 4;
 /// Why a SOCKS5 CONNECT through tor failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SocksError {
+    /// Reading from or writing to the SOCKS connection failed (a timeout included).
     #[error("SOCKS I/O error: {0}")]
     Io(#[from] io::Error),
     /// The proxy closed the connection before the handshake finished.
@@ -31,11 +32,19 @@ pub enum SocksError {
     Closed,
     /// The CONNECT reply carried a failure code.
     #[error("SOCKS5 reply {code}: {}", reply_meaning(*code))]
-    Reply { code: u8 },
+    Reply {
+        /// The SOCKS5 reply code (RFC 1928 6), which tor sets from the stream's end reason.
+        code: u8,
+    },
+    /// The proxy refused every authentication method offered (reply method 0xff).
     #[error("SOCKS proxy accepted none of the offered authentication methods")]
     NoAcceptableMethod,
+    /// The proxy rejected the username and password (RFC 1929).
     #[error("SOCKS username/password rejected (status {status})")]
-    AuthFailed { status: u8 },
+    AuthFailed {
+        /// The non-zero status byte of the proxy's RFC 1929 reply.
+        status: u8,
+    },
     /// Username or password is empty or longer than the 255 bytes RFC 1929 allows.
     #[error("SOCKS username and password must each be 1 to 255 bytes")]
     BadCredentials,

@@ -21,14 +21,17 @@ use crate::socks;
 /// The clock of the run: scenario time zero is when the network finished bootstrapping.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
+    /// The instant of scenario time zero.
     pub zero: Instant,
 }
 
 impl Clock {
+    /// Scenario time now, in nanoseconds since `zero`.
     pub fn now_ns(&self) -> u64 {
         self.zero.elapsed().as_nanos() as u64
     }
 
+    /// The instant of scenario time `ns` (nanoseconds).
     pub fn at(&self, ns: u64) -> Instant {
         self.zero + Duration::from_nanos(ns)
     }
@@ -37,24 +40,34 @@ impl Clock {
 /// How one download ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ending {
+    /// Every byte arrived.
     Ok,
+    /// The download's timeout passed first (tor's TTL-expired SOCKS reply counts as one).
     Timeout,
+    /// It failed otherwise: a short label of what failed (`socks-io`, `read: reset`, ...).
     Error(String),
 }
 
 /// One download as the client saw it. Times are scenario nanoseconds.
 #[derive(Clone, Debug)]
 pub struct Download {
+    /// The client's host index in the layout.
     pub client: usize,
+    /// The server's host index in the layout.
     pub server: usize,
+    /// Bytes requested.
     pub size: u64,
+    /// When the download started, before the SOCKS connection.
     pub start: u64,
     /// When the request went out, after tor reported the stream open (OnionPerf's DATAREQUEST).
     pub request: Option<u64>,
+    /// When the first byte of the response arrived.
     pub first_byte: Option<u64>,
     /// When the bytes that bound Tor Metrics' throughput arrived.
     pub throughput: ThroughputProbe,
+    /// When the last byte arrived; `None` unless the download completed.
     pub last_byte: Option<u64>,
+    /// How the download ended.
     pub ending: Ending,
     /// The local port of the SOCKS connection: tor reports it in its stream events, which is
     /// how a download is matched with the circuit that carried it.
@@ -104,11 +117,15 @@ fn serve(mut stream: TcpStream) -> io::Result<()> {
 
 /// What a client driver needs.
 pub struct ClientSpec {
+    /// The client's host index in the layout.
     pub index: usize,
+    /// The network namespace the client's downloads run in.
     pub ns: String,
+    /// When to start which download, as the simulator's client would.
     pub schedule: ClientSchedule,
     /// Candidate servers: (host index, address).
     pub servers: Vec<(usize, Ipv4Addr)>,
+    /// The client's random stream: its schedule's draws and its choice of server.
     pub rng: onionlab_engine::HostRng,
 }
 

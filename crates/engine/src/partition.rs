@@ -65,18 +65,22 @@ impl Partition {
         Self::from_assignment(worker_of, kept.max(1) as usize)
     }
 
+    /// The number of workers, numbered `0..workers()`.
     pub fn workers(&self) -> usize {
         self.hosts_of.len()
     }
 
+    /// The number of hosts assigned.
     pub fn hosts(&self) -> usize {
         self.worker_of.len()
     }
 
+    /// The worker that owns `host`.
     pub fn worker_of(&self, host: HostId) -> usize {
         self.worker_of[host as usize] as usize
     }
 
+    /// The hosts `worker` owns, in ascending id.
     pub fn hosts_of(&self, worker: usize) -> &[HostId] {
         &self.hosts_of[worker]
     }

@@ -11,31 +11,38 @@ use crate::sim::{Context, EngineConfig, Host, Simulation};
 use crate::time::{SimDuration, SimTime};
 use crate::HostId;
 
+/// The shape of a PHOLD benchmark run.
 #[derive(Clone, Debug)]
 pub struct PholdConfig {
+    /// Hosts in the simulation.
     pub hosts: usize,
     /// Initial jobs per host.
     pub jobs_per_host: usize,
     /// Fraction of jobs forwarded to another host.
     pub remote: f64,
-    /// Least delay of any job (and the engine's round width).
+    /// Least delay of any job (and the engine's round width), in nanoseconds of simulated
+    /// time.
     pub lookahead: SimDuration,
-    /// Mean of the exponential part of the delay.
+    /// Mean of the exponential part of the delay, in nanoseconds of simulated time.
     pub mean_delay: SimDuration,
 }
 
 /// A job; `hops` counts how often it has been forwarded.
 #[derive(Clone, Copy, Debug)]
 pub struct Job {
+    /// Times the job has been forwarded, to another host or back to its own.
     pub hops: u32,
 }
 
+/// A PHOLD host: forwards every job it is handed and counts what it did.
 pub struct PholdHost {
     hosts: u32,
     remote: f64,
     lookahead: SimDuration,
     mean_delay: f64,
+    /// Jobs this host has handled.
     pub handled: u64,
+    /// Jobs this host forwarded to another host rather than to itself.
     pub sent_remote: u64,
 }
 

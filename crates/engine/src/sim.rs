@@ -33,7 +33,11 @@ use crate::HostId;
 /// Hosts never share state; everything they learn about each other arrives as events. That is
 /// what lets the engine run them on any worker and move them between workers.
 pub trait Host: Send {
+    /// What this host's events and the messages sent to it carry: timers it set itself and
+    /// messages from other hosts alike.
     type Event: Send;
+    /// Handles one event at simulated time `ctx.now()`, acting on the world only through
+    /// `ctx` (new events for itself, messages to other hosts).
     fn handle(&mut self, ctx: &mut Context<'_, Self::Event>, event: Self::Event);
 
     /// Asks the cache for the state this host's next event will most likely read first (with
@@ -322,9 +326,13 @@ pub struct EngineConfig {
 /// Per-worker time accounting.
 #[derive(Clone, Debug, Default)]
 pub struct WorkerStats {
+    /// Hosts the partition gives this worker (it owns their queues and messages).
     pub hosts: usize,
+    /// Events this worker handled, its own hosts' and stolen ones' alike.
     pub events: u64,
+    /// Wall-clock time the worker spent outside the barrier waits.
     pub busy: Duration,
+    /// Wall-clock time the worker spent waiting at the barrier for the others.
     pub blocked: Duration,
     /// Host rounds this worker ran for other workers (a host run in ten rounds counts ten).
     pub stolen: u64,
@@ -336,17 +344,22 @@ pub struct WorkerStats {
 /// What a run did and how long it took.
 #[derive(Clone, Debug, Default)]
 pub struct RunStats {
+    /// Events handled over all hosts.
     pub events: u64,
+    /// Rounds run, each at most one lookahead of simulated time (stretches with no event are
+    /// skipped, not run).
     pub rounds: u64,
     /// Messages between hosts (including a host's messages to itself through the barrier).
     pub messages: u64,
     /// Messages due before their round ended and delivered at the round end instead.
     pub late_messages: u64,
+    /// Wall-clock time the run took.
     pub wall: Duration,
     /// Simulated time reached: the end of the last round run, or the stop time.
     pub sim_time: SimTime,
     /// True if the run stopped because of an interrupt rather than reaching its stop time.
     pub interrupted: bool,
+    /// Each worker's accounting, by worker index.
     pub workers: Vec<WorkerStats>,
 }
 
@@ -453,6 +466,7 @@ impl<H: Host> Simulation<H> {
         }
     }
 
+    /// The settings the simulation runs with (`threads` being the workers actually used).
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
@@ -517,10 +531,13 @@ impl<H: Host> Simulation<H> {
         self.config.work_stealing = on;
     }
 
+    /// The number of hosts; their ids are `0..host_count()`.
     pub fn host_count(&self) -> usize {
         self.hosts.slots.len()
     }
 
+    /// A handle on this simulation's runs, to interrupt them or follow their progress from
+    /// another thread.
     pub fn control(&self) -> RunControl {
         self.control.clone()
     }
@@ -548,19 +565,23 @@ impl<H: Host> Simulation<H> {
         slot.queue.push(time.max(self.clock), key, event);
     }
 
+    /// The model of `host`, to read its state between runs.
     pub fn host(&self, host: HostId) -> &H {
         // SAFETY: `&self` excludes a concurrent run, which needs `&mut self`.
         unsafe { &(*self.hosts.slots[host as usize].get()).model }
     }
 
+    /// The model of `host`, to change its state between runs.
     pub fn host_mut(&mut self, host: HostId) -> &mut H {
         &mut self.hosts.slots[host as usize].get_mut().model
     }
 
+    /// Every host's model in id order.
     pub fn hosts(&self) -> impl Iterator<Item = &H> {
         (0..self.host_count()).map(|h| self.host(h as HostId))
     }
 
+    /// Ends the simulation and gives back the models in id order, for their final state.
     pub fn into_hosts(self) -> Vec<H> {
         self.hosts
             .slots

@@ -34,6 +34,7 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
+    /// An empty table, which allocates nothing until the first insert.
     pub fn new() -> Self {
         Self::default()
     }
@@ -67,6 +68,7 @@ impl<T> Slab<T> {
         self.live as usize
     }
 
+    /// Whether no entry is alive (freed slots may remain).
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }

@@ -13,8 +13,11 @@ pub type SimTime = u64;
 /// A span of simulated time, in nanoseconds.
 pub type SimDuration = u64;
 
+/// Nanoseconds of simulated time in one microsecond.
 pub const NANOS_PER_MICRO: u64 = 1_000;
+/// Nanoseconds of simulated time in one millisecond.
 pub const NANOS_PER_MILLI: u64 = 1_000_000;
+/// Nanoseconds of simulated time in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 /// Converts whole milliseconds to simulated nanoseconds (saturating at `u64::MAX`).

@@ -11,10 +11,14 @@ use onionlab_topology::Graph;
 
 use crate::{HostPlacement, NetEvent, NetStack, Network, NetworkConfig, SocketEvent, SocketId};
 
+/// The port sinks listen on (TCP and QUIC) and senders connect to.
 pub const PORT: u16 = 80;
 
+/// The events of an iperf simulation.
 pub enum Ev {
+    /// An event of the host's network stack.
     Net(NetEvent<u64>),
+    /// Time 0: sinks start listening, senders connect and start writing.
     Start,
 }
 
@@ -27,37 +31,58 @@ impl From<NetEvent<u64>> for Ev {
 /// What one receiving connection has seen.
 #[derive(Clone, Debug, Default)]
 pub struct Received {
+    /// The sending host (`HostId::MAX` if a QUIC stream's peer was unknown).
     pub peer: HostId,
+    /// In-order payload bytes read.
     pub bytes: u64,
+    /// Whole messages received.
     pub messages: u64,
     /// Set if a message arrived out of order, twice, or at the wrong byte offset.
     pub error: Option<String>,
+    /// The sender closed its direction and everything it sent was delivered.
     pub closed: bool,
 }
 
+/// What a host of an iperf simulation does.
 pub enum Role {
+    /// Nothing: a host that only stands on the network.
     Idle,
     /// Sends `total` bytes (forever if `None`) to `dst` as messages of `message` bytes, over
     /// TCP or over a stream of a QUIC connection.
     Sender {
+        /// The sink's host.
         dst: HostId,
+        /// Over a QUIC stream rather than TCP.
         quic: bool,
+        /// Bytes to send, then close; `None` sends for ever.
         total: Option<u64>,
+        /// Size of each message, in bytes (the last may be shorter).
         message: u64,
+        /// The TCP socket or QUIC stream, once opened.
         socket: Option<SocketId>,
+        /// Bytes written to the socket so far.
         written: u64,
+        /// Number of the next message to mark; messages are numbered from 0.
         next_id: u64,
+        /// The connection has been established.
         connected: bool,
+        /// The connection was reset or timed out.
         reset: bool,
     },
+    /// Accepts connections on [`PORT`] and checks the messages that arrive on each.
     Sink {
+        /// Size of each message the senders send, in bytes, for the offset check.
         message: u64,
+        /// Every accepted connection (or QUIC stream) and what it has received.
         conns: Vec<(SocketId, Received)>,
     },
 }
 
+/// One host of an iperf simulation: its network stack and its role.
 pub struct App {
+    /// The host's network stack, whose messages are numbered `u64`s.
     pub stack: NetStack<u64>,
+    /// Sender, sink or idle.
     pub role: Role,
 }
 
@@ -206,6 +231,8 @@ impl Host for App {
     }
 }
 
+/// A TCP sender of `total` bytes (for ever if `None`) to `dst`, in messages of `message`
+/// bytes.
 pub fn sender(dst: HostId, total: Option<u64>, message: u64) -> Role {
     Role::Sender {
         dst,
@@ -229,6 +256,7 @@ pub fn quic_sender(dst: HostId, total: Option<u64>, message: u64) -> Role {
     role
 }
 
+/// A sink that expects messages of `message` bytes.
 pub fn sink(message: u64) -> Role {
     Role::Sink {
         message,
@@ -298,6 +326,7 @@ pub fn received(sim: &Simulation<App>, host: HostId) -> Vec<Received> {
     }
 }
 
+/// Bytes received so far on all connections of a sink host together.
 pub fn total_received(sim: &Simulation<App>, host: HostId) -> u64 {
     received(sim, host).iter().map(|r| r.bytes).sum()
 }
@@ -311,6 +340,8 @@ pub fn goodput(sim: &mut Simulation<App>, host: HostId, from: SimTime, to: SimTi
     (b - a) as f64 * 8.0 / ((to - from) as f64 / 1e9)
 }
 
+/// Jain's fairness index of `xs` (such as flows' goodputs): 1 when all are equal, down to
+/// `1 / xs.len()` when one takes everything.
 pub fn jain(xs: &[f64]) -> f64 {
     let sum: f64 = xs.iter().sum();
     let sq: f64 = xs.iter().map(|x| x * x).sum();

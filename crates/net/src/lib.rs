@@ -46,14 +46,19 @@ pub use onionlab_topology as topology;
 pub use packet::{Packet, SocketAddr};
 pub use stack::{NetEvent, NetStack, NetStats, SocketEvent, SocketId};
 
+/// Why a network could not be built, or a port could not be bound.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
+    /// The network's settings or host placements are invalid (a missing node or bandwidth,
+    /// an impairment out of range); the message says which.
     #[error("{0}")]
     Config(String),
     /// The graph cannot carry the hosts placed on it (two of them have no path between
     /// them, a node has no self-loop, a path has no latency): a fault of the graph file.
     #[error("{0}")]
     Graph(String),
+    /// A TCP listen, UDP bind or QUIC listen asked for a port already taken (UDP and QUIC
+    /// share one port space, TCP has its own).
     #[error("port {0} is already in use")]
     PortInUse(u16),
 }

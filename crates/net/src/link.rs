@@ -5,18 +5,24 @@
 
 use onionlab_engine::time::{SimDuration, SimTime, NANOS_PER_SEC};
 
+/// One direction of a host's access link: its rate, queue bound and counters.
 #[derive(Clone, Debug)]
 pub struct Link {
     bits_per_sec: u64,
     /// Queue bound: a packet that would wait behind more than this many bytes is dropped.
     queue_bytes: u64,
     busy_until: SimTime,
+    /// Packets dropped because the queue was past its bound.
     pub drops: u64,
+    /// Packets the link accepted; a batch ([`Link::enqueue_batch`]) counts each of its packets.
     pub packets: u64,
+    /// Wire bytes of the packets accepted.
     pub bytes: u64,
 }
 
 impl Link {
+    /// An idle link sending `bits_per_sec` (positive) that drops a packet arriving while more
+    /// than `queue_bytes` bytes wait.
     pub fn new(bits_per_sec: u64, queue_bytes: u64) -> Self {
         assert!(bits_per_sec > 0, "link rate must be positive");
         Self {
@@ -29,6 +35,7 @@ impl Link {
         }
     }
 
+    /// The link's rate, in bit/s.
     pub fn rate(&self) -> u64 {
         self.bits_per_sec
     }

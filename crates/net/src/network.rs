@@ -48,7 +48,9 @@ pub struct NetworkConfig {
     /// single-flow tests and examples build on; a scenario has it on unless its
     /// `network.segment_offload` says `false`.
     pub segment_offload: bool,
+    /// Settings of every host's TCP sockets (buffers, congestion control, delayed ACKs).
     pub tcp: TcpConfig,
+    /// Settings of every host's QUIC connections.
     pub quic: QuicConfig,
     /// Extra loss between chosen hosts, on top of their paths' own (an experiment that
     /// impairs one link of a circuit while the other hops crossing the same graph nodes stay
@@ -66,7 +68,9 @@ pub const MAX_OFFLOAD_SEGMENTS: u16 = 44;
 /// impairments that name the same pair.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Impairment {
+    /// Hosts of one side.
     pub a: Vec<HostId>,
+    /// Hosts of the other side.
     pub b: Vec<HostId>,
     /// At least 0 and below 1.
     pub loss: f64,
@@ -94,14 +98,21 @@ impl Default for NetworkConfig {
     }
 }
 
+/// One host's place on the graph and its access links, as resolved when the network is built.
 #[derive(Clone, Debug)]
 pub struct HostLinks {
+    /// Index of the graph node the host sits on.
     pub node: usize,
+    /// Upstream rate, in bit/s.
     pub up_bps: u64,
+    /// Downstream rate, in bit/s.
     pub down_bps: u64,
+    /// Downstream queue bound, in bytes: `down_queue_time` at `down_bps`, at least
+    /// `down_queue_min_bytes`.
     pub down_queue_bytes: u64,
 }
 
+/// Every host's access links and the paths between them, shared read-only by all stacks.
 pub struct Network {
     hosts: Vec<HostLinks>,
     /// Shared by every socket, so connections need not carry their own copy.
@@ -116,6 +127,7 @@ pub struct Network {
     impair_class: Vec<u16>,
     impair_loss: Vec<f64>,
     impair_classes: usize,
+    /// The settings the network was built with.
     pub config: NetworkConfig,
 }
 
@@ -196,6 +208,10 @@ fn impairment_table(
 }
 
 impl Network {
+    /// Places each host on its graph node with its link rates (its own, or the node's), finds
+    /// the paths between the nodes used and resolves the impairments. Fails on an invalid
+    /// placement or impairment ([`NetError::Config`]) or a graph that cannot carry the hosts
+    /// ([`NetError::Graph`]).
     pub fn build(
         graph: &Graph,
         placements: &[HostPlacement],
@@ -261,10 +277,12 @@ impl Network {
         })
     }
 
+    /// The number of hosts.
     pub fn hosts(&self) -> usize {
         self.hosts.len()
     }
 
+    /// Host `id`'s node and access links.
     pub fn host(&self, id: HostId) -> &HostLinks {
         &self.hosts[id as usize]
     }
@@ -287,10 +305,12 @@ impl Network {
         path
     }
 
+    /// The TCP settings every socket shares.
     pub fn tcp_config(&self) -> &Arc<TcpConfig> {
         &self.tcp
     }
 
+    /// The QUIC settings every connection shares.
     pub fn quic_config(&self) -> &Arc<QuicConfig> {
         &self.quic
     }

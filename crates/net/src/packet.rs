@@ -13,7 +13,9 @@ pub const UDP_HEADER_BYTES: u32 = 28;
 
 /// A packet in flight. `M` is the application's message descriptor type (see `pipe`).
 pub struct Packet<M> {
+    /// Sending host.
     pub src: HostId,
+    /// Receiving host.
     pub dst: HostId,
     /// Bytes on the wire (IP packet: headers plus payload length); what links serialise.
     pub wire_bytes: u32,
@@ -23,6 +25,7 @@ pub struct Packet<M> {
     /// server's response is bytes without messages, and an exit reads it a few segments at a
     /// time. It sits in what would otherwise be the packet's padding, so events stay their size.
     pub messages: bool,
+    /// The transport's headers: a TCP segment, a UDP datagram or a QUIC packet.
     pub body: PacketBody<M>,
 }
 
@@ -60,8 +63,11 @@ pub(crate) fn segments_in(wire_bytes: u32, segment: &TcpSegment) -> u16 {
 /// events and a copy of each at every queue it passes. The cost is one allocation per QUIC
 /// datagram, under that design alone.
 pub enum PacketBody<M> {
+    /// A TCP segment (or, under segmentation offload, a run of them).
     Tcp(TcpPacket<M>),
+    /// A plain UDP datagram to a bound port.
     Udp(UdpDatagram<M>),
+    /// A QUIC packet, boxed (see above).
     Quic(Box<QuicDatagram<M>>),
 }
 
@@ -70,21 +76,29 @@ pub enum PacketBody<M> {
 /// Once a connection is set up, each side knows the other's socket slot, so a segment names
 /// its destination slot directly and the receiving stack needs no lookup table.
 pub struct TcpPacket<M> {
+    /// Sender's TCP port.
     pub src_port: u16,
+    /// Receiver's TCP port.
     pub dst_port: u16,
+    /// Sender's socket slot, which the receiver answers to.
     pub src_socket: SocketAddr,
     /// `None` until the sender has learned the peer's socket (the first SYN).
     pub dst_socket: Option<SocketAddr>,
+    /// The TCP header fields (sequence and acknowledgement numbers, flags, window, length).
     pub segment: TcpSegment,
     /// The connection's message pipes, carried by SYNs only so the acceptor can attach to them.
     pub pipes: Option<Arc<ConnPipes<M>>>,
 }
 
+/// A UDP datagram to a bound port, carrying one application message descriptor.
 pub struct UdpDatagram<M> {
+    /// Sender's UDP port.
     pub src_port: u16,
+    /// Receiver's UDP port.
     pub dst_port: u16,
     /// Payload length in bytes.
     pub len: u32,
+    /// What the payload stands for, handed to the receiving application.
     pub message: M,
 }
 
@@ -92,7 +106,9 @@ pub struct UdpDatagram<M> {
 /// connection cannot reach a new connection that reuses the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SocketAddr {
+    /// Index of the slot in the host's socket table.
     pub slot: u32,
+    /// Which occupant of the slot: bumped each time the slot is emptied for reuse.
     pub generation: u32,
 }
 
@@ -100,11 +116,15 @@ pub struct SocketAddr {
 /// stands in for the connection IDs that real QUIC puts in its headers (and counts in the
 /// packet's size), so the receiving stack needs no lookup table.
 pub struct QuicDatagram<M> {
+    /// Sender's UDP port.
     pub src_port: u16,
+    /// Receiver's UDP port.
     pub dst_port: u16,
+    /// Sender's connection slot, which the receiver answers to.
     pub src_conn: SocketAddr,
     /// `None` until the client has heard from the server.
     pub dst_conn: Option<SocketAddr>,
+    /// The QUIC packet: its number space and number, its size, and descriptions of its frames.
     pub packet: QuicPacket,
     /// The connection's stream pipes, on the client's packets until it has heard from the
     /// server, so the server can attach to them.

@@ -41,9 +41,19 @@ pub enum NetEvent<M> {
     /// A packet has been received in full and goes to its socket.
     Deliver(Packet<M>),
     /// A TCP timer of `socket` set for `deadline`.
-    TcpTimer { socket: SocketId, deadline: SimTime },
+    TcpTimer {
+        /// The TCP socket whose timer it is.
+        socket: SocketId,
+        /// When the timer was set to fire; a timer re-armed since then makes the event stale.
+        deadline: SimTime,
+    },
     /// A QUIC connection's timer (loss detection, PTO, ACK delay, idle) set for `deadline`.
-    QuicTimer { socket: SocketId, deadline: SimTime },
+    QuicTimer {
+        /// The QUIC connection's socket.
+        socket: SocketId,
+        /// When the timer was set to fire; a timer re-armed since then makes the event stale.
+        deadline: SimTime,
+    },
     /// The upstream link has drained enough to take more TCP segments (or QUIC packets).
     UpReady,
 }
@@ -55,19 +65,30 @@ pub enum SocketEvent<M> {
     Connected(SocketId),
     /// A connection to a listening port is established.
     Accepted {
+        /// The new connection's socket (a TCP socket or a QUIC connection).
         socket: SocketId,
+        /// The local port it was accepted on.
         port: u16,
+        /// The host that opened it.
         peer: HostId,
     },
     /// New in-order bytes wait on a socket that does not read automatically.
     Readable(SocketId),
     /// `bytes` new in-order bytes were read (automatically, or by `read`).
-    Data { socket: SocketId, bytes: u64 },
+    Data {
+        /// The socket (TCP socket or QUIC stream) that read them.
+        socket: SocketId,
+        /// In-order payload bytes read.
+        bytes: u64,
+    },
     /// Whole messages arrived (their last bytes were read): `count` equal ones back to back,
     /// which the receiver handles as that many messages, and may handle at once.
     Message {
+        /// The socket (TCP socket or QUIC stream) the messages arrived on.
         socket: SocketId,
+        /// The descriptor the sender marked the messages with.
         message: M,
+        /// How many equal messages arrived back to back, at least 1.
         count: u32,
     },
     /// Send buffer space freed up after a write found it full.
@@ -81,12 +102,21 @@ pub enum SocketEvent<M> {
     /// Retransmissions were exhausted.
     TimedOut(SocketId),
     /// The peer opened a stream on QUIC connection `conn`; `stream` is its socket.
-    StreamAccepted { conn: SocketId, stream: SocketId },
+    StreamAccepted {
+        /// The QUIC connection.
+        conn: SocketId,
+        /// The new stream's socket.
+        stream: SocketId,
+    },
     /// A UDP datagram arrived on a bound port.
     Datagram {
+        /// The local port it arrived on.
         port: u16,
+        /// The sending host.
         from: HostId,
+        /// UDP payload length, in bytes.
         len: u32,
+        /// The descriptor the sender gave the datagram.
         message: M,
     },
 }
@@ -94,9 +124,14 @@ pub enum SocketEvent<M> {
 /// Counters of a host's traffic.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NetStats {
+    /// Wire packets the upstream link took (each segment of an offloaded packet counts), lost
+    /// on the path or not.
     pub packets_sent: u64,
+    /// Wire bytes (IP headers included) of those packets.
     pub bytes_sent: u64,
+    /// Wire packets delivered to this host past its downstream queue (each segment counts).
     pub packets_received: u64,
+    /// Wire bytes (IP headers included) of those packets.
     pub bytes_received: u64,
     /// Packets dropped because the upstream queue was full.
     pub up_drops: u64,
@@ -114,13 +149,15 @@ pub struct NetStats {
     pub tcp_timeouts: u64,
     /// QUIC packets for no (or a stale) connection.
     pub quic_unmatched: u64,
-    /// QUIC packets declared lost, probe timeouts, and UDP payload bytes sent, over all QUIC
-    /// connections (open and closed).
+    /// QUIC packets declared lost, over all QUIC connections (open and closed).
     pub quic_lost: u64,
+    /// QUIC probe timeouts (PTO expiries), over all QUIC connections.
     pub quic_ptos: u64,
+    /// UDP payload bytes of every QUIC packet sent, over all QUIC connections.
     pub quic_udp_bytes: u64,
-    /// QUIC stream payload bytes: first transmissions, and retransmissions.
+    /// QUIC stream payload bytes sent for the first time.
     pub quic_stream_bytes: u64,
+    /// QUIC stream payload bytes sent again (after loss, or as probes).
     pub quic_stream_bytes_retransmitted: u64,
 }
 
@@ -263,6 +300,7 @@ pub struct NetStack<M> {
 }
 
 impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
+    /// Host `host`'s stack on `net`: its access links, no sockets yet.
     pub fn new(host: HostId, net: Arc<Network>) -> Self {
         let links = net.host(host).clone();
         let cfg = &net.config;
@@ -286,6 +324,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         }
     }
 
+    /// The host this stack belongs to.
     pub fn host(&self) -> HostId {
         self.host
     }
@@ -296,6 +335,8 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         (self.slots.len() - self.free.len(), self.slots.len())
     }
 
+    /// The host's traffic counters so far, link drops and every socket's retransmissions
+    /// included.
     pub fn stats(&self) -> NetStats {
         let mut s = self.stats.clone();
         s.up_drops = self.up.drops;

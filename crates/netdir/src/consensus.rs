@@ -15,13 +15,17 @@ use crate::weights::{BandwidthWeights, WEIGHT_SCALE};
 /// One relay as the consensus lists it, plus the scenario's family assignment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Relay {
+    /// Operator-chosen name from the `r` line (1-19 letters or digits); not unique.
     pub nickname: String,
     /// RSA identity fingerprint as 40 upper-case hex digits (the form Tor Metrics and torrc
     /// use), decoded from the base64 identity on the `r` line. Generated relays may use any
     /// unique string.
     pub fingerprint: String,
+    /// IPv4 address the relay accepts channels on, from the `r` line.
     pub address: Ipv4Addr,
+    /// TCP port for OR (relay-to-relay and client) channels, from the `r` line; never 0.
     pub or_port: u16,
+    /// Status flags voted by the authorities, from the `s` line.
     pub flags: RelayFlags,
     /// Consensus weight from `w Bandwidth=`, in the units published (nominally kB/s; for
     /// measured relays it is a bandwidth-authority estimate scaled relative to other relays,
@@ -56,6 +60,7 @@ pub enum RelayClass {
 }
 
 impl RelayClass {
+    /// Every class, in declaration order; per-class tables are indexed in this order.
     pub const ALL: [RelayClass; 4] = [
         RelayClass::GuardOnly,
         RelayClass::ExitOnly,
@@ -69,6 +74,7 @@ impl RelayClass {
 }
 
 impl Relay {
+    /// The bandwidth class this relay's flags put it in (a BadExit relay counts as a non-exit).
     pub fn class(&self) -> RelayClass {
         let guard = self.flags.contains(RelayFlags::GUARD);
         let exit = self.flags.is_weighted_exit();
@@ -113,7 +119,9 @@ pub struct Consensus {
     /// The `valid-after` time as written (`YYYY-MM-DD HH:MM:SS`), kept as text because the
     /// simulator only reports it.
     pub valid_after: Option<String>,
+    /// Which document flavour this came from, or [`Flavour::Generated`].
     pub flavour: Flavour,
+    /// Every relay in the order the document lists them; indices into this are relay ids.
     pub relays: Vec<Relay>,
     /// Published `bandwidth-weights`, or computed from the relays when the document has none.
     pub weights: BandwidthWeights,

@@ -8,6 +8,7 @@ pub struct DirError {
     pub file: String,
     /// 1-based line number; `None` for whole-file problems (unreadable, truncated, empty).
     pub line: Option<usize>,
+    /// What is wrong, in words for the user, clipped to a bounded length.
     pub message: String,
 }
 

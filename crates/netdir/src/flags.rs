@@ -11,19 +11,33 @@ use std::fmt;
 pub struct RelayFlags(pub u16);
 
 impl RelayFlags {
+    /// A directory authority.
     pub const AUTHORITY: RelayFlags = RelayFlags(1 << 0);
+    /// Authorities found its exit traffic faulty or tampered with; clients never use it as an exit.
     pub const BAD_EXIT: RelayFlags = RelayFlags(1 << 1);
+    /// Allows exit to enough common ports and addresses to be counted as an exit.
     pub const EXIT: RelayFlags = RelayFlags(1 << 2);
+    /// Suitable for high-bandwidth circuits; this crate requires it of every hop.
     pub const FAST: RelayFlags = RelayFlags(1 << 3);
+    /// Stable and fast enough to serve as a client's entry guard.
     pub const GUARD: RelayFlags = RelayFlags(1 << 4);
+    /// Stores onion-service descriptors.
     pub const HSDIR: RelayFlags = RelayFlags(1 << 5);
+    /// Reachable when the authorities last tested it.
     pub const RUNNING: RelayFlags = RelayFlags(1 << 6);
+    /// Long enough uptime for circuits carrying long-lived streams.
     pub const STABLE: RelayFlags = RelayFlags(1 << 7);
+    /// Answers directory requests (the v2 directory protocol or later).
     pub const V2DIR: RelayFlags = RelayFlags(1 << 8);
+    /// Runs a Tor version not known to be broken, and is not blocked by the authorities.
     pub const VALID: RelayFlags = RelayFlags(1 << 9);
+    /// Its descriptor is old enough that it should upload a new one.
     pub const STALE_DESC: RelayFlags = RelayFlags(1 << 10);
+    /// Restricted by the authorities to the middle position: never a guard or exit.
     pub const MIDDLE_ONLY: RelayFlags = RelayFlags(1 << 11);
+    /// The authorities did not agree on its Ed25519 identity.
     pub const NO_ED_CONSENSUS: RelayFlags = RelayFlags(1 << 12);
+    /// One of more relays on one address than the authorities accept.
     pub const SYBIL: RelayFlags = RelayFlags(1 << 13);
 
     /// Spelling of each flag on the consensus `s` line, in bit order.
@@ -54,14 +68,17 @@ impl RelayFlags {
         self.0 & other.0 == other.0
     }
 
+    /// Adds every flag of `other`.
     pub fn insert(&mut self, other: RelayFlags) {
         self.0 |= other.0;
     }
 
+    /// Clears every flag of `other`.
     pub fn remove(&mut self, other: RelayFlags) {
         self.0 &= !other.0;
     }
 
+    /// The flags set in either.
     #[must_use]
     pub const fn union(self, other: RelayFlags) -> RelayFlags {
         RelayFlags(self.0 | other.0)

@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 
 /// The most ranges a table may hold: tor's tables hold under 400,000; a file of millions is
 /// not one of them, and refusing it keeps memory bounded.
-pub const MAX_RANGES: usize = 4_000_000;
+pub(crate) const MAX_RANGES: usize = 4_000_000;
 
 /// An IPv4 country table: sorted, disjoint ranges, looked up by binary search.
 #[derive(Clone, Debug, PartialEq, Eq)]

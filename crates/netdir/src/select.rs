@@ -9,12 +9,16 @@ use crate::weights::{BandwidthWeights, WEIGHT_SCALE};
 /// A hop of a three-hop circuit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Position {
+    /// First hop: the client's entry guard, the only relay that sees the client's address.
     Guard,
+    /// Second hop, between guard and exit.
     Middle,
+    /// Last hop, which opens streams to destinations outside Tor.
     Exit,
 }
 
 impl Position {
+    /// Every position, in circuit order (guard, middle, exit).
     pub const ALL: [Position; 3] = [Position::Guard, Position::Middle, Position::Exit];
 
     fn index(self) -> usize {
@@ -80,6 +84,7 @@ pub struct PathSelector {
 }
 
 impl PathSelector {
+    /// Builds the per-position weight tables for `consensus`'s relays and position weights.
     pub fn new(consensus: &Consensus) -> Self {
         let w = &consensus.weights;
         let raw: Vec<[u128; 3]> = consensus

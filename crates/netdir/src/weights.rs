@@ -13,26 +13,44 @@ pub const WEIGHT_SCALE: u32 = 10_000;
 /// on guards, middles and exits balances across the network.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BandwidthWeights {
+    /// `Wgg`: guard position, Guard-only relays.
     pub wgg: u32,
+    /// `Wgm`: guard position, relays with neither flag.
     pub wgm: u32,
+    /// `Wgd`: guard position, Guard+Exit relays.
     pub wgd: u32,
+    /// `Wmg`: middle position, Guard-only relays.
     pub wmg: u32,
+    /// `Wmm`: middle position, relays with neither flag.
     pub wmm: u32,
+    /// `Wme`: middle position, Exit-only relays.
     pub wme: u32,
+    /// `Wmd`: middle position, Guard+Exit relays.
     pub wmd: u32,
+    /// `Weg`: exit position, Guard-only relays.
     pub weg: u32,
+    /// `Wem`: exit position, relays with neither flag.
     pub wem: u32,
+    /// `Wee`: exit position, Exit-only relays.
     pub wee: u32,
+    /// `Wed`: exit position, Guard+Exit relays.
     pub wed: u32,
     /// Directory-request weights (`Wb*`, `Wdb`, `Web`, `Wgb`, `Wmb`): kept when published so a
     /// consensus can be re-emitted, unused by path selection.
     pub wbd: Option<u32>,
+    /// `Wbe`: directory requests, Exit-only relays.
     pub wbe: Option<u32>,
+    /// `Wbg`: directory requests, Guard-only relays.
     pub wbg: Option<u32>,
+    /// `Wbm`: directory requests, relays with neither flag.
     pub wbm: Option<u32>,
+    /// `Wdb`: directory-capable Guard+Exit relays.
     pub wdb: Option<u32>,
+    /// `Web`: directory-capable Exit-only relays.
     pub web: Option<u32>,
+    /// `Wgb`: directory-capable Guard-only relays.
     pub wgb: Option<u32>,
+    /// `Wmb`: directory-capable relays with neither flag.
     pub wmb: Option<u32>,
 }
 

@@ -32,7 +32,7 @@ pub(crate) struct AckTracker {
 }
 
 impl AckTracker {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         AckTracker {
             ranges: [(0, 0); RANGES],
             count: 0,
@@ -49,18 +49,18 @@ impl AckTracker {
         &self.ranges[..usize::from(self.count)]
     }
 
-    pub fn largest(&self) -> Option<u64> {
+    pub(crate) fn largest(&self) -> Option<u64> {
         self.ranges().first().map(|r| r.1)
     }
 
     /// Whether `pn` was received (or lies below what is remembered).
-    pub fn is_duplicate(&self, pn: u64) -> bool {
+    pub(crate) fn is_duplicate(&self, pn: u64) -> bool {
         pn < self.floor || self.ranges().iter().any(|&(l, h)| l <= pn && pn <= h)
     }
 
     /// Records a packet that is not a duplicate. `immediate`: the space acknowledges at once
     /// (Initial and Handshake, RFC 9000 13.2.1).
-    pub fn on_packet(
+    pub(crate) fn on_packet(
         &mut self,
         now: SimTime,
         pn: u64,
@@ -124,17 +124,17 @@ impl AckTracker {
     }
 
     /// Whether an ACK-only packet should go out now.
-    pub fn due(&self, now: SimTime) -> bool {
+    pub(crate) fn due(&self, now: SimTime) -> bool {
         self.count > 0 && (self.ack_now || self.deadline <= now)
     }
 
     /// Whether an ACK frame is worth attaching to a packet that is sent anyway.
-    pub fn fresh(&self) -> bool {
+    pub(crate) fn fresh(&self) -> bool {
         self.count > 0 && self.fresh
     }
 
     /// The ACK frame to send now (the caller then calls `on_sent` if it goes out).
-    pub fn frame(&self, now: SimTime) -> AckFrame {
+    pub(crate) fn frame(&self, now: SimTime) -> AckFrame {
         let r = self.ranges();
         let (low, high) = r[0];
         let delay = now.saturating_sub(self.largest_at) / 1000;
@@ -164,7 +164,7 @@ impl AckTracker {
         ack
     }
 
-    pub fn on_sent(&mut self) {
+    pub(crate) fn on_sent(&mut self) {
         self.eliciting = 0;
         self.ack_now = false;
         self.deadline = NEVER;

@@ -14,6 +14,8 @@ pub struct QuicConfig {
     pub max_udp_payload: u32,
     /// Initial congestion window in datagrams (RFC 9002 7.2 caps it at about 14720 bytes).
     pub initial_window_packets: u32,
+    /// Window growth algorithm (`onionlab-congestion`, shared with the TCP model); CUBIC by
+    /// default.
     pub congestion: CongestionControl,
     /// Longest an acknowledgement of 1-RTT packets is held back (RFC 9000 18.2's default).
     pub max_ack_delay: SimDuration,
@@ -27,6 +29,7 @@ pub struct QuicConfig {
     pub stream_window_max: u64,
     /// Initial connection receive window, bytes.
     pub conn_window: u64,
+    /// Largest the connection receive window may autotune to, bytes.
     pub conn_window_max: u64,
     /// Grow receive windows with the path, as Chromium and quinn do. (The send buffer always
     /// follows the congestion window, within its bounds.)

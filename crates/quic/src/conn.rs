@@ -40,19 +40,28 @@ pub enum QuicEvent {
 /// be reported next to TCP's.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct QuicInfo {
+    /// The handshake completed on this side and the connection is not closed.
     pub established: bool,
     /// Congestion window, bytes.
     pub cwnd: u64,
     /// Slow-start threshold, bytes (`u64::MAX` before the first congestion event).
     pub ssthresh: u64,
+    /// Bytes of ack-eliciting packets sent and neither acknowledged, declared lost nor
+    /// discarded with their space (RFC 9002's `bytes_in_flight`).
     pub bytes_in_flight: u64,
+    /// Largest UDP payload a packet may have, bytes (`max_udp_payload` after clamping).
     pub max_datagram: u32,
+    /// Smoothed RTT (RFC 9002 5.3); `initial_rtt` before the first sample.
     pub srtt: SimDuration,
+    /// RTT variation (RFC 9002 5.3); half of `initial_rtt` before the first sample.
     pub rttvar: SimDuration,
+    /// Smallest RTT sample so far; 0 before the first.
     pub min_rtt: SimDuration,
     /// Consecutive PTOs now.
     pub pto_count: u32,
+    /// Packets sent in all spaces, ACK-only and CONNECTION_CLOSE packets included.
     pub packets_sent: u64,
+    /// Packets declared lost by the packet or time threshold (RFC 9002 6.1).
     pub packets_lost: u64,
     /// PTO expiries in total.
     pub ptos: u64,
@@ -66,7 +75,9 @@ pub struct QuicInfo {
     pub stream_bytes_received: u64,
     /// Stream bytes written by the application and never sent yet, all streams.
     pub unsent: u64,
+    /// Losses that started a recovery period and so reduced the congestion window.
     pub congestion_events: u64,
+    /// Times persistent congestion collapsed the window to its minimum (RFC 9002 7.6).
     pub persistent_congestion: u64,
 }
 
@@ -254,10 +265,12 @@ impl QuicConnection {
         c
     }
 
+    /// Whether this end opened the connection (`connect`) rather than accepted it.
     pub fn is_client(&self) -> bool {
         self.client
     }
 
+    /// Whether the handshake has completed on this side and the connection is not closed.
     pub fn is_established(&self) -> bool {
         self.state == State::Established
     }
@@ -405,6 +418,8 @@ impl QuicConnection {
         n
     }
 
+    /// Bytes `send` would take on `s` now: 0 for an unknown or finished stream, or once the
+    /// connection is closed.
     pub fn send_space(&self, s: StreamId) -> u64 {
         if !self.open() {
             return 0;
@@ -443,6 +458,7 @@ impl QuicConnection {
         }
     }
 
+    /// In-order bytes of `s` received and not yet read (0 for an unknown stream).
     pub fn readable(&self, s: StreamId) -> u64 {
         self.stream(s.0).map_or(0, |st| st.recv.readable())
     }
@@ -554,6 +570,7 @@ impl QuicConnection {
 
     // ---------------------------------------------------------------- events
 
+    /// Takes the oldest pending notification; `None` when there is none.
     pub fn poll_event(&mut self) -> Option<QuicEvent> {
         let e = self.events.pop_front();
         if e.is_none() && self.events.capacity() > 64 {
@@ -598,6 +615,8 @@ impl QuicConnection {
 
     // ---------------------------------------------------------------- timers
 
+    /// The earliest deadline (idle timeout, delayed ACK, loss timer or PTO) at which the
+    /// caller must call `on_timeout`; `None` once the connection is closed.
     pub fn poll_timeout(&self) -> Option<SimTime> {
         if !self.open() {
             return None;
@@ -678,6 +697,8 @@ impl QuicConnection {
         best
     }
 
+    /// Runs what is due at `now`: the idle timeout, the delayed ACK, loss detection or a
+    /// probe timeout. Harmless when nothing is (a stale wake-up).
     pub fn on_timeout(&mut self, now: SimTime) {
         if !self.open() {
             return;
@@ -755,6 +776,8 @@ impl QuicConnection {
 
     // ---------------------------------------------------------------- incoming packets
 
+    /// Processes a packet from the peer that arrived at `now`. Replies and events it causes
+    /// are collected with `poll_transmit` and `poll_event`.
     pub fn on_packet(&mut self, now: SimTime, p: &QuicPacket) {
         if !self.open() {
             return;
@@ -1188,6 +1211,9 @@ impl QuicConnection {
 
     // ---------------------------------------------------------------- outgoing packets
 
+    /// The next packet (one UDP datagram) to send at `now`, or `None` when the congestion
+    /// window, flow control, the anti-amplification limit or a lack of data allow nothing
+    /// more. Call until `None` after every input.
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<QuicPacket> {
         self.reap();
         if !self.open() {
@@ -1518,6 +1544,7 @@ impl QuicConnection {
 
     // ---------------------------------------------------------------- introspection
 
+    /// A snapshot of the connection's counters and estimates.
     pub fn info(&self) -> QuicInfo {
         QuicInfo {
             established: self.state == State::Established,

@@ -26,7 +26,7 @@ pub(crate) struct Crypto {
 }
 
 impl Crypto {
-    pub fn new(send_total: u32, recv_total: u32) -> Self {
+    pub(crate) fn new(send_total: u32, recv_total: u32) -> Self {
         Crypto {
             send_total,
             recv_total,
@@ -34,12 +34,12 @@ impl Crypto {
         }
     }
 
-    pub fn wants_to_send(&self) -> bool {
+    pub(crate) fn wants_to_send(&self) -> bool {
         !self.lost.is_empty() || self.sent < self.send_total
     }
 
     /// The next CRYPTO frame's `(offset, len)` of at most `max` bytes.
-    pub fn next_chunk(&mut self, max: u64) -> Option<(u64, u64)> {
+    pub(crate) fn next_chunk(&mut self, max: u64) -> Option<(u64, u64)> {
         if max == 0 {
             return None;
         }
@@ -55,13 +55,13 @@ impl Crypto {
         Some((offset, len))
     }
 
-    pub fn on_acked(&mut self, offset: u64, len: u64) {
+    pub(crate) fn on_acked(&mut self, offset: u64, len: u64) {
         self.acked.insert(offset, offset + len);
         self.lost.remove(offset, offset + len);
     }
 
     /// Queues what of `[offset, offset + len)` is unacknowledged for sending again.
-    pub fn on_lost(&mut self, offset: u64, len: u64) {
+    pub(crate) fn on_lost(&mut self, offset: u64, len: u64) {
         self.lost.insert(offset, offset + len);
         for &(s, e) in self.acked.as_slice() {
             self.lost.remove(s, e);
@@ -69,19 +69,19 @@ impl Crypto {
     }
 
     /// A probe resends everything sent and not acknowledged (handshake flights are small).
-    pub fn requeue_unacked(&mut self) {
+    pub(crate) fn requeue_unacked(&mut self) {
         if self.sent > 0 {
             self.on_lost(0, u64::from(self.sent));
         }
     }
 
-    pub fn on_received(&mut self, offset: u64, len: u64) {
+    pub(crate) fn on_received(&mut self, offset: u64, len: u64) {
         let end = (offset + len).min(u64::from(self.recv_total));
         self.received.insert(offset, end);
     }
 
     /// Everything the peer sends in this space has arrived.
-    pub fn recv_complete(&self) -> bool {
+    pub(crate) fn recv_complete(&self) -> bool {
         self.recv_total == 0 || self.received.first() == Some((0, u64::from(self.recv_total)))
     }
 }

@@ -16,7 +16,7 @@ pub(crate) struct RecvWindow {
 }
 
 impl RecvWindow {
-    pub fn new(window: u64) -> Self {
+    pub(crate) fn new(window: u64) -> Self {
         RecvWindow {
             limit: window,
             window,
@@ -30,7 +30,7 @@ impl RecvWindow {
     /// whose previous update came less than two smoothed RTTs ago is doubled, up to `max`:
     /// the reader drains it faster than one round trip could refill it, so it limits the
     /// transfer (Chromium's receive-window autotuning).
-    pub fn on_consumed(
+    pub(crate) fn on_consumed(
         &mut self,
         consumed: u64,
         now: SimTime,

@@ -32,8 +32,11 @@ impl StreamId {
 /// Packet number space (RFC 9000 12.3). `Data` is the application data space of 1-RTT packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Space {
+    /// Initial packets: the ClientHello and ServerHello, under keys anyone can derive.
     Initial,
+    /// Handshake packets: the rest of the server's flight and the client's Finished.
     Handshake,
+    /// 1-RTT packets: stream data, flow control and HANDSHAKE_DONE.
     Data,
 }
 
@@ -54,20 +57,34 @@ impl Space {
 pub struct Frames(pub u8);
 
 impl Frames {
+    /// An ACK frame, described by `QuicPacket::ack`.
     pub const ACK: Frames = Frames(0x01);
+    /// A PING: makes a packet ack-eliciting without carrying data (a probe with nothing else
+    /// to send).
     pub const PING: Frames = Frames(0x02);
+    /// PADDING: fills a client's Initial to 1200 bytes, or a tiny packet up to what header
+    /// protection samples.
     pub const PADDING: Frames = Frames(0x04);
+    /// A CRYPTO frame of handshake bytes (`QuicPacket::crypto_offset` and `crypto_len`).
     pub const CRYPTO: Frames = Frames(0x08);
+    /// A MAX_DATA frame raising the connection's flow-control limit (`QuicPacket::max_data`).
     pub const MAX_DATA: Frames = Frames(0x10);
+    /// A MAX_STREAM_DATA frame raising one stream's flow-control limit
+    /// (`QuicPacket::max_stream_data_id` and `max_stream_data`).
     pub const MAX_STREAM_DATA: Frames = Frames(0x20);
+    /// HANDSHAKE_DONE: the server tells the client the handshake is confirmed.
     pub const HANDSHAKE_DONE: Frames = Frames(0x40);
+    /// CONNECTION_CLOSE: the sender has closed the connection.
     pub const CONNECTION_CLOSE: Frames = Frames(0x80);
+    /// No frame kind: the empty set that others are added to.
     pub const NONE: Frames = Frames(0);
 
+    /// Whether every kind in `other` is present.
     pub const fn contains(self, other: Frames) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// Adds the kinds in `other`.
     pub fn insert(&mut self, other: Frames) {
         self.0 |= other.0;
     }
@@ -107,7 +124,9 @@ impl fmt::Debug for Frames {
 /// slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct AckRange {
+    /// Packets not acknowledged between this range and the newer one above it.
     pub gap: u16,
+    /// Packets acknowledged in this range; 0 for an unused slot.
     pub len: u16,
 }
 
@@ -116,11 +135,13 @@ pub struct AckRange {
 /// earlier ACKs, as TCP's SACK option carries only the latest three or four blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct AckFrame {
+    /// Largest packet number acknowledged: the top of the first range.
     pub largest: u64,
     /// Time the receiver held the ACK since `largest` arrived, microseconds.
     pub delay_us: u32,
     /// Packets in the first range, `largest` included (at least 1).
     pub first: u32,
+    /// Older ranges below the first, newest first; unused slots have `len == 0`.
     pub ranges: [AckRange; 3],
 }
 
@@ -166,14 +187,18 @@ impl AckFrame {
 /// A STREAM frame: `len` bytes of stream `id` at `offset`, with or without FIN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StreamFrame {
+    /// Stream offset of the frame's first byte.
     pub offset: u64,
     /// The stream id (see [`StreamFrame::stream`]); `u32` keeps packets small.
     pub id: u32,
+    /// Stream bytes carried (the frame's header not counted).
     pub len: u16,
+    /// The stream ends with this frame: its final size is `offset + len`.
     pub fin: bool,
 }
 
 impl StreamFrame {
+    /// The stream id, widened back from the packed `id`.
     pub fn stream(&self) -> StreamId {
         StreamId(u64::from(self.id))
     }
@@ -195,7 +220,9 @@ pub(crate) fn stream_frame_overhead(id: u64, offset: u64, len: u64) -> u32 {
 /// Each packet is its own datagram: the model does not coalesce packets of different spaces.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QuicPacket {
+    /// Packet number space, which also decides between the long and the short header.
     pub space: Space,
+    /// Packet number within its space: counts up from 0 and is never reused.
     pub pn: u64,
     /// UDP payload bytes: header, frames and AEAD tag.
     pub bytes: u32,
@@ -205,14 +232,17 @@ pub struct QuicPacket {
     pub ack: AckFrame,
     /// The first `stream_frames` entries are valid.
     pub stream: [StreamFrame; 2],
+    /// Valid entries of `stream` (0 to 2).
     pub stream_frames: u8,
     /// CRYPTO frame (`frames` contains CRYPTO): offset and length of handshake bytes.
     pub crypto_offset: u32,
+    /// Handshake bytes the CRYPTO frame carries.
     pub crypto_len: u16,
     /// MAX_DATA value.
     pub max_data: u64,
     /// MAX_STREAM_DATA: stream id and value.
     pub max_stream_data_id: u32,
+    /// MAX_STREAM_DATA value: the stream offset, in bytes, up to which the peer may send.
     pub max_stream_data: u64,
 }
 

@@ -13,24 +13,24 @@ use std::fmt;
 pub(crate) struct RangeSet(Option<Box<Vec<(u64, u64)>>>);
 
 impl RangeSet {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         RangeSet(None)
     }
 
-    pub fn as_slice(&self) -> &[(u64, u64)] {
+    pub(crate) fn as_slice(&self) -> &[(u64, u64)] {
         self.0.as_deref().map_or(&[], Vec::as_slice)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }
 
-    pub fn first(&self) -> Option<(u64, u64)> {
+    pub(crate) fn first(&self) -> Option<(u64, u64)> {
         self.as_slice().first().copied()
     }
 
     /// Total bytes covered.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.as_slice().iter().map(|&(s, e)| e - s).sum()
     }
 
@@ -41,7 +41,7 @@ impl RangeSet {
     }
 
     /// Adds `[start, end)`; returns how many bytes were not covered before.
-    pub fn insert(&mut self, start: u64, end: u64) -> u64 {
+    pub(crate) fn insert(&mut self, start: u64, end: u64) -> u64 {
         if start >= end {
             return 0;
         }
@@ -62,7 +62,7 @@ impl RangeSet {
     }
 
     /// Removes `[start, end)`; returns how many bytes were covered.
-    pub fn remove(&mut self, start: u64, end: u64) -> u64 {
+    pub(crate) fn remove(&mut self, start: u64, end: u64) -> u64 {
         if start >= end || self.is_empty() {
             return 0;
         }
@@ -84,7 +84,7 @@ impl RangeSet {
     }
 
     /// Bytes of `[start, end)` the set covers.
-    pub fn overlap(&self, start: u64, end: u64) -> u64 {
+    pub(crate) fn overlap(&self, start: u64, end: u64) -> u64 {
         let v = self.as_slice();
         let i = v.partition_point(|&(_, e)| e <= start);
         v[i..]
@@ -96,7 +96,7 @@ impl RangeSet {
 
     /// Removes and returns the first range if it starts at or below `at` (for advancing a
     /// contiguous prefix).
-    pub fn pop_if_starts_by(&mut self, at: u64) -> Option<(u64, u64)> {
+    pub(crate) fn pop_if_starts_by(&mut self, at: u64) -> Option<(u64, u64)> {
         let (s, e) = self.first()?;
         if s > at {
             return None;
@@ -108,7 +108,7 @@ impl RangeSet {
     }
 
     /// Takes up to `max` bytes from the front of the first range.
-    pub fn take_front(&mut self, max: u64) -> Option<(u64, u64)> {
+    pub(crate) fn take_front(&mut self, max: u64) -> Option<(u64, u64)> {
         let (s, e) = self.first()?;
         if max == 0 {
             return None;
@@ -118,14 +118,14 @@ impl RangeSet {
         Some((s, end))
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.0.as_ref().map_or(0, |v| {
             std::mem::size_of::<Vec<(u64, u64)>>() + v.capacity() * 16
         })
     }
 
     /// Asserts the invariants: sorted, disjoint, non-adjacent, non-empty ranges.
-    pub fn check(&self) {
+    pub(crate) fn check(&self) {
         let v = self.as_slice();
         assert!(self.0.is_none() || !v.is_empty(), "empty list kept");
         for w in v.windows(2) {

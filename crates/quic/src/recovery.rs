@@ -37,11 +37,11 @@ pub(crate) struct SentPacket {
 }
 
 impl SentPacket {
-    pub fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         self.flags & (ACKED | LOST) != 0
     }
 
-    pub fn stream_frames(&self) -> &[StreamFrame] {
+    pub(crate) fn stream_frames(&self) -> &[StreamFrame] {
         &self.stream[..usize::from(self.stream_frames)]
     }
 }
@@ -65,7 +65,7 @@ pub(crate) struct Recovery {
 }
 
 impl Recovery {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Recovery {
             sent: VecDeque::new(),
             next_pn: 0,
@@ -76,17 +76,17 @@ impl Recovery {
         }
     }
 
-    pub fn largest_acked(&self) -> Option<u64> {
+    pub(crate) fn largest_acked(&self) -> Option<u64> {
         (self.largest_acked != NEVER).then_some(self.largest_acked)
     }
 
     /// Index of the first record with a packet number of at least `pn`.
-    pub fn index_of(&self, pn: u64) -> usize {
+    pub(crate) fn index_of(&self, pn: u64) -> usize {
         self.sent.partition_point(|p| p.pn < pn)
     }
 
     /// Drops settled records from the front.
-    pub fn drop_settled(&mut self) {
+    pub(crate) fn drop_settled(&mut self) {
         while self.sent.front().is_some_and(SentPacket::settled) {
             self.sent.pop_front();
         }
@@ -95,7 +95,7 @@ impl Recovery {
         }
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.sent.capacity() * std::mem::size_of::<SentPacket>()
     }
 }
@@ -111,7 +111,7 @@ pub(crate) struct SpaceState {
 }
 
 impl SpaceState {
-    pub fn new(crypto: Crypto) -> Self {
+    pub(crate) fn new(crypto: Crypto) -> Self {
         SpaceState {
             rec: Recovery::new(),
             ack: AckTracker::new(),

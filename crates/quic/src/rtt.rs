@@ -19,7 +19,7 @@ pub(crate) struct RttEstimator {
 }
 
 impl RttEstimator {
-    pub fn new(initial_rtt: SimDuration) -> Self {
+    pub(crate) fn new(initial_rtt: SimDuration) -> Self {
         RttEstimator {
             latest: 0,
             smoothed: initial_rtt,
@@ -28,13 +28,13 @@ impl RttEstimator {
         }
     }
 
-    pub fn has_sample(&self) -> bool {
+    pub(crate) fn has_sample(&self) -> bool {
         self.min > 0
     }
 
     /// RFC 9002 5.3. `ack_delay` is the peer's reported delay, already limited to its
     /// `max_ack_delay` once the handshake is confirmed (and zero in the handshake spaces).
-    pub fn sample(&mut self, latest: SimDuration, ack_delay: SimDuration) {
+    pub(crate) fn sample(&mut self, latest: SimDuration, ack_delay: SimDuration) {
         let latest = latest.max(1);
         self.latest = latest;
         if !self.has_sample() {
@@ -55,12 +55,12 @@ impl RttEstimator {
     }
 
     /// RFC 9002 6.2.1 without the max_ack_delay term and without backoff.
-    pub fn pto_base(&self) -> SimDuration {
+    pub(crate) fn pto_base(&self) -> SimDuration {
         self.smoothed + (4 * self.var).max(GRANULARITY)
     }
 
     /// RFC 9002 6.1.2: 9/8 of the larger of smoothed and latest RTT, at least kGranularity.
-    pub fn loss_delay(&self) -> SimDuration {
+    pub(crate) fn loss_delay(&self) -> SimDuration {
         let rtt = self.smoothed.max(self.latest);
         (rtt + rtt / 8).max(GRANULARITY)
     }

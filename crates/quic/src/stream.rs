@@ -42,7 +42,7 @@ pub(crate) struct SendStream {
 }
 
 impl SendStream {
-    pub fn new(peer_limit: u64) -> Self {
+    pub(crate) fn new(peer_limit: u64) -> Self {
         SendStream {
             written: 0,
             sent: 0,
@@ -58,26 +58,26 @@ impl SendStream {
     }
 
     /// Unacknowledged plus unsent bytes: what the send buffer holds.
-    pub fn buffered(&self) -> u64 {
+    pub(crate) fn buffered(&self) -> u64 {
         self.written - self.acked
     }
 
-    pub fn unsent(&self) -> u64 {
+    pub(crate) fn unsent(&self) -> u64 {
         self.written - self.sent
     }
 
     /// Bytes waiting for retransmission.
-    pub fn lost_bytes(&self) -> u64 {
+    pub(crate) fn lost_bytes(&self) -> u64 {
         self.lost.total()
     }
 
     /// Sent, not acknowledged, and not waiting to be sent again.
-    pub fn in_flight(&self) -> u64 {
+    pub(crate) fn in_flight(&self) -> u64 {
         (self.sent - self.acked) - self.acked_above.total() - self.lost.total()
     }
 
     /// Whether a frame could be produced with `conn_credit` bytes of connection-level credit.
-    pub fn wants_to_send(&self, conn_credit: u64) -> bool {
+    pub(crate) fn wants_to_send(&self, conn_credit: u64) -> bool {
         !self.lost.is_empty() || self.fin_lost || self.can_send_new(conn_credit)
     }
 
@@ -87,7 +87,7 @@ impl SendStream {
     }
 
     /// New data exists but only connection-level credit holds it back.
-    pub fn blocked_by_connection(&self) -> bool {
+    pub(crate) fn blocked_by_connection(&self) -> bool {
         self.lost.is_empty()
             && !self.fin_lost
             && self.sent < self.written
@@ -96,7 +96,7 @@ impl SendStream {
 
     /// Takes the next frame of at most `max` bytes: lost data first, then new data within the
     /// stream's and the connection's limits. A FIN-only frame needs no room for data.
-    pub fn next_chunk(&mut self, max: u64, conn_credit: u64) -> Option<Chunk> {
+    pub(crate) fn next_chunk(&mut self, max: u64, conn_credit: u64) -> Option<Chunk> {
         if !self.lost.is_empty() {
             let (s, e) = self.lost.take_front(max)?;
             let fin = self.fin && e == self.written && self.fin_lost;
@@ -142,7 +142,7 @@ impl SendStream {
 
     /// A frame was acknowledged. Returns the bytes that left the lost queue (acknowledged
     /// after all before being resent).
-    pub fn on_acked(&mut self, offset: u64, len: u64, fin: bool) -> u64 {
+    pub(crate) fn on_acked(&mut self, offset: u64, len: u64, fin: bool) -> u64 {
         let end = offset + len;
         if fin {
             self.fin_acked = true;
@@ -164,7 +164,7 @@ impl SendStream {
 
     /// A frame was lost (or a probe re-queues it): whatever of it is still unacknowledged goes
     /// back to the lost queue. Returns the bytes added.
-    pub fn on_lost(&mut self, offset: u64, len: u64, fin: bool) -> u64 {
+    pub(crate) fn on_lost(&mut self, offset: u64, len: u64, fin: bool) -> u64 {
         let start = offset.max(self.acked);
         let end = offset + len;
         let mut added = 0;
@@ -192,15 +192,15 @@ impl SendStream {
     }
 
     /// Everything written, the FIN included, is acknowledged.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.fin && self.fin_acked && self.acked == self.written
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.acked_above.heap_bytes() + self.lost.heap_bytes()
     }
 
-    pub fn check(&self) {
+    pub(crate) fn check(&self) {
         self.acked_above.check();
         self.lost.check();
         assert!(self.acked <= self.sent && self.sent <= self.written);
@@ -240,7 +240,7 @@ pub(crate) struct RecvStream {
 }
 
 impl RecvStream {
-    pub fn new(window: u64) -> Self {
+    pub(crate) fn new(window: u64) -> Self {
         RecvStream {
             read: 0,
             contig: 0,
@@ -253,7 +253,7 @@ impl RecvStream {
 
     /// Takes in a STREAM frame. Bytes beyond the announced limit (which a correct peer never
     /// sends) are ignored, and so is a FIN that comes with them.
-    pub fn on_frame(&mut self, offset: u64, len: u64, fin: bool) -> RecvOutcome {
+    pub(crate) fn on_frame(&mut self, offset: u64, len: u64, fin: bool) -> RecvOutcome {
         let mut out = RecvOutcome::default();
         let mut end = offset + len;
         let mut fin = fin;
@@ -286,26 +286,26 @@ impl RecvStream {
         out
     }
 
-    pub fn readable(&self) -> u64 {
+    pub(crate) fn readable(&self) -> u64 {
         self.contig - self.read
     }
 
     /// The FIN arrived and everything before it is in order.
     #[cfg(test)]
-    pub fn fin_reached(&self) -> bool {
+    pub(crate) fn fin_reached(&self) -> bool {
         self.final_size != NEVER && self.contig >= self.final_size
     }
 
     /// The FIN arrived and the application has read everything before it.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.final_size != NEVER && self.read >= self.final_size
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.above.heap_bytes()
     }
 
-    pub fn check(&self) {
+    pub(crate) fn check(&self) {
         self.above.check();
         assert!(self.read <= self.contig && self.contig <= self.highest);
         assert!(self.highest <= self.window.limit);
@@ -332,7 +332,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub fn new(send_limit: u64, recv_window: u64) -> Self {
+    pub(crate) fn new(send_limit: u64, recv_window: u64) -> Self {
         Stream {
             send: SendStream::new(send_limit),
             recv: RecvStream::new(recv_window),
@@ -345,11 +345,11 @@ impl Stream {
     }
 
     /// Both directions are finished: the stream can be forgotten.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.send.is_done() && self.recv.is_done()
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of::<Stream>() + self.send.heap_bytes() + self.recv.heap_bytes()
     }
 }
@@ -369,18 +369,18 @@ pub(crate) struct StreamTable {
 }
 
 impl StreamTable {
-    pub fn get(&self, index: u64) -> Option<&Stream> {
+    pub(crate) fn get(&self, index: u64) -> Option<&Stream> {
         let i = index.checked_sub(self.base)?;
         self.slots.get(usize::try_from(i).ok()?)?.as_deref()
     }
 
-    pub fn get_mut(&mut self, index: u64) -> Option<&mut Stream> {
+    pub(crate) fn get_mut(&mut self, index: u64) -> Option<&mut Stream> {
         let i = index.checked_sub(self.base)?;
         self.slots.get_mut(usize::try_from(i).ok()?)?.as_deref_mut()
     }
 
     /// Opens the next stream; returns its index.
-    pub fn open(&mut self, stream: Stream) -> u64 {
+    pub(crate) fn open(&mut self, stream: Stream) -> u64 {
         if self.slots.is_empty() {
             self.base = self.next;
         }
@@ -392,7 +392,7 @@ impl StreamTable {
     }
 
     /// Forgets a stream; the window's start moves past forgotten streams.
-    pub fn forget(&mut self, index: u64) {
+    pub(crate) fn forget(&mut self, index: u64) {
         let Some(i) = index.checked_sub(self.base) else {
             return;
         };
@@ -413,7 +413,7 @@ impl StreamTable {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &Stream)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &Stream)> + '_ {
         let base = self.base;
         self.slots
             .iter()
@@ -421,7 +421,7 @@ impl StreamTable {
             .filter_map(move |(i, s)| s.as_deref().map(|s| (base + i as u64, s)))
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Option<Box<Stream>>>()
             + self.iter().map(|(_, s)| s.heap_bytes()).sum::<usize>()
     }

@@ -7,10 +7,10 @@ use crate::records::Outcome;
 use crate::stats::{mean_ci, quantile, MeanCi};
 use crate::summary::total_goodput;
 
-pub const MIB: f64 = 1024.0 * 1024.0;
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
 /// Successful downloads started after bootstrap, with their TTFB and TTLB.
-pub fn ok_times(run: &RunData) -> impl Iterator<Item = (&str, u64, &str, f64, f64)> {
+pub(crate) fn ok_times(run: &RunData) -> impl Iterator<Item = (&str, u64, &str, f64, f64)> {
     run.measured_downloads()
         .filter(|d| d.outcome.is_ok())
         .filter_map(|d| {
@@ -25,7 +25,7 @@ pub fn ok_times(run: &RunData) -> impl Iterator<Item = (&str, u64, &str, f64, f6
 }
 
 /// Groups with at least one measured download in any run, sorted.
-pub fn groups(runs: &[&RunData]) -> Vec<String> {
+pub(crate) fn groups(runs: &[&RunData]) -> Vec<String> {
     let set: BTreeSet<&str> = runs
         .iter()
         .flat_map(|r| r.measured_downloads().map(|d| d.group.as_str()))
@@ -38,7 +38,7 @@ pub fn groups(runs: &[&RunData]) -> Vec<String> {
 /// do. A group whose workload draws each download's size (`markov`) fetches thousands, one
 /// figure each would bury the report and take minutes to draw; its downloads still count in
 /// the figures per group and over all downloads.
-pub fn sizes(runs: &[&RunData]) -> Vec<u64> {
+pub(crate) fn sizes(runs: &[&RunData]) -> Vec<u64> {
     let mut by_group: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
     for (group, size, ..) in runs.iter().flat_map(|r| ok_times(r)) {
         by_group.entry(group).or_default().insert(size);
@@ -51,16 +51,16 @@ pub fn sizes(runs: &[&RunData]) -> Vec<u64> {
 }
 
 /// The most distinct sizes a group may fetch and still have its sizes shown one by one.
-pub const MAX_SIZES_PER_GROUP: usize = 8;
+pub(crate) const MAX_SIZES_PER_GROUP: usize = 8;
 
-pub fn ttfb(run: &RunData, keep: &dyn Fn(&str, u64) -> bool) -> Vec<f64> {
+pub(crate) fn ttfb(run: &RunData, keep: &dyn Fn(&str, u64) -> bool) -> Vec<f64> {
     ok_times(run)
         .filter(|t| keep(t.0, t.1))
         .map(|t| t.3)
         .collect()
 }
 
-pub fn ttlb(run: &RunData, keep: &dyn Fn(&str, u64) -> bool) -> Vec<f64> {
+pub(crate) fn ttlb(run: &RunData, keep: &dyn Fn(&str, u64) -> bool) -> Vec<f64> {
     ok_times(run)
         .filter(|t| keep(t.0, t.1))
         .map(|t| t.4)
@@ -68,7 +68,7 @@ pub fn ttlb(run: &RunData, keep: &dyn Fn(&str, u64) -> bool) -> Vec<f64> {
 }
 
 /// Each client's median (nearest rank) TTLB over its successful measured downloads.
-pub fn client_medians(run: &RunData, keep: impl Fn(&str) -> bool) -> Vec<f64> {
+pub(crate) fn client_medians(run: &RunData, keep: impl Fn(&str) -> bool) -> Vec<f64> {
     let mut per_client: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for (group, _, client, _, ttlb) in ok_times(run) {
         if keep(group) {
@@ -81,7 +81,7 @@ pub fn client_medians(run: &RunData, keep: impl Fn(&str) -> bool) -> Vec<f64> {
 /// Build times of circuits that were built and launched after bootstrap: circuits built while
 /// the network warms up (and before the build-timeout estimate settles) are left out, as for
 /// downloads.
-pub fn circuit_build_times(run: &RunData) -> Vec<f64> {
+pub(crate) fn circuit_build_times(run: &RunData) -> Vec<f64> {
     let from = run.info.bootstrap_seconds;
     run.circuits
         .iter()
@@ -92,7 +92,7 @@ pub fn circuit_build_times(run: &RunData) -> Vec<f64> {
 
 /// Sum of `bytes_written` over relays, per simulated second, ascending; seconds with no row
 /// for any relay are absent.
-pub fn goodput_series(run: &RunData) -> BTreeMap<u64, u64> {
+pub(crate) fn goodput_series(run: &RunData) -> BTreeMap<u64, u64> {
     let mut per_second: BTreeMap<u64, u64> = BTreeMap::new();
     for r in &run.relays {
         *per_second.entry(r.second).or_default() += r.bytes_written;
@@ -101,12 +101,12 @@ pub fn goodput_series(run: &RunData) -> BTreeMap<u64, u64> {
 }
 
 /// The first simulated second after bootstrap, as the CLI's summary counts it.
-pub fn first_measured_second(run: &RunData) -> u64 {
+pub(crate) fn first_measured_second(run: &RunData) -> u64 {
     run.info.bootstrap_seconds.max(0.0).floor() as u64 + 1
 }
 
 /// The `count` relays that wrote the most after bootstrap, busiest first (ties by name).
-pub fn busiest_relays(run: &RunData, count: usize) -> Vec<String> {
+pub(crate) fn busiest_relays(run: &RunData, count: usize) -> Vec<String> {
     let from = first_measured_second(run);
     let mut totals: BTreeMap<&str, u128> = BTreeMap::new();
     for r in run.relays.iter().filter(|r| r.second >= from) {
@@ -122,7 +122,7 @@ pub fn busiest_relays(run: &RunData, count: usize) -> Vec<String> {
 }
 
 /// `(errors, timeouts, downloads)` of a group's measured downloads.
-pub fn failures(run: &RunData, group: &str) -> (usize, usize, usize) {
+pub(crate) fn failures(run: &RunData, group: &str) -> (usize, usize, usize) {
     let mut counts = (0, 0, 0);
     for d in run.measured_downloads().filter(|d| d.group == group) {
         counts.2 += 1;
@@ -137,7 +137,7 @@ pub fn failures(run: &RunData, group: &str) -> (usize, usize, usize) {
 
 /// A statistic of the comparison table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Metric {
+pub(crate) enum Metric {
     Downloads,
     ErrorRate,
     TtfbP50,
@@ -153,7 +153,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Metric::Downloads => "downloads",
             Metric::ErrorRate => "error rate (%)",
@@ -171,7 +171,7 @@ impl Metric {
     }
 
     /// A short machine-friendly name for the CSV.
-    pub fn id(self) -> &'static str {
+    pub(crate) fn id(self) -> &'static str {
         match self {
             Metric::Downloads => "downloads",
             Metric::ErrorRate => "error_rate_pct",
@@ -188,7 +188,7 @@ impl Metric {
         }
     }
 
-    pub fn decimals(self) -> usize {
+    pub(crate) fn decimals(self) -> usize {
         match self {
             Metric::Downloads => 1,
             Metric::ErrorRate => 2,
@@ -200,7 +200,7 @@ impl Metric {
 /// Where a statistic applies: a client group (or all of the network, `group == None`) and a
 /// download size (`None`: all sizes).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key {
+pub(crate) struct Key {
     /// `None` sorts first; network-wide rows are put last by [`sorted_keys`].
     pub group: Option<String>,
     pub size: Option<u64>,
@@ -208,7 +208,7 @@ pub struct Key {
 }
 
 /// Every statistic of the comparison table for one run.
-pub fn run_stats(run: &RunData) -> BTreeMap<Key, f64> {
+pub(crate) fn run_stats(run: &RunData) -> BTreeMap<Key, f64> {
     let mut out = BTreeMap::new();
     let runs = [run];
     for group in groups(&runs) {
@@ -272,7 +272,7 @@ pub fn run_stats(run: &RunData) -> BTreeMap<Key, f64> {
 
 /// Per key, the mean and interval across the runs of one input. A key missing from a trial
 /// (e.g. no download of that size) counts as undefined there, not as zero.
-pub fn input_stats(runs: &[RunData]) -> BTreeMap<Key, MeanCi> {
+pub(crate) fn input_stats(runs: &[RunData]) -> BTreeMap<Key, MeanCi> {
     let per_run: Vec<BTreeMap<Key, f64>> = runs.iter().map(run_stats).collect();
     let keys: BTreeSet<&Key> = per_run.iter().flat_map(|m| m.keys()).collect();
     keys.into_iter()
@@ -287,7 +287,7 @@ pub fn input_stats(runs: &[RunData]) -> BTreeMap<Key, MeanCi> {
 }
 
 /// Group rows first (by group, then size, then metric), network-wide rows last.
-pub fn sorted_keys<'a>(keys: impl Iterator<Item = &'a Key>) -> Vec<Key> {
+pub(crate) fn sorted_keys<'a>(keys: impl Iterator<Item = &'a Key>) -> Vec<Key> {
     let set: BTreeSet<&Key> = keys.collect();
     let (mut grouped, network): (Vec<Key>, Vec<Key>) =
         set.into_iter().cloned().partition(|k| k.group.is_some());
@@ -295,7 +295,7 @@ pub fn sorted_keys<'a>(keys: impl Iterator<Item = &'a Key>) -> Vec<Key> {
     grouped
 }
 
-pub fn size_label(bytes: u64) -> String {
+pub(crate) fn size_label(bytes: u64) -> String {
     const KIB: u64 = 1024;
     if bytes >= KIB * KIB && bytes.is_multiple_of(KIB * KIB) {
         format!("{} MiB", bytes / (KIB * KIB))

@@ -15,12 +15,12 @@ use crate::plot::{Figure, Segment, StackedBarChart};
 use crate::records::RelaySample;
 
 /// Relays in the plot: enough to see how the load spreads, few enough to read the names.
-pub const CPU_PLOT_RELAYS: usize = 10;
+pub(crate) const CPU_PLOT_RELAYS: usize = 10;
 
 /// One relay's CPU averaged over its measured seconds (fractions of a core, as in
 /// [`CpuShare`](crate::CpuShare)).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct RelayCpu {
+pub(crate) struct RelayCpu {
     pub relay: String,
     /// Seconds with a CPU measurement after bootstrap, of all trials together.
     pub seconds: u64,
@@ -35,7 +35,7 @@ pub struct RelayCpu {
 
 /// Every relay with a CPU measurement among `samples`, busiest main thread first (ties by
 /// name, so the order never depends on the order of the samples).
-pub fn rank_cpu<'a>(samples: impl IntoIterator<Item = &'a RelaySample>) -> Vec<RelayCpu> {
+pub(crate) fn rank_cpu<'a>(samples: impl IntoIterator<Item = &'a RelaySample>) -> Vec<RelayCpu> {
     let mut sums = CpuSums::default();
     for s in samples {
         sums.add(s);
@@ -114,7 +114,7 @@ impl CpuSums {
 }
 
 /// Whether any run measured CPU at all: only runs with a CPU model have the columns.
-pub fn has_cpu(runs: &[RunData]) -> bool {
+pub(crate) fn has_cpu(runs: &[RunData]) -> bool {
     runs.iter()
         .any(|r| r.relays.iter().any(|s| s.cpu.is_some()))
 }
@@ -151,7 +151,7 @@ pub fn render_cpu_summary(relays: &[RelaySample], from_second: u64) -> String {
 
 /// The report's summary line about CPU (HTML-escaped by the caller); `None` without CPU
 /// measurements after bootstrap.
-pub fn cpu_summary_line(runs: &[RunData]) -> Option<String> {
+pub(crate) fn cpu_summary_line(runs: &[RunData]) -> Option<String> {
     let ranked = rank_runs(runs);
     let r = ranked.first()?;
     let over = if runs.len() > 1 {
@@ -165,7 +165,8 @@ pub fn cpu_summary_line(runs: &[RunData]) -> Option<String> {
     ))
 }
 
-pub const CPU_CAPTION: &str = "Each relay's main thread as the mean fraction of a core it was \
+pub(crate) const CPU_CAPTION: &str =
+    "Each relay's main thread as the mean fraction of a core it was \
 busy per second after bootstrap, split into relay cell crypto, kernel I/O (system calls and \
 the kernel's packet work), TLS (records on its channels) and other work (tor's bookkeeping); \
 the number is its total. The thin bar below: the onion-skin worker threads' mean busy time, \
@@ -174,7 +175,7 @@ in cores. Relays ranked by the main thread's mean busy fraction.";
 /// "Relay CPU: the busiest relays": the (up to) [`CPU_PLOT_RELAYS`] relays whose main thread
 /// was busiest on average after bootstrap, for trials over their seconds together; `None`
 /// for runs without CPU measurements, so their reports stay as they were.
-pub fn cpu_figure(runs: &[RunData]) -> Option<Named> {
+pub(crate) fn cpu_figure(runs: &[RunData]) -> Option<Named> {
     if !has_cpu(runs) {
         return None;
     }
@@ -207,7 +208,7 @@ pub fn cpu_figure(runs: &[RunData]) -> Option<Named> {
 /// split (over its trials' seconds after bootstrap together), one bar each, so a change of
 /// CPU profile shows where the time moved and whether the bottleneck moved to another relay.
 /// `None` unless some input has CPU measurements.
-pub fn compare_cpu_figure(inputs: &[(String, crate::Input)]) -> Option<Named> {
+pub(crate) fn compare_cpu_figure(inputs: &[(String, crate::Input)]) -> Option<Named> {
     let busiest: Vec<(String, RelayCpu)> = inputs
         .iter()
         .filter_map(|(label, input)| {

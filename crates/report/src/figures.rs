@@ -9,7 +9,7 @@ use crate::records::StateSample;
 use crate::stats::{ecdf, mean_cdf_band, mean_ci, thin, PLOT_POINTS};
 
 /// A figure and the file stem it is written under (`<stem>.svg`, `<stem>.png`).
-pub struct Named {
+pub(crate) struct Named {
     pub stem: String,
     pub figure: Figure,
     /// How to read the figure, where its title cannot say it all; shown after the title in the
@@ -18,7 +18,7 @@ pub struct Named {
 }
 
 /// A CDF curve: the step ECDF for one run, or the mean CDF with its 95% band for trials.
-pub fn cdf_line(label: String, color: usize, per_trial: &[Vec<f64>]) -> Line {
+pub(crate) fn cdf_line(label: String, color: usize, per_trial: &[Vec<f64>]) -> Line {
     if per_trial.len() == 1 {
         let points = thin(&ecdf(&per_trial[0]), PLOT_POINTS);
         let mut steps = Vec::with_capacity(points.len() * 2);
@@ -130,7 +130,7 @@ pub(crate) fn bootstrap_end(run: &RunData) -> Option<(f64, String)> {
 type Pick = fn(&RunData, &dyn Fn(&str, u64) -> bool) -> Vec<f64>;
 
 /// The figures of `onionlab report`, in page order.
-pub fn report_figures(input: &Input) -> Vec<Named> {
+pub(crate) fn report_figures(input: &Input) -> Vec<Named> {
     let runs = input.runs();
     let refs: Vec<&RunData> = runs.iter().collect();
     let groups = analysis::groups(&refs);
@@ -457,7 +457,7 @@ fn worker_caption(runs: &[RunData], workers: usize) -> String {
 }
 
 #[derive(Clone, Copy)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     Errors,
     Timeouts,
     Both,
@@ -465,7 +465,7 @@ pub enum ErrorKind {
 
 /// Bars of failure rates (% of measured downloads) per group; one series per entry, each a
 /// set of runs averaged with a 95% whisker when there are several.
-pub fn error_bars(
+pub(crate) fn error_bars(
     title: String,
     groups: &[String],
     series: Vec<(String, usize, &[RunData], ErrorKind)>,
@@ -512,7 +512,7 @@ pub fn error_bars(
 }
 
 /// The directory name of a trial (`trial-3`), or its path when it has none.
-pub fn trial_name(run: &RunData) -> String {
+pub(crate) fn trial_name(run: &RunData) -> String {
     run.dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -520,7 +520,7 @@ pub fn trial_name(run: &RunData) -> String {
 }
 
 /// Characters safe in a file name on every platform; anything else becomes `_`.
-pub fn file_safe(s: &str) -> String {
+pub(crate) fn file_safe(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
@@ -533,7 +533,7 @@ pub fn file_safe(s: &str) -> String {
 }
 
 /// The figures of a comparison: every input overlaid, one colour per input.
-pub fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
+pub(crate) fn compare_figures(inputs: &[(String, Input)]) -> Vec<Named> {
     let all: Vec<&RunData> = inputs.iter().flat_map(|(_, i)| i.runs()).collect();
     let groups = analysis::groups(&all);
     let sizes = analysis::sizes(&all);

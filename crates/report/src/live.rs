@@ -71,11 +71,13 @@ pub struct LiveBandwidthDay {
 /// What the live network measured in a period (the format of `data/live/*.json`).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct LiveData {
+    /// The dates the measurements span, for the legend.
     pub period: LivePeriod,
     /// Probability levels of every distribution's `values`, ascending, within (0, 1).
     pub quantiles: Vec<f64>,
     /// Time to last byte by download size in bytes (written as a string key).
     pub time_to_last_byte_s: BTreeMap<String, LiveDistribution>,
+    /// Build times of the circuits the measurement downloads used, in seconds.
     pub circuit_build_time_s: LiveDistribution,
     /// OnionPerf's request to first response byte (DATAREQUEST to DATARESPONSE): one round
     /// trip over the circuit and the server's answer, where the file has it.
@@ -85,7 +87,9 @@ pub struct LiveData {
     /// Mbit/s, as Tor Metrics computes it, where the file has it.
     #[serde(default)]
     pub throughput_mbit_s: Option<LiveDistribution>,
+    /// Per day: measurement downloads requested, timed out and failed, for the error rate.
     pub daily_downloads: Vec<LiveDay>,
+    /// The relays' advertised and consumed bandwidth per day; empty where the file has none.
     #[serde(default)]
     pub daily_relay_bandwidth_gbit_s: Vec<LiveBandwidthDay>,
 }
@@ -192,8 +196,9 @@ pub struct NetworkSample {
     /// Successful downloads' throughput between their 0.5th and 1st MiB, Mbit/s
     /// (`throughput_mbit_s`, as Tor Metrics takes it).
     pub throughput: Vec<f64>,
-    /// Downloads finished, and of those timed out or failed.
+    /// Measurement downloads finished, whatever their outcome.
     pub downloads: u64,
+    /// Of those, the ones that timed out or failed.
     pub errors: u64,
 }
 
@@ -237,9 +242,11 @@ fn perf_groups(run: &RunData) -> BTreeSet<String> {
 /// One statistic of the comparison.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LiveRow {
+    /// What is compared and its unit, e.g. `time to last byte, 1 MiB, median (s)`.
     pub statistic: String,
     /// Over networks.
     pub model: MeanCi,
+    /// The live network's value of the statistic, in the same unit.
     pub live: f64,
 }
 
@@ -346,7 +353,7 @@ fn live_line(d: &LiveDistribution, live: &LiveData, color: usize) -> Line {
 
 /// One CDF figure per live size and one of circuit build times, with a curve per set of
 /// networks (a variant) and the live one.
-pub fn figures(variants: &[(String, Vec<NetworkSample>)], live: &LiveData) -> Vec<Named> {
+pub(crate) fn figures(variants: &[(String, Vec<NetworkSample>)], live: &LiveData) -> Vec<Named> {
     let chart = |title: String, x: &str, pick: &dyn Fn(&NetworkSample) -> Vec<f64>, d| {
         let mut lines: Vec<Line> = (variants.iter().enumerate())
             .map(|(i, (name, networks))| {
@@ -428,7 +435,7 @@ pub fn figures(variants: &[(String, Vec<NetworkSample>)], live: &LiveData) -> Ve
 
 /// `live.csv`: per variant and statistic, the model's mean and interval and the live value,
 /// with six decimals as every onionlab CSV; an empty cell where there is no value.
-pub fn rows_csv(variants: &[(String, Vec<LiveRow>)]) -> Result<Vec<u8>, csv::Error> {
+pub(crate) fn rows_csv(variants: &[(String, Vec<LiveRow>)]) -> Result<Vec<u8>, csv::Error> {
     let mut w = csv::WriterBuilder::new()
         .terminator(csv::Terminator::Any(b'\n'))
         .from_writer(Vec::new());

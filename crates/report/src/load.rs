@@ -17,10 +17,15 @@ use crate::records::{CircuitRecord, CpuShare, DownloadRecord, Outcome, RelaySamp
 /// A finished (or partial) run directory read back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunData {
+    /// The run directory it was read from.
     pub dir: PathBuf,
+    /// `run.json`: the scenario as run and how the run went.
     pub info: RunInfo,
+    /// `downloads.csv`, bootstrap rows included, in file order.
     pub downloads: Vec<DownloadRecord>,
+    /// `relays.csv`: every relay's every second.
     pub relays: Vec<RelaySample>,
+    /// `circuits.csv`: every circuit the clients launched.
     pub circuits: Vec<CircuitRecord>,
 }
 
@@ -78,8 +83,11 @@ impl RunData {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrialsManifest {
+    /// The scenario every trial ran, by name.
     pub scenario: String,
+    /// The trial directories, relative to the manifest, in trial order.
     pub trials: Vec<String>,
+    /// The seed of each trial, in the same order.
     pub seeds: Vec<u64>,
 }
 
@@ -102,10 +110,15 @@ impl OutputDir {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
+    /// A single run directory.
     Run(RunData),
+    /// A set of trials of one scenario.
     Trials {
+        /// The directory holding the trials.
         dir: PathBuf,
+        /// The scenario's name, shared by every trial.
         name: String,
+        /// Every trial, in trial order.
         runs: Vec<RunData>,
     },
 }
@@ -127,6 +140,7 @@ impl Input {
         }
     }
 
+    /// The directory the input was read from.
     pub fn dir(&self) -> &Path {
         match self {
             Input::Run(run) => &run.dir,
@@ -134,6 +148,7 @@ impl Input {
         }
     }
 
+    /// Whether the input is a set of trials rather than a single run.
     pub fn is_trials(&self) -> bool {
         matches!(self, Input::Trials { .. })
     }

@@ -6,10 +6,16 @@ use std::path::{Path, PathBuf};
 
 use crate::records::{CircuitRecord, CpuShare, DownloadRecord, RelaySample, RunInfo};
 
+/// File name of the one-row-per-transfer table ([`DownloadRecord`]).
 pub const DOWNLOADS_CSV: &str = "downloads.csv";
+/// File name of the one-row-per-relay-and-second table ([`RelaySample`]).
 pub const RELAYS_CSV: &str = "relays.csv";
+/// File name of the one-row-per-circuit table ([`CircuitRecord`]).
 pub const CIRCUITS_CSV: &str = "circuits.csv";
+/// File name of the run's description and totals ([`RunInfo`]); its presence marks a run
+/// directory.
 pub const RUN_JSON: &str = "run.json";
+/// File name of the text summary the command prints at the end, saved beside the results.
 pub const SUMMARY_TXT: &str = "summary.txt";
 /// Written by `onionlab run --trials K` into the directory holding the trials; see
 /// [`TrialsManifest`](crate::TrialsManifest).
@@ -64,8 +70,9 @@ pub const THROUGHPUT_COLUMN: &str = "throughput_mbit_s";
 /// The column after [`DOWNLOADS_HEADER`] that says whether a row is a `download` or an
 /// `upload`. Only runs with uploads write it, so that the files of runs without stay as they
 /// were; a file without it holds downloads only.
-pub const DIRECTION_COLUMN: &str = "direction";
+pub(crate) const DIRECTION_COLUMN: &str = "direction";
 
+/// The columns of `relays.csv` that every run writes, in order ([`RelaySample`]).
 pub const RELAYS_HEADER: [&str; 11] = [
     "relay",
     "second",
@@ -93,68 +100,103 @@ pub const CPU_COLUMNS: [&str; 7] = [
     "onion_skins",
 ];
 
+/// The columns of `circuits.csv`, in order ([`CircuitRecord`]).
 pub const CIRCUITS_HEADER: [&str; 11] = [
     "client", "circuit", "purpose", "guard", "middle", "exit", "start_s", "build_s", "outcome",
     "streams", "closed_s",
 ];
 
+/// Why results could not be written, or runs could not be read back or reported on.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// The output path names something that is not a directory.
     #[error("output directory {0}: exists and is not a directory")]
     NotADirectory(PathBuf),
+    /// The output directory could not be created (or, for a check, would not be).
     #[error(
         "output directory {path}: cannot create it: {}",
         onionlab_data::io_words(source)
     )]
     CreateDir {
+        /// The directory asked for.
         path: PathBuf,
+        /// The filesystem's error, or what the check found in the way (a file, a read-only
+        /// parent).
         #[source]
         source: io::Error,
     },
+    /// The output directory already holds results and replacing them was not asked for.
     #[error(
         "output directory {0}: holds the results of another run ({RUN_JSON} or {TRIALS_JSON}); \
          choose another directory with -o, or give --force to replace them"
     )]
     HoldsResults(PathBuf),
+    /// Reading or writing a file failed.
     #[error("{path}: {}", onionlab_data::io_words(source))]
     Io {
+        /// The file being read or written.
         path: PathBuf,
+        /// What the filesystem said.
         #[source]
         source: io::Error,
     },
+    /// A CSV file could not be written or read.
     #[error("{path}: {source}")]
     Csv {
+        /// The CSV file.
         path: PathBuf,
+        /// What the CSV reader or writer said.
         #[source]
         source: csv::Error,
     },
+    /// A JSON file could not be written or parsed.
     #[error("{path}: {source}")]
     Json {
+        /// The JSON file.
         path: PathBuf,
+        /// What serde_json said.
         #[source]
         source: serde_json::Error,
     },
+    /// A directory given as input does not exist.
     #[error("{0}: no such directory")]
     NoSuchDirectory(PathBuf),
+    /// A directory given as input holds neither a run nor a set of trials.
     #[error("{0}: not a run directory (no run.json) and not a set of trials (no trials.json)")]
     NotARunDirectory(PathBuf),
+    /// A run directory lacks one of the files every run writes.
     #[error(
         "{0}: missing; a run directory holds downloads.csv, relays.csv, circuits.csv and run.json"
     )]
     MissingFile(PathBuf),
-    /// `line` is the 1-based line of the file, counting the header as line 1.
+    /// A results CSV file is malformed at one line: a header that does not fit, a row with the
+    /// wrong number of fields, a cell that does not parse.
     #[error("{path}:{line}: {message}")]
     Malformed {
+        /// The file at fault.
         path: PathBuf,
+        /// 1-based line of the file, counting the header as line 1.
         line: u64,
+        /// What is wrong there.
         message: String,
     },
     /// Input that is readable but does not make sense as a whole (a trials directory mixing
     /// scenarios, a trials.json naming missing trials, ...).
     #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The input at fault (a directory or a file in it).
+        path: PathBuf,
+        /// What does not fit.
+        message: String,
+    },
+    /// A plot could not be drawn or rendered to PNG.
     #[error("drawing {file}: {message}")]
-    Plot { file: String, message: String },
+    Plot {
+        /// The plot's file name.
+        file: String,
+        /// What the plotting or rendering library said.
+        message: String,
+    },
 }
 
 impl ReportError {
@@ -331,6 +373,7 @@ impl OutputDir {
         Ok(())
     }
 
+    /// Where the directory is.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -411,6 +454,7 @@ impl OutputDir {
         )
     }
 
+    /// Writes `circuits.csv` whole, replacing any there.
     pub fn write_circuits(&self, records: &[CircuitRecord]) -> Result<PathBuf, ReportError> {
         self.write_csv(
             CIRCUITS_CSV,
@@ -431,6 +475,7 @@ impl OutputDir {
         })
     }
 
+    /// Writes `summary.txt` (atomically, as every whole-file writer does).
     pub fn write_summary(&self, text: &str) -> Result<PathBuf, ReportError> {
         self.write_bytes(SUMMARY_TXT, text.as_bytes())
     }
@@ -628,6 +673,8 @@ impl ResultsWriter {
         })
     }
 
+    /// Appends records made since the last call to the three files, each file's rows in one
+    /// write, so a run killed later keeps them.
     pub fn append(
         &mut self,
         downloads: &[DownloadRecord],

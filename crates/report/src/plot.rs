@@ -18,8 +18,8 @@ use resvg::usvg;
 
 use crate::output::ReportError;
 
-pub const WIDTH: u32 = 800;
-pub const HEIGHT: u32 = 500;
+pub(crate) const WIDTH: u32 = 800;
+pub(crate) const HEIGHT: u32 = 500;
 /// PNGs are drawn at twice the SVG's size so they stay sharp in papers and slides.
 const PNG_SCALE: f32 = 2.0;
 const FONT: &str = "sans-serif";
@@ -38,13 +38,13 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-pub fn color(i: usize) -> RGBColor {
+pub(crate) fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
 /// One curve, optionally with a shaded band (a closed polygon in data coordinates).
 #[derive(Clone, Debug, Default)]
-pub struct Line {
+pub(crate) struct Line {
     pub label: String,
     pub color: usize,
     pub points: Vec<(f64, f64)>,
@@ -58,14 +58,14 @@ pub struct Line {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Legend {
+pub(crate) enum Legend {
     LowerRight,
     UpperRight,
     UpperLeft,
 }
 
 #[derive(Clone, Debug)]
-pub struct LineChart {
+pub(crate) struct LineChart {
     pub title: String,
     pub x_label: String,
     pub y_label: String,
@@ -78,7 +78,7 @@ pub struct LineChart {
 }
 
 #[derive(Clone, Debug)]
-pub struct BarSeries {
+pub(crate) struct BarSeries {
     pub label: String,
     pub color: usize,
     /// One value per category; `None` draws nothing there.
@@ -88,7 +88,7 @@ pub struct BarSeries {
 }
 
 #[derive(Clone, Debug)]
-pub struct BarChart {
+pub(crate) struct BarChart {
     pub title: String,
     pub y_label: String,
     pub categories: Vec<String>,
@@ -97,7 +97,7 @@ pub struct BarChart {
 
 /// One part of every bar of a [`StackedBarChart`], or its thin bar.
 #[derive(Clone, Debug)]
-pub struct Segment {
+pub(crate) struct Segment {
     pub label: String,
     pub color: usize,
     /// One value per category; not finite or negative draws nothing there.
@@ -110,7 +110,7 @@ pub struct Segment {
 /// (relay names) stay readable; the legend sits in a row of its own below the plot, where no
 /// bar can hide it.
 #[derive(Clone, Debug)]
-pub struct StackedBarChart {
+pub(crate) struct StackedBarChart {
     pub title: String,
     pub x_label: String,
     pub categories: Vec<String>,
@@ -119,14 +119,14 @@ pub struct StackedBarChart {
 }
 
 #[derive(Clone, Debug)]
-pub enum Figure {
+pub(crate) enum Figure {
     Lines(LineChart),
     Bars(BarChart),
     Stacked(StackedBarChart),
 }
 
 impl Figure {
-    pub fn title(&self) -> &str {
+    pub(crate) fn title(&self) -> &str {
         match self {
             Figure::Lines(c) => &c.title,
             Figure::Bars(c) => &c.title,
@@ -143,7 +143,7 @@ fn plot_err<E: std::fmt::Debug>(file: &str) -> impl Fn(E) -> ReportError + '_ {
 }
 
 /// Draws `figure` as an SVG document; `file` only names it in errors.
-pub fn render_svg(figure: &Figure, file: &str) -> Result<String, ReportError> {
+pub(crate) fn render_svg(figure: &Figure, file: &str) -> Result<String, ReportError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
@@ -613,19 +613,19 @@ pub fn find_font() -> Option<PathBuf> {
 }
 
 /// Turns SVG documents into PNG files, with the font loaded once.
-pub struct Rasterizer {
+pub(crate) struct Rasterizer {
     options: usvg::Options<'static>,
     font: Option<PathBuf>,
 }
 
 impl Rasterizer {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_font(find_font().as_deref())
     }
 
     /// A font file that cannot be read or parsed is treated as no font: PNG text is a
     /// convenience, never a reason to fail a report.
-    pub fn with_font(font: Option<&Path>) -> Self {
+    pub(crate) fn with_font(font: Option<&Path>) -> Self {
         let mut options = usvg::Options::default();
         let mut db = usvg::fontdb::Database::new();
         let mut loaded = None;
@@ -652,11 +652,11 @@ impl Rasterizer {
     }
 
     /// The font file in use, if any.
-    pub fn font(&self) -> Option<&Path> {
+    pub(crate) fn font(&self) -> Option<&Path> {
         self.font.as_deref()
     }
 
-    pub fn png(&self, svg: &str, file: &str) -> Result<Vec<u8>, ReportError> {
+    pub(crate) fn png(&self, svg: &str, file: &str) -> Result<Vec<u8>, ReportError> {
         let tree = usvg::Tree::from_str(svg, &self.options).map_err(plot_err(file))?;
         let size = tree.size();
         let w = (size.width() * PNG_SCALE).ceil() as u32;

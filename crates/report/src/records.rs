@@ -12,12 +12,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// split on the first `:` without knowing the reasons in advance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
+    /// The transfer completed: every byte arrived (for an upload, the server's answer did).
     Ok,
+    /// The workload's timeout passed before the transfer completed.
     Timeout,
+    /// The transfer failed for the reason given (`refused by exit`, `circuit closed`, ...).
     Error(String),
 }
 
 impl Outcome {
+    /// Whether the transfer completed; only these count towards times to first and last byte.
     pub fn is_ok(&self) -> bool {
         matches!(self, Outcome::Ok)
     }
@@ -33,6 +37,8 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// The text read back as an outcome was none of `ok`, `timeout` or `error:<reason>`; it holds
+/// that text.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("not a download outcome: {0:?} (expected ok, timeout or error:<reason>)")]
 pub struct ParseOutcomeError(pub String);
@@ -71,12 +77,20 @@ impl<'de> Deserialize<'de> for Outcome {
 /// the download had to wait for a circuit; that is what a user waits for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DownloadRecord {
+    /// Name of the client host that made the transfer.
     pub client: String,
+    /// The client's group: its `clients:` entry in the scenario.
     pub group: String,
+    /// Bytes requested (a download) or sent (an upload).
     pub size_bytes: u64,
+    /// When the application asked for the transfer, in seconds from the start of the run.
     pub start_s: f64,
+    /// Build time, in seconds, of the circuit the transfer used, which may have been built ahead
+    /// of need; `None` when no circuit was used.
     pub circuit_build_s: Option<f64>,
+    /// Time to first byte, seconds from `start_s`; `None` when the transfer never got that far.
     pub ttfb_s: Option<f64>,
+    /// Time to last byte, seconds from `start_s`; `None` when the last byte never arrived.
     pub ttlb_s: Option<f64>,
     /// When the request left the client, from `start_s` (OnionPerf's DATAREQUEST): after the
     /// stream opened, so `ttfb_s - request_s` is one round trip over the circuit. Empty when
@@ -88,10 +102,15 @@ pub struct DownloadRecord {
     /// those that stopped before 1 MiB), uploads, and files written before the column existed.
     #[serde(default)]
     pub throughput_mbit_s: Option<f64>,
+    /// How the transfer ended.
     pub outcome: Outcome,
+    /// Name of the file server at the far end of the stream.
     pub server: String,
+    /// The circuit's guard relay; empty when no circuit was used.
     pub guard: String,
+    /// The circuit's middle relay; empty when no circuit was used.
     pub middle: String,
+    /// The circuit's exit relay; empty when no circuit was used.
     pub exit: String,
     /// Started inside the bootstrap period: written to the CSV, excluded from the summary,
     /// because the network has not reached its steady state yet.
@@ -111,13 +130,21 @@ pub struct DownloadRecord {
 /// (`None`) rather than a made-up zero.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RelaySample {
+    /// The relay's name.
     pub relay: String,
+    /// The simulated second that ended: 1 is the run's first.
     pub second: u64,
+    /// Bytes read from the relay's channels in this second, cells and TLS overhead together.
     pub bytes_read: u64,
+    /// Bytes written to the relay's channels in this second, cells and TLS overhead together.
     pub bytes_written: u64,
+    /// Cells received on the relay's channels in this second.
     pub cells_in: Option<u64>,
+    /// Cells sent on the relay's channels in this second.
     pub cells_out: Option<u64>,
+    /// Cells waiting in the relay's circuit queues at the end of the second.
     pub queued_cells: Option<u64>,
+    /// Channels plus exit connections open at the end of the second.
     pub open_sockets: Option<u32>,
     /// Bytes written into the relay's sockets that the kernel has not sent yet, summed over
     /// its channels at the end of the second: where KIST keeps queues small.
@@ -166,27 +193,43 @@ pub struct CpuShare {
 /// One circuit a client tried to build.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CircuitRecord {
+    /// Name of the client host that launched the circuit.
     pub client: String,
+    /// The client's own number for the circuit, in launch order.
     pub circuit: u64,
+    /// `exit` for the general-purpose circuits the model builds; an emulation also writes tor's
+    /// own purpose, lower-cased, for other circuits.
     pub purpose: String,
+    /// The path's guard relay.
     pub guard: String,
+    /// The path's middle relay.
     pub middle: String,
+    /// The path's exit relay.
     pub exit: String,
+    /// When the circuit was launched, in seconds from the start of the run.
     pub start_s: f64,
+    /// Seconds the circuit took to build; `None` if it never was.
     pub build_s: Option<f64>,
     /// `built`, `timeout`, `destroyed`, `refused`, ...: free text so the Tor model can add
     /// reasons without a change here.
     pub outcome: String,
+    /// Streams the circuit carried.
     pub streams: u32,
+    /// When the circuit was closed, in seconds from the start of the run; `None` if it was
+    /// still open at the end.
     pub closed_s: Option<f64>,
 }
 
 /// Load of one engine worker thread, to spot imbalance between partitions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerRecord {
+    /// Hosts the worker owns (its partition of the network).
     pub hosts: usize,
+    /// Events the worker handled.
     pub events: u64,
+    /// Wall-clock seconds the worker spent running hosts.
     pub busy_s: f64,
+    /// Wall-clock seconds the worker spent waiting at the round barrier for the others.
     pub blocked_s: f64,
     /// Host rounds this worker ran for other workers (work stealing).
     #[serde(default)]
@@ -200,26 +243,39 @@ pub struct WorkerRecord {
 /// Everything about a run except its measurements, written as `run.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
+    /// The scenario's `name`.
     pub scenario_name: String,
     /// The scenario as run, after defaults and overrides, so a run can be reproduced from its
     /// output directory alone.
     pub scenario: serde_json::Value,
+    /// The seed the run used; with `scenario`, all it takes to run it again.
     pub seed: u64,
+    /// onionlab's version (the crate version of the binary that ran).
     pub version: String,
     /// The git commit the binary was built from (`-modified` when the tree differed from it,
     /// `unknown` when built outside git). Defaulted so that older run.json files load.
     #[serde(default)]
     pub commit: String,
+    /// Engine worker threads (0 for an emulation).
     pub threads: usize,
+    /// Simulated seconds reached.
     pub sim_seconds: f64,
+    /// The bootstrap period, in seconds from the start of the run: transfers started within it
+    /// are left out of the summary, the report and comparisons.
     pub bootstrap_seconds: f64,
+    /// Wall-clock seconds the run took (so far, in a run.json written while it runs).
     pub wall_seconds: f64,
     /// Simulated seconds per wall-clock second.
     pub speed: f64,
+    /// Events the engine handled.
     pub events: u64,
+    /// Synchronisation rounds the engine ran.
     pub rounds: u64,
+    /// Events per wall-clock second.
     pub events_per_sec: f64,
+    /// The process's peak resident memory (Linux `VmHWM`; 0 where unknown).
     pub peak_rss_bytes: u64,
+    /// One record per engine worker thread.
     pub workers: Vec<WorkerRecord>,
     /// Hosts by span, the rounds one run of theirs covers (1, 2, 4, 8): a host that nothing
     /// reaches within `k` lookaheads runs up to `k` rounds at a time. Empty for emulations.
@@ -229,6 +285,7 @@ pub struct RunInfo {
     pub complete: bool,
     /// `"simulation"`; a field rather than an assumption so other modes can share the format.
     pub mode: String,
+    /// Why the run did not complete; `None` when it did.
     pub interrupted_reason: Option<String>,
     /// `(wall seconds, simulated seconds)` samples taken by the CLI while the run progressed,
     /// for the diagnostics plot. Defaulted so that run.json files from before it existed load.
@@ -262,7 +319,9 @@ pub struct RunInfo {
 /// are the same for any thread count; the wall time and resident memory are this run's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StateSample {
+    /// Simulated seconds from the start of the run.
     pub sim_s: f64,
+    /// Wall-clock seconds since the run started.
     pub wall_s: f64,
     /// Resident memory of the process then (Linux `VmRSS`; 0 where unavailable).
     pub rss_bytes: u64,
@@ -306,8 +365,9 @@ pub struct CpuRecord {
     pub calibration: String,
     /// Each unit cost in nanoseconds, the scenario's own values applied.
     pub costs_ns: std::collections::BTreeMap<String, f64>,
-    /// Machines the relays ran on, and their cores together.
+    /// Machines the relays ran on.
     pub machines: u64,
+    /// Cores of those machines together.
     pub cores: u64,
     /// `cpu.share_window`, in milliseconds.
     pub share_window_ms: f64,
@@ -335,34 +395,41 @@ pub struct DirectoryRecord {
 pub struct TransportRecord {
     /// `tor.channel`.
     pub channel: String,
-    /// Channels relays opened that moved to QUIC, and that stayed on TCP because their QUIC
-    /// connection was not ready when the TCP link handshake completed.
+    /// Channels relays opened that moved to QUIC.
     pub quic_channels: u64,
+    /// Channels relays opened that stayed on TCP because their QUIC connection was not ready
+    /// when the TCP link handshake completed.
     pub tcp_fallbacks: u64,
     /// Cells relays wrote, counted at 514 bytes each (the payload every design carries).
     pub relay_cell_bytes: u64,
     /// IP bytes relays sent (headers, TLS or QUIC framing, retransmissions, ACKs, handshakes):
     /// over all their traffic, including exits' requests to servers.
     pub relay_wire_bytes: u64,
-    /// Relays' QUIC connections: UDP payload bytes sent, stream bytes first sent and
-    /// retransmitted, packets declared lost, probe timeouts.
+    /// UDP payload bytes the relays' QUIC connections sent.
     pub quic_udp_bytes: u64,
+    /// Stream bytes the relays' QUIC connections sent for the first time.
     pub quic_stream_bytes: u64,
+    /// Stream bytes the relays' QUIC connections sent again after a loss.
     pub quic_stream_bytes_retransmitted: u64,
+    /// Packets the relays' QUIC connections declared lost.
     pub quic_packets_lost: u64,
+    /// Probe timeouts on the relays' QUIC connections.
     pub quic_ptos: u64,
-    /// Relays' TCP: IP packets sent, segments retransmitted, retransmission timeouts, and
-    /// packets lost on paths and dropped by full link queues (theirs, sent or received), so a
-    /// run shows how much of its relays' traffic went to loss recovery. Absent (zero) in
-    /// results written before they were counted.
+    /// IP packets the relays' TCP sent. With the four counts after it, it shows how much of
+    /// the relays' traffic went to loss recovery; all five are absent (zero) in results
+    /// written before they were counted.
     #[serde(default)]
     pub relay_packets_sent: u64,
+    /// Segments the relays' TCP retransmitted.
     #[serde(default)]
     pub relay_tcp_retransmits: u64,
+    /// Retransmission timeouts on the relays' TCP connections.
     #[serde(default)]
     pub relay_tcp_timeouts: u64,
+    /// The relays' packets, sent or received, lost on network paths.
     #[serde(default)]
     pub relay_path_losses: u64,
+    /// The relays' packets, sent or received, dropped by full link queues.
     #[serde(default)]
     pub relay_queue_drops: u64,
 }

@@ -188,7 +188,7 @@ second; at its connection limit a relay refuses new connections.";
 
 /// The relays' figures and what the page should say about relays it could not plot in full.
 #[derive(Default)]
-pub struct RelayPlots {
+pub(crate) struct RelayPlots {
     pub figures: Vec<Named>,
     pub notes: Vec<String>,
 }
@@ -198,7 +198,7 @@ pub struct RelayPlots {
 /// A relay that no run of `input` has is an error ([`ReportError::Invalid`], naming the relay
 /// and relays that exist) unless the runs measured no relay at all; one missing from some
 /// trials is plotted from the others, with a note.
-pub fn report_relays(input: &Input, extra: &[String]) -> Result<RelayPlots, ReportError> {
+pub(crate) fn report_relays(input: &Input, extra: &[String]) -> Result<RelayPlots, ReportError> {
     let runs = input.runs();
     let wanted = wanted(runs, extra);
     let mut out = RelayPlots::default();
@@ -337,7 +337,7 @@ fn quoted_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
 /// The relays are every input's `plot_relays` and `extra`. A relay missing from some inputs is
 /// plotted for the others, with a note; one that no input has is an error
 /// ([`ReportError::Invalid`] on `out`) unless no input measured relays at all.
-pub fn compare_relays(
+pub(crate) fn compare_relays(
     inputs: &[(String, Input)],
     extra: &[String],
     out_dir: &Path,

@@ -16,8 +16,12 @@ use crate::stats::MeanCi;
 use crate::summary::{summarize, summary_table, total_goodput, upload_goodput};
 use crate::sweep::{self, Sweep};
 
+/// File name of the page reporting on one input, a run or a set of trials.
 pub const REPORT_HTML: &str = "report.html";
+/// File name of the page comparing several inputs.
 pub const COMPARE_HTML: &str = "compare.html";
+/// File name of the comparison's table as tidy data: one row per statistic and input, with
+/// the mean over trials, its 95% interval and the change from the first input.
 pub const COMPARISON_CSV: &str = "comparison.csv";
 
 /// Escapes text for HTML element content and double-quoted attributes.

@@ -136,6 +136,7 @@ pub fn t_975(df: usize) -> Option<f64> {
 /// A mean over trials with its 95% t-interval.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MeanCi {
+    /// The mean of the values (NaN when there were none).
     pub mean: f64,
     /// Half the width of the 95% interval; `None` with fewer than two values.
     pub half_width: Option<f64>,
@@ -144,10 +145,12 @@ pub struct MeanCi {
 }
 
 impl MeanCi {
+    /// Lower end of the 95% interval; `None` without one.
     pub fn low(&self) -> Option<f64> {
         self.half_width.map(|h| self.mean - h)
     }
 
+    /// Upper end of the 95% interval; `None` without one.
     pub fn high(&self) -> Option<f64> {
         self.half_width.map(|h| self.mean + h)
     }
@@ -185,7 +188,9 @@ pub fn band_levels() -> Vec<f64> {
 /// One level of a mean CDF across trials.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BandPoint {
+    /// The probability level `q`, from 0.005 to 0.995.
     pub level: f64,
+    /// Mean and interval over the trials of their `q`-quantiles.
     pub ci: MeanCi,
 }
 

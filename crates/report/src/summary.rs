@@ -19,9 +19,13 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// `-`; `null` in JSON) rather than a zero that would look like a real, excellent result.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
+    /// The median: the value at rank `ceil(n / 2)`.
     pub p50: f64,
+    /// The 90th percentile: the value at rank `ceil(0.9 n)`.
     pub p90: f64,
+    /// The 99th percentile: the value at rank `ceil(0.99 n)`.
     pub p99: f64,
+    /// How many values the percentiles are over.
     pub n: usize,
 }
 
@@ -49,10 +53,13 @@ pub fn percentiles(values: &[f64]) -> Percentiles {
 /// Download statistics of one client group, over the measured period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupSummary {
+    /// The group's name (its `clients:` entry).
     pub group: String,
     /// All downloads started after bootstrap, whatever their outcome.
     pub downloads: usize,
+    /// Downloads that ended in an error.
     pub errors: usize,
+    /// Downloads abandoned at the workload's timeout.
     pub timeouts: usize,
     /// `(errors + timeouts) / downloads`: a timeout is a failed download from the user's point
     /// of view, as in tgen/OnionPerf, where timeouts are reported as transfer errors.
@@ -60,6 +67,7 @@ pub struct GroupSummary {
     /// Over successful downloads only: a failed download's partial times would mix two very
     /// different populations.
     pub ttfb: Percentiles,
+    /// Time to last byte in seconds, over successful downloads of every size.
     pub ttlb: Percentiles,
     /// TTLB per download size, ascending by size, since TTLB is only comparable within a size.
     pub ttlb_by_size: Vec<(u64, Percentiles)>,
@@ -75,11 +83,15 @@ pub struct GroupSummary {
 /// One client's uploads over the measured period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClientGoodput {
+    /// The client host's name.
     pub client: String,
+    /// The client's group.
     pub group: String,
-    /// Successful uploads, their bytes, and their times to last byte summed.
+    /// Successful uploads started after bootstrap.
     pub uploads: usize,
+    /// Bytes those uploads sent.
     pub bytes: u64,
+    /// Their times to last byte summed, in seconds.
     pub seconds: f64,
 }
 

@@ -50,6 +50,7 @@ impl SweepMetric {
         }
     }
 
+    /// The metric an experiment file names by [`SweepMetric::id`]; `None` for any other name.
     pub fn from_id(id: &str) -> Option<SweepMetric> {
         SweepMetric::ALL.into_iter().find(|m| m.id() == id)
     }
@@ -103,6 +104,7 @@ pub struct Sweep {
     pub x_label: String,
     /// The settings whose values tell the curves apart, for the legend's title and the page.
     pub series_label: String,
+    /// What is plotted against the swept setting, one value per input (the mean over its trials).
     pub metric: SweepMetric,
     /// One per input, in the inputs' order.
     pub points: Vec<SweepPoint>,

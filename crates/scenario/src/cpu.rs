@@ -31,28 +31,35 @@ pub const DEFAULT_CALIBRATION: &str = "data:cpu/calibration-epyc-2core-2026-11.y
 const CALIBRATION_ALIASES: &[(&str, &str)] =
     &[("reference", "cpu/calibration-epyc-2core-2026-11.yaml")];
 
-/// The most cores a machine may have, and onion-skin workers a relay may run (tor caps its
-/// detected CPUs at 16; a bigger pool changes nothing a simulation can show).
+/// The most cores a machine may have.
 pub const MAX_CORES: u32 = 1024;
+/// The most onion-skin workers a relay may run (tor caps its detected CPUs at 16; a bigger pool
+/// changes nothing a simulation can show).
 pub const MAX_WORKERS: u32 = 128;
 
+/// `cpu:` — either no CPU model (`none`) or a model of how relays spend CPU time.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub enum CpuSection {
     /// No CPU model (`cpu: none`).
     #[default]
     None,
+    /// A CPU model: profile, unit costs and the machines relays share.
     Model(CpuSpec),
 }
 
 impl CpuSection {
+    /// True for `cpu: none`, which a recorded scenario leaves out.
     pub fn is_none(&self) -> bool {
         matches!(self, CpuSection::None)
     }
 }
 
+/// The `cpu:` mapping: how relays do their crypto and packet I/O, what each unit of work
+/// costs, and which relays share a machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CpuSpec {
+    /// How a relay does its crypto and packet I/O (default `native_ctr`).
     #[serde(default = "default_profile")]
     pub profile: CpuProfile,
     /// A calibration file (`onionlab calibrate`'s output): a path relative to the scenario,
@@ -72,6 +79,7 @@ pub struct CpuSpec {
     /// How often relays sharing a machine measure and tell each other their demand.
     #[serde(default = "default_window")]
     pub share_window: Duration,
+    /// Machines several relays share; every relay no entry names has a machine of its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machines: Vec<MachineSpec>,
 }
@@ -80,8 +88,11 @@ pub struct CpuSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MachineSpec {
+    /// The machine's name: not blank, and unique among machines.
     pub name: String,
+    /// Cores of the machine, shared by its relays (1 to 1024).
     pub cores: u32,
+    /// The relays on this machine, named as in `relays.csv`; a relay is on one machine at most.
     pub relays: Vec<String>,
 }
 
@@ -139,11 +150,13 @@ impl<'de> Deserialize<'de> for CpuSection {
 /// The CPU model as a run uses it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedCpu {
+    /// How relays do their crypto and packet I/O.
     pub profile: CpuProfile,
     /// The calibration's unit costs with the scenario's own values over them.
     pub costs: UnitCosts,
     /// Where the costs came from (the calibration file and the machine it measured).
     pub calibration: String,
+    /// How often relays sharing a machine measure their demand and tell each other, in nanoseconds.
     pub share_window_ns: u64,
     /// Machines: (name, cores); relays no machine names get one of their own each.
     pub machines: Vec<(String, u32)>,

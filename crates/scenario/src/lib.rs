@@ -64,6 +64,7 @@ pub use units::{parse_duration, parse_rate, parse_size, Duration, Rate, Size};
 /// Why a scenario cannot be run, located as precisely as the problem allows.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct ScenarioError {
+    /// The scenario file as the user named it (`builtin:<name>.yaml` for a built-in one).
     pub file: String,
     /// Path of the offending key, e.g. `clients[1].workload.web.pause`; empty for the whole file.
     pub field: String,
@@ -89,9 +90,11 @@ impl fmt::Display for ScenarioError {
 /// A legal but suspicious setting, located like a [`ScenarioError`]; see [`warnings`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScenarioWarning {
+    /// The scenario file as the user named it (`builtin:<name>.yaml` for a built-in one).
     pub file: String,
     /// Path of the key the warning is about, e.g. `network.builtin.loss`.
     pub field: String,
+    /// Why the setting is suspicious and what it will do.
     pub message: String,
 }
 

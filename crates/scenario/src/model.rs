@@ -26,16 +26,23 @@ pub struct Scenario {
     /// The file the scenario came from; relative paths inside it are relative to its folder.
     #[serde(skip_deserializing, default)]
     pub source: PathBuf,
+    /// When the run stops and how it is seeded.
     pub run: RunSection,
+    /// The Internet model the hosts sit on (one switch by default).
     #[serde(default)]
     pub network: NetworkSection,
+    /// Tor's parameters, the same for every relay and client (the live network's by default).
     #[serde(default)]
     pub tor: TorParams,
+    /// The directory authorities (three by default).
     #[serde(default)]
     pub authorities: Authorities,
+    /// Where the relays come from.
     pub relays: RelaysSection,
+    /// Server groups: the destinations that exits open streams to.
     #[serde(default)]
     pub servers: Vec<ServerGroup>,
+    /// Client groups: each host runs its own Tor client and workload.
     #[serde(default)]
     pub clients: Vec<ClientGroup>,
     /// Attackers (the socket exhaustion attack), added after every other host.
@@ -54,11 +61,13 @@ pub struct Scenario {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportSection {
+    /// Nicknames of the relays to plot, as in `relays.csv`.
     #[serde(default)]
     pub relays: Vec<String>,
 }
 
 impl ReportSection {
+    /// True when the section names no relay, so a recorded scenario leaves it out.
     pub fn is_empty(&self) -> bool {
         self.relays.is_empty()
     }
@@ -81,28 +90,41 @@ pub struct AttackSpec {
     /// Host name of the attacker (default `attacker`, numbered when there are several).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Which attack the attacker runs.
     pub kind: AttackKind,
     /// The victim relay's name (as in relays.csv).
     pub victim: String,
+    /// When the attack begins, in simulated time.
     pub start: Duration,
+    /// When the attack ends and the attacker closes all its connections.
     pub end: Duration,
+    /// Circuits built through the victim each period (1 to 100000).
     pub circuits: u32,
+    /// The period at which `circuits` circuits are built (100 ms to 30 days).
     pub every: Duration,
+    /// The attacker's access link rate, both directions; `None` takes the graph node's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Rate>,
+    /// The attacker's upstream access rate, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_up: Option<Rate>,
+    /// The attacker's downstream access rate, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_down: Option<Rate>,
+    /// Two-letter country code of the graph nodes to place the attacker on; `None`: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
 }
 
+/// `run:` — how long the simulation runs and how it is seeded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunSection {
+    /// Seeds every random choice: placement, relay draws, consensus sampling, client starts and
+    /// the simulation itself.
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// Simulated time at which the run ends (at most 30 days).
     pub stop_time: Duration,
     /// Downloads that start before this time are left out of the results.
     #[serde(default)]
@@ -116,6 +138,7 @@ fn default_seed() -> u64 {
     1
 }
 
+/// `network:` — the Internet model the hosts sit on and how packets travel through it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSection {
@@ -125,8 +148,12 @@ pub struct NetworkSection {
     /// Only meaningful with `graph: builtin`; `None` there means all defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<BuiltinNetwork>,
+    /// The narrowest the simulation's parallel rounds may be; `0s`, the default, sets no floor.
+    /// A floor above the network's latencies holds packets until their round ends.
     #[serde(default)]
     pub lookahead_floor: Duration,
+    /// How much time's worth of traffic, at the link's rate, a host's downstream queue holds
+    /// before it drops packets.
     #[serde(default = "default_down_queue")]
     pub down_queue: Duration,
     /// Segmentation offload (TSO/GSO and GRO, as Linux hosts do by default): a TCP socket's
@@ -168,7 +195,10 @@ pub struct NetworkSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImpairmentSpec {
+    /// The two sides: each a relay's nickname, a server or client group's name, or
+    /// `authorities`, optionally prefixed with `relay:`, `servers:` or `clients:`.
     pub between: Vec<String>,
+    /// Probability, from 0 to below 1, that a packet between the two sides is lost.
     pub loss: f64,
 }
 
@@ -216,8 +246,10 @@ impl Default for NetworkSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinNetwork {
+    /// One-way latency between any two hosts (1 µs to 1 h).
     #[serde(default = "default_latency")]
     pub latency: Duration,
+    /// Probability, from 0 to below 1, that a packet is lost between two hosts.
     #[serde(default)]
     pub loss: f64,
     /// Default access link of every host on the switch, both directions.
@@ -247,12 +279,16 @@ impl Default for BuiltinNetwork {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Link {
+    /// Access link rate of each host, both directions; `None` takes the graph node's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Rate>,
+    /// Upstream access rate of each host, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_up: Option<Rate>,
+    /// Downstream access rate of each host, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_down: Option<Rate>,
+    /// Two-letter country code: places the hosts on that country's graph nodes; `None`: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
 }
@@ -261,13 +297,18 @@ pub struct Link {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthoritiesSpec {
+    /// How many directory authorities; clients need a consensus, so at least one.
     pub count: u32,
+    /// Each authority's access link rate, both directions; `None` takes the graph node's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Rate>,
+    /// Each authority's upstream access rate, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_up: Option<Rate>,
+    /// Each authority's downstream access rate, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_down: Option<Rate>,
+    /// Two-letter country code of the graph nodes to place the authorities on; `None`: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
 }
@@ -289,6 +330,7 @@ impl Default for Authorities {
 }
 
 impl Authorities {
+    /// The authorities' link settings, in the form every group of hosts is placed with.
     pub fn link(&self) -> Link {
         Link {
             bandwidth: self.0.bandwidth,
@@ -347,22 +389,31 @@ impl<'de> Deserialize<'de> for Authorities {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum RelaysSection {
+    /// Synthetic relays whose rates are drawn from a distribution.
     Generate(GenerateRelays),
+    /// Relays written out one entry at a time.
     List(Vec<RelaySpec>),
+    /// Relays sampled from a real consensus.
     Sample(SampleRelays),
 }
 
+/// `relays.generate`: synthetic relays, counted by kind, with rates from a [`BandwidthModel`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenerateRelays {
+    /// Relays with the Guard flag only.
     #[serde(default)]
     pub guard: u32,
+    /// Relays with the Exit flag only.
     #[serde(default)]
     pub exit: u32,
+    /// Relays with both the Guard and Exit flags.
     #[serde(default)]
     pub guard_exit: u32,
+    /// Relays with neither flag, used as middles.
     #[serde(default)]
     pub middle: u32,
+    /// Where each relay's `BandwidthRate` comes from (default: rows of `relays-2018`).
     #[serde(default)]
     pub bandwidth: BandwidthModel,
     /// `None`: the relays file's own burst for `from_file`, [`DEFAULT_BURST_FACTOR`] otherwise.
@@ -392,7 +443,9 @@ pub const DEFAULT_RATE_PER_WEIGHT: f64 = 1000.0;
 pub enum BandwidthModel {
     /// Rows drawn from a relays CSV (`relays-2018`, `data:...` or a path).
     FromFile(String),
+    /// Rates drawn from a lognormal distribution.
     Lognormal(Lognormal),
+    /// The same rate for every relay.
     Fixed(Rate),
 }
 
@@ -402,10 +455,13 @@ impl Default for BandwidthModel {
     }
 }
 
+/// A lognormal rate distribution: `BandwidthRate = median × e^(sigma·Z)`, Z standard normal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lognormal {
+    /// The median `BandwidthRate`.
     pub median: Rate,
+    /// Standard deviation of the rate's natural logarithm (0 to 5).
     pub sigma: f64,
 }
 
@@ -413,28 +469,41 @@ pub struct Lognormal {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FlagName {
+    /// Suitable as an entry guard.
     Guard,
+    /// Usable as an exit (with an exit policy that accepts some port).
     Exit,
+    /// Fast enough for general circuits; clients use only Fast relays.
     Fast,
+    /// Suitable for circuits carrying long-lived streams.
     Stable,
+    /// Reachable; set on every listed relay whether named or not.
     Running,
+    /// Accepted by the authorities; set on every listed relay whether named or not.
     Valid,
 }
 
+/// One `relays.list` entry: a relay, or `count` identical ones.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelaySpec {
     /// Relay nickname; with `count > 1` a number is appended.
     pub name: String,
+    /// Identical relays made from this entry, numbered after `name` when more than one.
     #[serde(default = "one")]
     pub count: u32,
+    /// The relay's consensus flags (default Fast and Stable); Running and Valid are always set.
     #[serde(default = "default_flags")]
     pub flags: Vec<FlagName>,
+    /// tor's `BandwidthRate`, the relay's token-bucket rate (75 KiB/s to 2 GiB/s).
     pub bandwidth_rate: Rate,
+    /// tor's `BandwidthBurst`; `None`: the rate × 1.67, at most 2 GiB/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_burst: Option<Rate>,
+    /// tor's `RelayBandwidthRate`: a limit on relayed traffic only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay_bandwidth_rate: Option<Rate>,
+    /// tor's `RelayBandwidthBurst`; only together with `relay_bandwidth_rate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay_bandwidth_burst: Option<Rate>,
     /// This relay's ConnLimit (sockets), instead of `tor.conn_limit`.
@@ -443,17 +512,23 @@ pub struct RelaySpec {
     /// Consensus weight (kB/s units, as in a consensus `w Bandwidth=` line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consensus_weight: Option<u64>,
+    /// Exit policy summary in the consensus's `p`-line syntax (`accept 80,443`); `None`:
+    /// accept every port with the Exit flag, else reject every port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_policy: Option<String>,
     /// Relays naming the same family form one family.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,
+    /// Two-letter country code of the graph nodes to place the relay on; `None`: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
+    /// Link rate, both directions; `None`: derived from the relay's rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<Rate>,
+    /// Upstream link rate, overriding `link`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_up: Option<Rate>,
+    /// Downstream link rate, overriding `link`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_down: Option<Rate>,
     /// A fixed IPv4 address (with `count > 1`, the first; later ones count up).
@@ -469,11 +544,13 @@ fn default_flags() -> Vec<FlagName> {
     vec![FlagName::Fast, FlagName::Stable]
 }
 
+/// `relays.sample`: relays drawn from a real consensus, stratified by guard/exit class.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SampleRelays {
     /// `consensus-2023`, `consensus-2022`, `data:<path>` or a path to a consensus file.
     pub consensus: String,
+    /// How many relays to sample (at most the consensus's relay count).
     pub count: u32,
     /// Replaces every sampled relay's `BandwidthRate` (default: its consensus weight).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -488,8 +565,10 @@ pub struct SampleRelays {
     /// rate stays the same. Live relays' capacities departed from their weights so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_spread: Option<f64>,
+    /// `BandwidthBurst` as a multiple of `BandwidthRate` (1.0 to 100; default 1.67).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_factor: Option<f64>,
+    /// Link rate of every sampled relay, both directions; `None`: derived from its rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<Rate>,
     /// Puts every sampled relay in this country.
@@ -516,20 +595,28 @@ pub enum RelayPlacement {
     Address,
 }
 
+/// One `servers` entry: a group of destination hosts that exits connect to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerGroup {
+    /// The group's name; its hosts are `server-<name>-1`, `server-<name>-2`, and so on.
     pub name: String,
+    /// Servers in the group.
     #[serde(default = "one")]
     pub count: u32,
+    /// TCP port the servers listen on; only 80, the one port the model's clients and exits use.
     #[serde(default = "default_port")]
     pub port: u16,
+    /// Access link rate of each host, both directions; `None` takes the graph node's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Rate>,
+    /// Upstream access rate of each host, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_up: Option<Rate>,
+    /// Downstream access rate of each host, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_down: Option<Rate>,
+    /// Two-letter country code: places the hosts on that country's graph nodes; `None`: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
     /// Serves only the client groups that name it in their `servers`, not those that name
@@ -542,12 +629,17 @@ fn default_port() -> u16 {
     80
 }
 
+/// One `clients` entry: a group of hosts, each running its own Tor client and workload.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientGroup {
+    /// The group's name, which labels its rows in the results; its hosts are
+    /// `client-<name>-1`, `client-<name>-2`, and so on.
     pub name: String,
+    /// Clients in the group.
     #[serde(default = "one")]
     pub count: u32,
+    /// What each client of the group fetches or sends, and when.
     pub workload: Workload,
     /// The server group this group downloads from; `None`: any server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -555,12 +647,16 @@ pub struct ClientGroup {
     /// Each client starts at a uniform random time in this range.
     #[serde(default)]
     pub start: DurationRange,
+    /// Access link rate of each host, both directions; `None` takes the graph node's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Rate>,
+    /// Upstream access rate of each host, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_up: Option<Rate>,
+    /// Downstream access rate of each host, overriding `bandwidth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_down: Option<Rate>,
+    /// Two-letter country code: places the hosts on that country's graph nodes; `None`: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
     /// tor's `UseEntryGuards`: `false` picks each circuit's first hop afresh by guard weight,
@@ -580,6 +676,7 @@ fn yes() -> bool {
 macro_rules! link_of {
     ($t:ty) => {
         impl $t {
+            /// The group's link settings, in the form every group of hosts is placed with.
             pub fn link(&self) -> Link {
                 Link {
                     bandwidth: self.bandwidth,
@@ -595,13 +692,19 @@ link_of!(ServerGroup);
 link_of!(ClientGroup);
 link_of!(AttackSpec);
 
+/// What a client does: exactly one workload per group.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Workload {
+    /// Browsing: fetch a page, think, repeat.
     Web(WebWorkload),
+    /// Large downloads back to back.
     Bulk(BulkWorkload),
+    /// OnionPerf-style measurement downloads on a fixed grid.
     Perf(PerfWorkload),
+    /// Uploads back to back.
     Upload(UploadWorkload),
+    /// Streams drawn from the PrivCount models of Tor's 2018 traffic.
     Markov(MarkovWorkload),
 }
 
@@ -610,6 +713,7 @@ pub enum Workload {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MarkovWorkload {
+    /// The Tor users one client host stands for (1 to 10000), each with its own guards.
     #[serde(default = "one")]
     pub users: u32,
     /// The stream model: an alias (`privcount-2018-stream`, `privcount-2018-stream-initial`),
@@ -635,10 +739,13 @@ fn markov_packet_model() -> String {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebWorkload {
+    /// Bytes per download.
     #[serde(default = "web_size")]
     pub size: Size,
+    /// Think time after each download: uniform in the range, or one fixed duration.
     #[serde(default = "web_pause")]
     pub pause: DurationRange,
+    /// A download not finished by then counts as failed (tgen's default transfer timeout).
     #[serde(default = "web_timeout")]
     pub timeout: Duration,
 }
@@ -660,10 +767,13 @@ fn web_timeout() -> Duration {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkWorkload {
+    /// Bytes per download.
     #[serde(default = "bulk_size")]
     pub size: Size,
+    /// Pause between downloads, as for web (default none).
     #[serde(default)]
     pub pause: DurationRange,
+    /// A download not finished by then counts as failed.
     #[serde(default = "bulk_timeout")]
     pub timeout: Duration,
 }
@@ -680,6 +790,7 @@ fn bulk_timeout() -> Duration {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UploadWorkload {
+    /// Bytes per upload.
     #[serde(default = "bulk_size")]
     pub size: Size,
     /// The same default as bulk downloads': uploads are the bulk transfers of the other
@@ -692,8 +803,10 @@ pub struct UploadWorkload {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PerfWorkload {
+    /// Bytes per download.
     #[serde(default = "perf_size")]
     pub size: Size,
+    /// Time between download starts, whether or not the previous one has finished.
     #[serde(default = "perf_interval")]
     pub interval: Duration,
     /// `None`: 15 s up to 50 KiB, 60 s up to 1 MiB, 120 s above (tornettools' choices).
@@ -709,6 +822,7 @@ fn perf_interval() -> Duration {
 }
 
 impl PerfWorkload {
+    /// The timeout in force: `timeout` if set, else tornettools' choice by size.
     pub fn effective_timeout(&self) -> Duration {
         self.timeout.unwrap_or(if self.size.0 <= 50 * 1024 {
             Duration::from_secs(15)
@@ -723,7 +837,9 @@ impl PerfWorkload {
 /// A uniform range of durations, written `[1s, 60s]`, or one fixed duration `5s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct DurationRange {
+    /// The shortest duration, inclusive.
     pub min: Duration,
+    /// The longest duration, inclusive; equal to `min` for a fixed duration.
     pub max: Duration,
 }
 

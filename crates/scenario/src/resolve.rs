@@ -25,10 +25,15 @@ use crate::ScenarioError;
 /// Everything a run instantiates, in host order: authorities, relays, servers, clients.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// Every relay, in host order; `usize` relay indices elsewhere in the plan point here.
     pub relays: Vec<PlannedRelay>,
+    /// The directory authorities, `auth1`, `auth2`, and so on.
     pub authorities: Vec<PlannedHost>,
+    /// Server hosts, group by group in file order.
     pub servers: Vec<PlannedHost>,
+    /// Client hosts, group by group in file order.
     pub clients: Vec<PlannedClient>,
+    /// Attackers, placed after every other host.
     pub attacks: Vec<PlannedAttack>,
     /// `network.impairments` with their names turned into hosts.
     pub impairments: Vec<PlannedImpairment>,
@@ -44,39 +49,55 @@ pub struct Plan {
 /// A host of a [`Plan`], by its list there and its position in that list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanHost {
+    /// Index into [`Plan::relays`].
     Relay(usize),
+    /// Index into [`Plan::authorities`].
     Authority(usize),
+    /// Index into [`Plan::servers`].
     Server(usize),
+    /// Index into [`Plan::clients`].
     Client(usize),
 }
 
 /// Extra loss between two sets of hosts (`network.impairments`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedImpairment {
+    /// The hosts on each side; a packet between a host of one side and a host of the other,
+    /// either way, is subject to the loss.
     pub sides: [Vec<PlanHost>; 2],
+    /// Probability, from 0 to below 1, that such a packet is lost, on top of its path's loss.
     pub loss: f64,
 }
 
 /// An attacker with its victim found among the planned relays.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedAttack {
+    /// The attacker's own host, placed after every other host.
     pub host: PlannedHost,
     /// Index into `Plan::relays`.
     pub victim: usize,
     /// Nanoseconds.
     pub start: u64,
+    /// When the attack stops and the attacker closes its connections, in nanoseconds.
     pub end: u64,
+    /// Period between rounds of circuits, in nanoseconds.
     pub every: u64,
+    /// Circuits built through the victim each period.
     pub circuits: u32,
 }
 
+/// One relay as a run builds it: name, place on the graph, link, consensus entry and torrc rates.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedRelay {
+    /// Nickname, unique among the plan's relays.
     pub name: String,
     /// Index into `graph.nodes`.
     pub node: usize,
+    /// Upstream access link rate, in bits per second.
     pub link_up_bps: u64,
+    /// Downstream access link rate, in bits per second.
     pub link_down_bps: u64,
+    /// Consensus flags the relay is listed with.
     pub flags: RelayFlags,
     /// As in a consensus `w Bandwidth=` line (nominally kB/s).
     pub consensus_weight: u64,
@@ -84,22 +105,32 @@ pub struct PlannedRelay {
     pub bandwidth_rate: u64,
     /// Bytes.
     pub bandwidth_burst: u64,
+    /// `RelayBandwidthRate` in bytes per second, where set.
     pub relay_bandwidth_rate: Option<u64>,
+    /// `RelayBandwidthBurst` in bytes, where set.
     pub relay_bandwidth_burst: Option<u64>,
     /// ConnLimit, where the relay's entry overrides `tor.conn_limit`.
     pub conn_limit: Option<u32>,
+    /// Exit policy summary that clients check before choosing the relay as an exit.
     pub exit_policy: ExitPolicy,
+    /// Family id: relays with the same `Some` id never share a circuit.
     pub family: Option<u32>,
+    /// IPv4 address; relays in one /16 never share a circuit.
     pub address: Ipv4Addr,
 }
 
+/// A host that is not a relay (an authority, server, client or attacker), placed on the graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedHost {
+    /// Host name, such as `auth1`, `server-web-3` or `client-bulk-12`.
     pub name: String,
+    /// The group it belongs to: its server or client group's name, or `authority` or `attack`.
     pub group: String,
     /// Index into `graph.nodes`.
     pub node: usize,
+    /// Upstream access link rate, in bits per second.
     pub link_up_bps: u64,
+    /// Downstream access link rate, in bits per second.
     pub link_down_bps: u64,
 }
 
@@ -108,26 +139,42 @@ pub struct PlannedHost {
 pub enum ClientWorkload {
     /// Download `size`, then pause uniformly in `[pause_min, pause_max]`, repeat.
     Web {
+        /// Bytes per download.
         size: u64,
+        /// Shortest think time after a download, in nanoseconds.
         pause_min: u64,
+        /// Longest think time after a download, in nanoseconds.
         pause_max: u64,
+        /// A download not finished after this many nanoseconds counts as failed.
         timeout: u64,
     },
     /// Download `size` back to back (after an optional pause).
     Bulk {
+        /// Bytes per download.
         size: u64,
+        /// Shortest pause between downloads, in nanoseconds (0 for none).
         pause_min: u64,
+        /// Longest pause between downloads, in nanoseconds.
         pause_max: u64,
+        /// A download not finished after this many nanoseconds counts as failed.
         timeout: u64,
     },
     /// Start a download of `size` every `interval`.
     Perf {
+        /// Bytes per download.
         size: u64,
+        /// Time between download starts, in nanoseconds.
         interval: u64,
+        /// A download not finished after this many nanoseconds counts as failed.
         timeout: u64,
     },
     /// Upload `size` back to back.
-    Upload { size: u64, timeout: u64 },
+    Upload {
+        /// Bytes per upload.
+        size: u64,
+        /// An upload not finished after this many nanoseconds counts as failed.
+        timeout: u64,
+    },
     /// `users` users' streams drawn from the PrivCount models, loaded once per group and
     /// shared by its clients.
     Markov(onionlab_traffic::MarkovWorkload),
@@ -188,9 +235,12 @@ impl ClientWorkload {
     }
 }
 
+/// A client host with what it does and when it starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedClient {
+    /// The client's host and place on the graph.
     pub host: PlannedHost,
+    /// What the client fetches or sends, in bytes and nanoseconds.
     pub workload: ClientWorkload,
     /// The server group to download from; `None`: any server.
     pub server_group: Option<String>,

@@ -34,24 +34,29 @@ pub struct Size(pub u64);
 pub struct Rate(pub u64);
 
 impl Duration {
+    /// A duration of `s` whole seconds.
     pub const fn from_secs(s: u64) -> Self {
         Duration(s * NS_PER_S as u64)
     }
+    /// A duration of `ms` whole milliseconds.
     pub const fn from_millis(ms: u64) -> Self {
         Duration(ms * NS_PER_MS as u64)
     }
+    /// The span in nanoseconds.
     pub const fn nanos(self) -> u64 {
         self.0
     }
 }
 
 impl Size {
+    /// The size in bytes.
     pub const fn bytes(self) -> u64 {
         self.0
     }
 }
 
 impl Rate {
+    /// The rate in bits per second, as stored.
     pub const fn bits_per_sec(self) -> u64 {
         self.0
     }
@@ -59,6 +64,7 @@ impl Rate {
     pub const fn bytes_per_sec(self) -> u64 {
         self.0 / 8
     }
+    /// A rate of `b` bytes per second, saturating at `u64::MAX` bits per second.
     pub const fn from_bytes_per_sec(b: u64) -> Self {
         Rate(b.saturating_mul(8))
     }

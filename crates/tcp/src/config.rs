@@ -12,6 +12,7 @@ pub struct TcpConfig {
     pub mss: u32,
     /// Initial congestion window in segments (RFC 6928).
     pub initial_cwnd: u32,
+    /// Window growth algorithm (`onionlab-congestion`); CUBIC, Linux's default.
     pub congestion: CongestionControl,
     /// Selective acknowledgements (RFC 2018); both ends are assumed to share this setting.
     pub sack: bool,
@@ -28,16 +29,26 @@ pub struct TcpConfig {
     /// ACK of receiving some), where the ACK waits to ride on the reply. Without them every
     /// small segment's ACK waits `delayed_ack`, and a Nagle-held segment behind it as long.
     pub quickack: bool,
+    /// RTO until the first RTT sample, so the one that times the SYN (RFC 6298's 1 s).
     pub rto_initial: SimDuration,
+    /// Floor of the RTO's variance term (Linux's `TCP_RTO_MIN`), so the RTO is never below
+    /// SRTT plus this; also the tail loss probe's slack with one segment in flight.
     pub rto_min: SimDuration,
+    /// Ceiling of the RTO, exponential backoff included (Linux's `TCP_RTO_MAX`).
     pub rto_max: SimDuration,
     /// SYN (or SYN-ACK) retransmissions before the open attempt is abandoned.
     pub syn_retries: u32,
     /// Consecutive retransmission timeouts without progress before the connection times out.
     pub max_retries: u32,
+    /// Send buffer in bytes at open, unacknowledged and unsent data together (the default
+    /// of Linux's `tcp_wmem`).
     pub send_buffer_initial: u64,
+    /// Bytes up to which autotuning may grow the send buffer (the maximum of `tcp_wmem`).
     pub send_buffer_max: u64,
+    /// Receive buffer in bytes at open: the most the receiver advertises beyond what the
+    /// application has read (the default of Linux's `tcp_rmem`).
     pub recv_buffer_initial: u64,
+    /// Bytes up to which autotuning may grow the receive buffer (the maximum of `tcp_rmem`).
     pub recv_buffer_max: u64,
     /// Grow send and receive buffers with the path's bandwidth-delay product, as Linux does.
     pub autotune: bool,

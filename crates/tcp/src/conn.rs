@@ -13,15 +13,26 @@ use std::sync::Arc;
 /// RFC 793 connection states (LISTEN is the caller's business: it calls `accept` on a SYN).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TcpState {
+    /// Active open: our SYN is out, waiting for the peer's SYN-ACK.
     SynSent,
+    /// Passive open: the peer's SYN arrived and our SYN-ACK is out, waiting for its ACK.
     SynReceived,
+    /// Handshake complete; data may flow both ways.
     Established,
+    /// We closed first; our FIN is not yet acknowledged.
     FinWait1,
+    /// Our FIN is acknowledged; waiting for the peer's.
     FinWait2,
+    /// The peer closed; we may still send until the application closes too.
     CloseWait,
+    /// Both ends closed at once: the peer's FIN came before the ACK of ours.
     Closing,
+    /// We closed after the peer did; waiting for the ACK of our FIN.
     LastAck,
+    /// Both FINs acknowledged; lingering `TcpConfig::time_wait` to acknowledge again a FIN
+    /// the peer retransmits because our last ACK was lost.
     TimeWait,
+    /// Nothing left of the connection: closed in order, reset, timed out or aborted.
     Closed,
 }
 
@@ -29,7 +40,9 @@ pub enum TcpState {
 /// coalesced, so events are edge triggers to go and look at the connection, not counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TcpEvent {
+    /// The handshake completed (the connection left SYN-SENT or SYN-RECEIVED).
     Connected,
+    /// New in-order bytes arrived for `read`.
     Readable,
     /// Send space freed after `send` accepted less than offered.
     Writable,
@@ -60,6 +73,7 @@ fn event_bit(e: TcpEvent) -> u8 {
 /// Counters and estimates, in the spirit of Linux's `tcp_info`.
 #[derive(Clone, Debug)]
 pub struct TcpInfo {
+    /// Where the connection is in its life.
     pub state: TcpState,
     /// Congestion window, whole segments.
     pub cwnd: u32,
@@ -69,10 +83,15 @@ pub struct TcpInfo {
     pub unacked: u32,
     /// Bytes in the send buffer never sent.
     pub notsent: u64,
+    /// Payload bytes per full segment, after clamping the configured MSS.
     pub mss: u32,
+    /// Smoothed round-trip time (RFC 6298 SRTT); 0 before the first sample.
     pub srtt: SimDuration,
+    /// Smoothed mean deviation of the RTT samples (RFC 6298 RTTVAR); 0 before the first.
     pub rttvar: SimDuration,
+    /// Retransmission timeout now, exponential backoff included, at most `rto_max`.
     pub rto: SimDuration,
+    /// Smallest RTT sample so far; 0 before the first.
     pub min_rtt: SimDuration,
     /// Payload bytes transmitted, retransmissions included.
     pub bytes_sent: u64,
@@ -82,9 +101,14 @@ pub struct TcpInfo {
     pub bytes_received: u64,
     /// Segments retransmitted (fast, SACK-driven and timeout-driven).
     pub retransmits: u64,
+    /// Retransmission timeouts that sent the connection into loss recovery (SYN
+    /// retransmissions are not counted).
     pub rto_count: u64,
+    /// Entries into fast recovery, by duplicate ACKs, SACK or a tail loss probe's answer.
     pub fast_recoveries: u64,
+    /// Send buffer size in bytes now (autotuning may have grown it).
     pub send_buffer: u64,
+    /// Receive buffer size in bytes now (autotuning may have grown it).
     pub recv_buffer: u64,
 }
 
@@ -100,6 +124,7 @@ pub struct SendWindow {
     pub unacked: u32,
     /// Bytes in the send buffer never sent.
     pub notsent: u64,
+    /// Payload bytes per full segment, to turn the segment counts into bytes.
     pub mss: u32,
 }
 
@@ -263,6 +288,7 @@ impl TcpConnection {
         }
     }
 
+    /// Where the connection is in its life.
     pub fn state(&self) -> TcpState {
         self.state
     }
@@ -299,6 +325,8 @@ impl TcpConnection {
         }
     }
 
+    /// Bytes `send` would accept now: free room in the send buffer, 0 once the application
+    /// has closed or the connection is past sending.
     pub fn send_space(&self) -> u64 {
         if self.can_send() {
             self.snd.space()
@@ -307,15 +335,20 @@ impl TcpConnection {
         }
     }
 
+    /// In-order bytes received and not yet read.
     pub fn recv_available(&self) -> u64 {
         self.rcv.available()
     }
 
+    /// Reads up to `max` in-order bytes; returns how many were read. Freeing buffer space
+    /// may owe the peer a window update, sent on the next `poll_transmit`.
     pub fn read(&mut self, max: u64) -> u64 {
         let mss = self.mss();
         self.rcv.consume(max, mss)
     }
 
+    /// In-order payload bytes received over the connection's life, read or not: the stream
+    /// offset the peer's `written` is compared with.
     pub fn delivered(&self) -> u64 {
         self.rcv.delivered()
     }
@@ -371,6 +404,8 @@ impl TcpConnection {
         self.events |= event_bit(e);
     }
 
+    /// Takes the next pending notification, in `TcpEvent` declaration order; `None` when
+    /// there is none.
     pub fn poll_event(&mut self) -> Option<TcpEvent> {
         if self.events == 0 {
             return None;
@@ -380,6 +415,8 @@ impl TcpConnection {
         Some(EVENT_ORDER[i])
     }
 
+    /// The earliest armed deadline (retransmission, probe, persist, TIME-WAIT or delayed
+    /// ACK), at which the caller must call `on_timeout`; `None` when no timer is armed.
     pub fn poll_timeout(&self) -> Option<SimTime> {
         if self.state == TcpState::Closed {
             return None;
@@ -390,6 +427,8 @@ impl TcpConnection {
 
     // ---------------------------------------------------------------- incoming segments
 
+    /// Processes a segment from the peer that arrived at `now`. Replies and events it causes
+    /// are collected with `poll_transmit` and `poll_event`.
     pub fn on_segment(&mut self, now: SimTime, seg: &TcpSegment) {
         let f = seg.flags;
         match self.state {
@@ -703,6 +742,7 @@ impl TcpConnection {
 
     // ---------------------------------------------------------------- timers
 
+    /// Runs every timer due at or before `now`; harmless when none is (a stale wake-up).
     pub fn on_timeout(&mut self, now: SimTime) {
         if self.state == TcpState::Closed {
             return;
@@ -961,6 +1001,8 @@ impl TcpConnection {
         Some(self.build(start, len, flags))
     }
 
+    /// The next segment to put on the wire at `now`, or `None` when the windows, Nagle or
+    /// the state allow nothing more. Call until `None` after every input.
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<TcpSegment> {
         if self.rst_pending {
             self.rst_pending = false;
@@ -1155,6 +1197,7 @@ impl TcpConnection {
         segments.max(2).min(u64::from(max)) as u16
     }
 
+    /// A snapshot of the connection's counters and estimates.
     pub fn info(&self) -> TcpInfo {
         let mss = self.mss();
         let data_start = self.snd.iss + 1;

@@ -15,29 +15,29 @@ use std::ops::Deref;
 pub(crate) struct LazyVec<T>(Option<Box<Vec<T>>>);
 
 impl<T> LazyVec<T> {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         LazyVec(None)
     }
 
     /// The vector for modification, allocated on first use. Only for paths that are about to
     /// store something, so that reading or trimming an empty list never allocates.
-    pub fn vec_mut(&mut self) -> &mut Vec<T> {
+    pub(crate) fn vec_mut(&mut self) -> &mut Vec<T> {
         self.0.get_or_insert_with(Box::default)
     }
 
     /// The vector for modification if it is allocated.
-    pub fn get_mut(&mut self) -> Option<&mut Vec<T>> {
+    pub(crate) fn get_mut(&mut self) -> Option<&mut Vec<T>> {
         self.0.as_deref_mut()
     }
 
     /// Frees the storage once the list is empty.
-    pub fn release_if_empty(&mut self) {
+    pub(crate) fn release_if_empty(&mut self) {
         if self.0.as_ref().is_some_and(|v| v.is_empty()) {
             self.0 = None;
         }
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.0.as_ref().map_or(0, |v| {
             std::mem::size_of::<Vec<T>>() + v.capacity() * std::mem::size_of::<T>()
         })

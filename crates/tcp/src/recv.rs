@@ -70,7 +70,7 @@ pub(crate) struct Receiver {
 }
 
 impl Receiver {
-    pub fn new(buf_size: u64, mss: u64) -> Self {
+    pub(crate) fn new(buf_size: u64, mss: u64) -> Self {
         Receiver {
             irs: 0,
             // Until the peer's SYN arrives, an empty stream starting at 1.
@@ -93,7 +93,7 @@ impl Receiver {
     }
 
     /// Synchronises with the peer's SYN.
-    pub fn init(&mut self, irs: u64) {
+    pub(crate) fn init(&mut self, irs: u64) {
         self.irs = irs;
         self.nxt = irs + 1;
         self.read = irs + 1;
@@ -101,25 +101,25 @@ impl Receiver {
     }
 
     /// End of in-order payload (excludes the FIN's sequence number).
-    pub fn data_end(&self) -> u64 {
+    pub(crate) fn data_end(&self) -> u64 {
         self.nxt.min(self.fin_seq)
     }
 
-    pub fn available(&self) -> u64 {
+    pub(crate) fn available(&self) -> u64 {
         self.data_end() - self.read
     }
 
-    pub fn delivered(&self) -> u64 {
+    pub(crate) fn delivered(&self) -> u64 {
         self.data_end() - (self.irs + 1)
     }
 
-    pub fn fin_received(&self) -> bool {
+    pub(crate) fn fin_received(&self) -> bool {
         self.nxt > self.fin_seq
     }
 
     /// Window to advertise now. The edge only advances by at least one MSS or half the buffer
     /// (receiver-side silly window syndrome avoidance, RFC 1122 4.2.3.3).
-    pub fn window(&mut self, mss: u64) -> u64 {
+    pub(crate) fn window(&mut self, mss: u64) -> u64 {
         let edge = self.read + self.buf_size;
         if edge >= self.right_edge + mss.min(self.buf_size / 2) {
             self.right_edge = edge;
@@ -130,7 +130,7 @@ impl Receiver {
     /// Consumes in-order bytes; returns how many were read. Requests a window update when the
     /// window at least doubles and grows by an MSS, as Linux's receive cleanup does, so that a
     /// sender stalled by a closed window resumes without waiting for a persist probe.
-    pub fn consume(&mut self, max: u64, mss: u64) -> u64 {
+    pub(crate) fn consume(&mut self, max: u64, mss: u64) -> u64 {
         let n = max.min(self.available());
         self.read += n;
         let old = self.right_edge.saturating_sub(self.nxt);
@@ -166,7 +166,7 @@ impl Receiver {
 
     /// Data is going out at `now`: within `ato` of data arriving, the connection is
     /// interactive (Linux's `tcp_event_data_sent`).
-    pub fn on_data_sent(&mut self, now: SimTime, ato: SimDuration) {
+    pub(crate) fn on_data_sent(&mut self, now: SimTime, ato: SimDuration) {
         if self.last_data_ms != u32::MAX
             && u64::from(millis_of(now)) < u64::from(self.last_data_ms) + u64::from(millis_of(ato))
         {
@@ -176,7 +176,7 @@ impl Receiver {
 
     /// The delayed-ACK timer fired: the ACK goes out on its own, and an interactive
     /// connection stops counting on replies to carry its ACKs.
-    pub fn delack_fired(&mut self) {
+    pub(crate) fn delack_fired(&mut self) {
         self.delack_at = NEVER;
         self.ack_now = true;
         self.quick &= !PINGPONG;
@@ -186,7 +186,7 @@ impl Receiver {
     /// quick-ACK and ping-pong modes decide whether in-order data waits for the delayed ACK
     /// (`rto` bounds the silence after which quick ACKs come back).
     #[allow(clippy::too_many_arguments)]
-    pub fn on_data(
+    pub(crate) fn on_data(
         &mut self,
         now: SimTime,
         seq: u64,
@@ -300,7 +300,7 @@ impl Receiver {
 
     /// Up to three SACK blocks: a D-SACK block first if one is owed, then the most recently
     /// changed ranges (RFC 2018 section 4, RFC 2883).
-    pub fn sack_blocks(&self) -> ([(u64, u64); 3], u8) {
+    pub(crate) fn sack_blocks(&self) -> ([(u64, u64); 3], u8) {
         let mut blocks = [(0, 0); 3];
         let mut stamps = [0u32; 3];
         let mut n = 0usize;
@@ -333,7 +333,7 @@ impl Receiver {
     }
 
     /// An ACK carrying the current state is going out.
-    pub fn on_ack_sent(&mut self) {
+    pub(crate) fn on_ack_sent(&mut self) {
         if self.unacked > 0 {
             // An ACK of new data spends a quick ACK (Linux's `tcp_dec_quickack_mode`).
             let left = self.quick & !PINGPONG;
@@ -352,7 +352,7 @@ impl Receiver {
     /// doubling, as in slow start), so the window never limits a sender that is ramping up.
     /// Like Linux (which counts bytes copied to the application), a slow reader does not grow
     /// the buffer: data it does not read is not worth buffering more of.
-    pub fn autotune(&mut self, now: SimTime, rtt: SimDuration, max: u64) {
+    pub(crate) fn autotune(&mut self, now: SimTime, rtt: SimDuration, max: u64) {
         if self.drs_time == NEVER {
             self.drs_time = now;
             self.drs_seq = self.read;
@@ -378,12 +378,12 @@ impl Receiver {
         self.drs_seq = self.read;
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.ooo.heap_bytes()
     }
 
     /// Internal consistency, for tests and debug assertions.
-    pub fn check(&self) {
+    pub(crate) fn check(&self) {
         assert!(self.read <= self.data_end());
         let mut prev = self.nxt;
         for &(s, e, _) in self.ooo.iter() {

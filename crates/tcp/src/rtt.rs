@@ -30,7 +30,7 @@ pub(crate) struct RttEstimator {
 }
 
 impl RttEstimator {
-    pub fn new(rto_initial: SimDuration) -> Self {
+    pub(crate) fn new(rto_initial: SimDuration) -> Self {
         RttEstimator {
             srtt: 0,
             rttvar: 0,
@@ -42,7 +42,7 @@ impl RttEstimator {
     }
 
     /// Starts timing a segment sent now, unless one is already being timed.
-    pub fn start_timing(&mut self, now: SimTime, ack_needed: u64) {
+    pub(crate) fn start_timing(&mut self, now: SimTime, ack_needed: u64) {
         if self.timed_ack == NOT_TIMING {
             self.timed_ack = ack_needed;
             self.timed_at = now;
@@ -51,18 +51,18 @@ impl RttEstimator {
 
     /// Karn's rule: a retransmission of anything the timed segment depends on makes the sample
     /// ambiguous.
-    pub fn on_retransmit(&mut self, seq: u64) {
+    pub(crate) fn on_retransmit(&mut self, seq: u64) {
         if self.timed_ack != NOT_TIMING && seq < self.timed_ack {
             self.timed_ack = NOT_TIMING;
         }
     }
 
-    pub fn cancel(&mut self) {
+    pub(crate) fn cancel(&mut self) {
         self.timed_ack = NOT_TIMING;
     }
 
     /// Feeds a cumulative acknowledgement; takes a sample if it covers the timed segment.
-    pub fn on_ack(&mut self, now: SimTime, ack: u64, rto_min: SimDuration) {
+    pub(crate) fn on_ack(&mut self, now: SimTime, ack: u64, rto_min: SimDuration) {
         if self.timed_ack != NOT_TIMING && ack >= self.timed_ack {
             self.timed_ack = NOT_TIMING;
             self.sample(now.saturating_sub(self.timed_at), rto_min);
@@ -71,7 +71,7 @@ impl RttEstimator {
 
     /// Takes one sample. Only one segment per window is timed, so each sample closes a round
     /// trip of Linux's estimator, which keeps the window's largest deviation.
-    pub fn sample(&mut self, r: SimDuration, rto_min: SimDuration) {
+    pub(crate) fn sample(&mut self, r: SimDuration, rto_min: SimDuration) {
         let r = r.max(1);
         if self.has_sample() {
             let err = self.srtt.abs_diff(r);
@@ -99,23 +99,23 @@ impl RttEstimator {
     }
 
     /// RTO before backoff.
-    pub fn rto(&self, rto_max: SimDuration) -> SimDuration {
+    pub(crate) fn rto(&self, rto_max: SimDuration) -> SimDuration {
         (self.srtt + self.var_term).min(rto_max)
     }
 
     /// Samples are at least 1 ns, so a zero SRTT means none was taken yet.
-    pub fn has_sample(&self) -> bool {
+    pub(crate) fn has_sample(&self) -> bool {
         self.srtt > 0
     }
 
     /// The timeout to arm after `backoff` consecutive expiries (the RTO doubles with each).
-    pub fn current_rto(&self, backoff: u8, rto_max: SimDuration) -> SimDuration {
+    pub(crate) fn current_rto(&self, backoff: u8, rto_max: SimDuration) -> SimDuration {
         let shift = u32::from(backoff.min(32));
         self.rto(rto_max).saturating_mul(1u64 << shift).min(rto_max)
     }
 
     /// Best RTT guess for consumers that need one before any sample exists.
-    pub fn srtt_or(&self, fallback: SimDuration) -> SimDuration {
+    pub(crate) fn srtt_or(&self, fallback: SimDuration) -> SimDuration {
         if self.has_sample() {
             self.srtt
         } else {

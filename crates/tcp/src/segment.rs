@@ -7,20 +7,28 @@ use std::fmt;
 pub struct TcpFlags(pub u8);
 
 impl TcpFlags {
+    /// The sender has no more data: its stream ends here.
     pub const FIN: TcpFlags = TcpFlags(0x01);
+    /// Opens the connection and carries the initial sequence number.
     pub const SYN: TcpFlags = TcpFlags(0x02);
+    /// Aborts the connection.
     pub const RST: TcpFlags = TcpFlags(0x04);
+    /// The acknowledgment number is valid (every segment but the opening SYN carries it).
     pub const ACK: TcpFlags = TcpFlags(0x10);
+    /// No control bit set: the empty set that others are added to.
     pub const NONE: TcpFlags = TcpFlags(0);
 
+    /// Whether every bit of `other` is set.
     pub const fn contains(self, other: TcpFlags) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// Both sets of bits (what `|` does, usable in `const` context).
     pub const fn union(self, other: TcpFlags) -> TcpFlags {
         TcpFlags(self.0 | other.0)
     }
 
+    /// Sets the bits of `other` in place.
     pub fn insert(&mut self, other: TcpFlags) {
         self.0 |= other.0;
     }
@@ -67,12 +75,15 @@ impl fmt::Debug for TcpFlags {
 /// read back against `ack` (they lie within 2 GiB of it, as RFC 2018 requires of any block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpSegment {
+    /// Sequence number of the first payload byte, or of the SYN or FIN (64-bit, never wraps).
     pub seq: u64,
+    /// Next sequence number the sender expects from the peer (meaningful with ACK).
     pub ack: u64,
     /// Payload length in bytes (SYN and FIN occupy sequence space but are not counted here).
     pub len: u32,
     /// Advertised receive window in bytes, unscaled (a scaled window is at most 1 GiB).
     pub window: u32,
+    /// Control bits.
     pub flags: TcpFlags,
     /// SACK blocks `[start, end)` as the low 32 bits of their edges; the first `sack_len` are
     /// valid, most recent first.
@@ -132,6 +143,7 @@ impl TcpSegment {
         IPV4_HEADER + TCP_HEADER + options + sack
     }
 
+    /// Size on the wire in bytes, IPv4 and TCP headers and options plus payload.
     pub fn wire_bytes(&self) -> u32 {
         self.header_bytes() + self.len
     }

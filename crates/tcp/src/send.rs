@@ -58,7 +58,7 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
-    pub fn new(iss: u64, buf_size: u64) -> Self {
+    pub(crate) fn new(iss: u64, buf_size: u64) -> Self {
         Sender {
             iss,
             una: iss,
@@ -83,36 +83,36 @@ impl Sender {
     }
 
     /// Sequence number just past everything that will ever be sent (FIN included).
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.data_end + u64::from(self.fin)
     }
 
-    pub fn fin_acked(&self) -> bool {
+    pub(crate) fn fin_acked(&self) -> bool {
         self.fin && self.una > self.data_end
     }
 
     /// Bytes held in the buffer: sent-but-unacknowledged plus not-yet-sent, as Linux's
     /// `sk_wmem_queued` counts them.
-    pub fn occupancy(&self) -> u64 {
+    pub(crate) fn occupancy(&self) -> u64 {
         self.data_end - self.una.clamp(self.iss + 1, self.data_end)
     }
 
-    pub fn space(&self) -> u64 {
+    pub(crate) fn space(&self) -> u64 {
         self.buf_size.saturating_sub(self.occupancy())
     }
 
     /// Bytes queued by the application and never sent.
-    pub fn notsent(&self) -> u64 {
+    pub(crate) fn notsent(&self) -> u64 {
         self.data_end.saturating_sub(self.nxt.max(self.iss + 1))
     }
 
     #[cfg(test)]
-    pub fn sacked_bytes(&self) -> u64 {
+    pub(crate) fn sacked_bytes(&self) -> u64 {
         self.sacked_bytes
     }
 
     /// Records a SACK block, clipped to what is outstanding.
-    pub fn add_sack(&mut self, start: u64, end: u64) {
+    pub(crate) fn add_sack(&mut self, start: u64, end: u64) {
         let (start, end) = (start.max(self.una), end.min(self.nxt));
         if start >= end {
             return;
@@ -138,7 +138,7 @@ impl Sender {
     }
 
     /// Advances SND.UNA and forgets SACK state below it.
-    pub fn ack(&mut self, ack: u64) {
+    pub(crate) fn ack(&mut self, ack: u64) {
         self.una = ack;
         if let Some(sacked) = self.sacked.get_mut() {
             let mut k = 0;
@@ -220,7 +220,7 @@ impl Sender {
     }
 
     /// RFC 6675 NextSeg rule 1: the first lost, not yet retransmitted range, at most one MSS.
-    pub fn next_lost(&self, mss: u64, sack: bool) -> Option<(u64, u64)> {
+    pub(crate) fn next_lost(&self, mss: u64, sack: bool) -> Option<(u64, u64)> {
         if self.recovery == Phase::Open {
             return None;
         }
@@ -238,7 +238,7 @@ impl Sender {
     }
 
     /// Whether the hole at SND.UNA is lost by the SACK rule (the RFC 6675 trigger for recovery).
-    pub fn una_lost_by_sack(&self, mss: u64) -> bool {
+    pub(crate) fn una_lost_by_sack(&self, mss: u64) -> bool {
         match self.sacked.first() {
             Some(&(s, _)) if s > self.una => {
                 self.sacked_bytes > (DUP_THRESH - 1) * mss || self.sacked.len() as u64 >= DUP_THRESH
@@ -249,7 +249,7 @@ impl Sender {
 
     /// RFC 6675 SetPipe: bytes believed to be in the network. Without SACK each duplicate ACK
     /// stands for one segment that left the network, as Linux's Reno emulation assumes.
-    pub fn pipe(&self, mss: u64, sack: bool) -> u64 {
+    pub(crate) fn pipe(&self, mss: u64, sack: bool) -> u64 {
         let mut pipe = 0;
         let in_recovery = self.recovery != Phase::Open;
         self.for_each_hole(mss, sack, |start, end, lost| {
@@ -266,11 +266,11 @@ impl Sender {
     }
 
     /// End of the highest SACKed range (SND.UNA when none).
-    pub fn highest_sacked(&self) -> u64 {
+    pub(crate) fn highest_sacked(&self) -> u64 {
         self.sacked.last().map_or(self.una, |r| r.1)
     }
 
-    pub fn enter_recovery(&mut self, kind: Phase) {
+    pub(crate) fn enter_recovery(&mut self, kind: Phase) {
         self.recovery = kind;
         self.lost_below = self.una;
         self.recover = self.nxt;
@@ -282,18 +282,18 @@ impl Sender {
     }
 
     /// Payload length and FIN flag of a segment starting at `seq` within `[seq, end)`.
-    pub fn segment_at(&self, seq: u64, end: u64, mss: u64) -> (u64, bool) {
+    pub(crate) fn segment_at(&self, seq: u64, end: u64, mss: u64) -> (u64, bool) {
         let len = end.min(self.data_end).saturating_sub(seq).min(mss);
         let fin = self.fin && seq + len == self.data_end && end > self.data_end;
         (len, fin)
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.sacked.heap_bytes()
     }
 
     /// Internal consistency, for tests.
-    pub fn check(&self) {
+    pub(crate) fn check(&self) {
         assert!(self.iss <= self.una && self.una <= self.nxt && self.nxt <= self.end());
         let mut prev = self.una;
         let mut sum = 0;

@@ -77,7 +77,9 @@ pub struct Graph {
     pub source: String,
     /// Whether an edge only leads from its source to its target.
     pub directed: bool,
+    /// Every node in file order; a node's position here is the index edges and paths use.
     pub nodes: Vec<Node>,
+    /// Every link in file order, its endpoints as indices into `nodes`.
     pub edges: Vec<Edge>,
 }
 
@@ -87,7 +89,10 @@ pub struct Node {
     /// The id as written in the file. GraphML ids such as `poi-112` keep their trailing number
     /// here and their full text in `label`.
     pub id: u64,
+    /// Human-readable name: GML's `label`, or a GraphML node's `label` attribute, else its id.
     pub label: Option<String>,
+    /// Two-letter country code as written in the file (any case), which scenarios use to place
+    /// hosts by country; `None` when the file gives none.
     pub country_code: Option<String>,
     /// Bits per second each attached host may send.
     pub bandwidth_up: Option<u64>,
@@ -104,8 +109,12 @@ pub struct Edge {
     pub source: usize,
     /// Index into [`Graph::nodes`].
     pub target: usize,
+    /// One-way delay of a packet crossing the link, in nanoseconds of simulated time.
     pub latency: SimDuration,
+    /// The link's jitter, in nanoseconds; 0 if none. Summed along a path, it bounds the extra
+    /// delay each packet on that path draws on top of the latency.
     pub jitter: SimDuration,
+    /// Chance (0 to 1) that a packet crossing the link is lost; 0 if the file gives none.
     pub packet_loss: f64,
 }
 
@@ -113,9 +122,11 @@ pub struct Edge {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{file}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
 pub struct TopologyError {
+    /// The file the problem is in, named as [`Graph::source`] names it.
     pub file: String,
     /// 1-based line, when the problem has one.
     pub line: Option<usize>,
+    /// What is wrong, in words for the user; overlong quoted words are clipped.
     pub message: String,
 }
 

@@ -19,12 +19,16 @@ const MANTISSA_LIMIT: u128 = 10u128.pow(30);
 /// (kept separately so callers can say "negative" instead of "malformed").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decimal {
+    /// A minus sign was written before the digits (only where [`NumberSyntax::sign`] allows one).
     pub negative: bool,
+    /// The digits read, as an integer (at most about 10^30; further digits move the exponent).
     pub mantissa: u128,
+    /// The power of ten the mantissa is multiplied by: negative after a decimal point.
     pub exponent: i32,
 }
 
 impl Decimal {
+    /// Whether the number is zero, whatever its sign or exponent (`-0.0` is zero too).
     pub fn is_zero(&self) -> bool {
         self.mantissa == 0
     }

@@ -24,6 +24,7 @@ const ABANDONED: u32 = i32::MAX as u32 - 1;
 /// Largest storable build time in milliseconds.
 const BUILD_TIME_MAX: u32 = ABANDONED - 1;
 
+/// One client's circuit build timeout, learned from the build times it has recorded.
 #[derive(Clone, Debug)]
 pub struct BuildTimeEstimator {
     /// Ring of build times in ms; 0 = empty slot, `ABANDONED` = censored. It grows to its
@@ -49,6 +50,8 @@ pub struct BuildTimeEstimator {
 }
 
 impl BuildTimeEstimator {
+    /// An estimator with no history, at the initial timeout (`cbt_initial_timeout_s`, never
+    /// below `cbt_min_timeout_ms`) until `cbt_min_circuits_to_observe` builds are recorded.
     pub fn new(params: &TorParams) -> Self {
         let initial_ms = params.cbt_initial_timeout_s * 1000.0;
         let min_timeout_ms = params.cbt_min_timeout_ms as f64;
@@ -102,6 +105,8 @@ impl BuildTimeEstimator {
         self.push(ABANDONED);
     }
 
+    /// How long a build may take before the client stops waiting on it: the fitted quantile
+    /// once learned, the initial timeout before.
     pub fn timeout(&self) -> SimDuration {
         ms_to_duration(self.timeout_ms)
     }
@@ -112,6 +117,7 @@ impl BuildTimeEstimator {
         ms_to_duration(self.close_ms)
     }
 
+    /// Whether a timeout has been fitted (enough builds seen), rather than the initial one.
     pub fn learned(&self) -> bool {
         self.learned
     }

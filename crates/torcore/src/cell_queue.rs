@@ -55,6 +55,7 @@ impl Default for CellQueue {
 }
 
 impl CellQueue {
+    /// An empty queue, with no storage of its own.
     pub fn new() -> Self {
         Self::default()
     }
@@ -64,6 +65,7 @@ impl CellQueue {
         self.len as usize
     }
 
+    /// Whether no cell is queued.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -128,8 +128,9 @@ pub const MAX_UNIT_COST_NS: f64 = 1e9;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Spread {
-    /// 10th and 90th percentile of the timings, ns per operation.
+    /// 10th percentile of the timings, ns per operation.
     pub p10: f64,
+    /// 90th percentile of the timings, ns per operation.
     pub p90: f64,
     /// Timings taken (each over many operations).
     pub runs: u32,
@@ -182,13 +183,18 @@ pub enum PacketPath {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CpuProfile {
+    /// Hand-built counter mode on AES-ECB, packets through the kernel (older tor).
     SoftwareCtr,
+    /// Native AES-CTR, packets through the kernel (tor today).
     NativeCtr,
+    /// Relay crypto on an on-chip crypto unit, packets through the kernel.
     Offload,
+    /// Native AES-CTR and a user-space network stack with no system calls.
     KernelBypass,
 }
 
 impl CpuProfile {
+    /// The cell encryption and packet path the profile stands for.
     pub fn parts(self) -> (CellCrypto, PacketPath) {
         match self {
             CpuProfile::SoftwareCtr => (CellCrypto::SoftwareCtr, PacketPath::Kernel),
@@ -198,6 +204,7 @@ impl CpuProfile {
         }
     }
 
+    /// The profile's name as a scenario writes it.
     pub fn name(self) -> &'static str {
         match self {
             CpuProfile::SoftwareCtr => "software_ctr",
@@ -215,11 +222,13 @@ pub struct Work {
     pub syscalls: u64,
     /// Packets sent and received by the host's network stack.
     pub packets: u64,
-    /// TLS records opened and sealed, and their bytes.
+    /// TLS records opened and sealed.
     pub tls_records: u64,
+    /// Bytes in those TLS records.
     pub tls_bytes: u64,
-    /// Relay-crypto cipher calls (one per cell per layer) and their bytes.
+    /// Relay-crypto cipher calls (one per cell per layer).
     pub cipher_calls: u64,
+    /// Bytes through those cipher calls ([`RELAY_PAYLOAD_BYTES`] per call).
     pub cipher_bytes: u64,
     /// Bytes through the running digest (cells originated or recognised here).
     pub digest_bytes: u64,
@@ -227,8 +236,9 @@ pub struct Work {
     pub cells: u64,
     /// TLS bytes written since the last flush (they go out in the flush's records).
     pub unflushed: u64,
-    /// Link handshakes answered and opened (their public-key work).
+    /// Link handshakes answered as the responding relay (their public-key work).
     pub link_responses: u64,
+    /// Link handshakes opened as the initiating relay (their public-key work).
     pub link_initiations: u64,
 }
 
@@ -306,10 +316,12 @@ pub struct CpuSplit {
 }
 
 impl CpuSplit {
+    /// All four parts together, in picoseconds.
     pub fn total(&self) -> u64 {
         self.crypto + self.kernel + self.tls + self.other
     }
 
+    /// Adds `o` part by part.
     pub fn add(&mut self, o: &CpuSplit) {
         self.crypto += o.crypto;
         self.kernel += o.kernel;
@@ -338,20 +350,33 @@ fn ps(ns: f64) -> u64 {
 /// on every machine that replays the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CostTable {
+    /// One system call (0 on a kernel-bypass path).
     pub syscall: u64,
+    /// One packet through the network stack, the kernel's or a user-space one.
     pub packet: u64,
+    /// A TLS record's fixed cost.
     pub tls_record: u64,
+    /// A TLS record's cost per byte.
     pub tls_byte: u64,
+    /// One relay-crypto cipher call, under the profile's cell encryption.
     pub cipher_call: u64,
+    /// A relay-crypto byte, under the profile's cell encryption.
     pub cipher_byte: u64,
+    /// A byte through the running SHA-1 digest.
     pub digest_byte: u64,
+    /// tor's own work per cell (queues, scheduler, buffers).
     pub cell: u64,
+    /// The server side of one ntor handshake.
     pub ntor: u64,
+    /// The responding relay's public-key work in one link handshake.
     pub link_responder: u64,
+    /// The initiating relay's public-key work in one link handshake.
     pub link_initiator: u64,
 }
 
 impl CostTable {
+    /// Prices `costs` (nanoseconds) in picoseconds, with the cipher costs of `crypto` and the
+    /// packet costs of `path`.
     pub fn new(costs: &UnitCosts, crypto: CellCrypto, path: PacketPath) -> Self {
         let (cipher_call, cipher_byte) = match crypto {
             CellCrypto::SoftwareCtr => (costs.aes_call, costs.soft_ctr_byte),

@@ -38,6 +38,8 @@ impl EwmaClock {
         }
     }
 
+    /// A clock with the half-life (`circuit_priority_halflife_s`) and tick (`ewma_tick_s`)
+    /// of `params`, its ticks starting at `now`.
     pub fn from_params(params: &TorParams, now: SimTime) -> Self {
         Self::new(params.circuit_priority_halflife_s, params.ewma_tick_s, now)
     }
@@ -55,6 +57,7 @@ impl EwmaClock {
         (tick, frac)
     }
 
+    /// The number of the tick `now` falls in, counted from the clock's origin.
     pub fn tick(&self, now: SimTime) -> u64 {
         now.saturating_sub(self.origin) / self.tick
     }
@@ -96,6 +99,7 @@ pub struct CircuitEwma {
 }
 
 impl CircuitEwma {
+    /// A circuit that has sent nothing yet, referenced to `now`'s tick.
     pub fn new(clock: &EwmaClock, now: SimTime) -> Self {
         Self {
             count: 0.0,
@@ -149,6 +153,7 @@ pub struct CircuitMux {
 }
 
 impl CircuitMux {
+    /// A mux with no circuits, using `clock`, its reference tick `now`'s.
     pub fn new(clock: &EwmaClock, now: SimTime) -> Self {
         Self {
             clock: *clock,
@@ -333,6 +338,7 @@ impl CircuitMux {
         out.sort_unstable_by_key(|&(circ, _)| circ);
     }
 
+    /// Whether `circ` has cells queued (is in the active set).
     pub fn is_active(&self, circ: u32) -> bool {
         self.active_pos(circ).is_some()
     }
@@ -342,6 +348,7 @@ impl CircuitMux {
         self.active.len()
     }
 
+    /// Whether no circuit has cells queued: the channel has nothing to send.
     pub fn is_empty(&self) -> bool {
         self.active.is_empty()
     }

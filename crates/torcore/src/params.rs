@@ -68,41 +68,60 @@ pub enum FlowControl {
     Vegas,
 }
 
+/// Every Tor parameter the model has, the same for all relays and clients of a run: a
+/// scenario's `tor:` section. [`TorParams::RANGES`] bounds the numeric ones.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TorParams {
     // --- scheduling ---
+    /// The circuit scheduler relays run.
     pub scheduler: SchedulerKind,
     /// KIST run interval (code 10 ms; live consensus 3 ms).
     pub kist_run_interval_ms: u64,
-    /// KIST socket buffer size factor.
+    /// KIST's extra room in a socket's buffer, in congestion windows
+    /// (`KISTSockBufSizeFactor`).
     pub kist_sock_buf_size_factor: f64,
     /// EWMA half-life of a circuit's cell count (`CircuitPriorityHalflife`).
     pub circuit_priority_halflife_s: f64,
     /// Granularity of the EWMA decay (Tor ticks every 10 s).
     pub ewma_tick_s: f64,
-    /// Channel output buffer watermarks (bytes): stop filling above high, resume below low.
+    /// Channel output buffer high watermark, in bytes (tor's `orconn_high`): the most
+    /// KISTLite writes to a channel in one scheduler run.
     pub outbuf_high_bytes: u64,
+    /// Channel output buffer low watermark, in bytes (tor's `orconn_low`): range-checked
+    /// against the high one, but not used by the simulation.
     pub outbuf_low_bytes: u64,
     /// A circuit whose queue exceeds this many cells is closed (live 1250, code 2500).
     pub max_circuit_queue_cells: u32,
     /// An edge stops reading from its streams while its circuit has this many cells queued
     /// (tor's CELL_QUEUE_HIGHWATER_SIZE) and resumes when the queue is down to the low mark.
     pub circuit_queue_high_cells: u32,
+    /// The low mark, in cells: an edge stopped by the high mark reads from its streams again
+    /// once its circuit's queue is down to this.
     pub circuit_queue_low_cells: u32,
 
     // --- flow and congestion control ---
+    /// End-to-end flow control of circuits and streams: SENDME windows or Vegas.
     pub flow_control: FlowControl,
+    /// Fixed SENDME windows: a circuit's window, in DATA cells (tor's `circwindow`).
     pub circuit_window: u32,
+    /// Fixed SENDME windows: cells acknowledged by one circuit-level SENDME.
     pub circuit_sendme_increment: u32,
+    /// A stream's window, in DATA cells.
     pub stream_window: u32,
+    /// Cells acknowledged by one stream-level SENDME.
     pub stream_sendme_increment: u32,
     /// Cells per SENDME (and RTT sample) under congestion control.
     pub cc_sendme_inc: u32,
+    /// A circuit's first congestion window, in cells.
     pub cc_cwnd_init: u32,
+    /// The smallest congestion window, in cells.
     pub cc_cwnd_min: u32,
+    /// The largest congestion window, in cells.
     pub cc_cwnd_max: u32,
+    /// After slow start, the window's growth (or cut) per update, in cells.
     pub cc_cwnd_inc: u32,
+    /// After slow start, window updates per congestion window's worth of SENDMEs.
     pub cc_cwnd_inc_rate: u32,
     /// Slow-start cap for exit circuits: the RFC 3742 threshold above which slow start grows
     /// only limitedly (consensus `cc_sscap_exit`, live 600). Not tor's `cc_ss_max`, which is
@@ -125,38 +144,54 @@ pub struct TorParams {
     pub cc_ewma_ss: u32,
     /// When cwnd sits at cwnd_min, min RTT is raised to this percent mix towards the EWMA RTT.
     pub cc_rtt_reset_pct: u32,
+    /// The window counts as full while the cells in flight are within this many SENDMEs
+    /// (of `cc_sendme_inc` cells) of it.
     pub cc_cwnd_full_gap: u32,
+    /// The window stops counting as full when less than this percent of it is in flight.
     pub cc_cwnd_full_minpct: u32,
+    /// Vegas on exit circuits: below this estimated queue, in cells, the window grows.
     pub vegas_alpha: u32,
+    /// Vegas on exit circuits: above this estimated queue, in cells, the window shrinks.
     pub vegas_beta: u32,
+    /// Vegas on exit circuits: above this estimated queue, in cells, slow start ends.
     pub vegas_gamma: u32,
+    /// Vegas on exit circuits: above this estimated queue, in cells, the window is cut back
+    /// to the BDP plus this (less one `cc_cwnd_inc`).
     pub vegas_delta: u32,
     /// Vegas thresholds for onion-service circuits (live 186 / 372 / 248 / 434; code defaults
-    /// 186 / 434 / 310 / 558).
+    /// 186 / 434 / 310 / 558): `vegas_alpha`'s, in cells.
     pub vegas_alpha_onion: u32,
+    /// `vegas_beta` for onion-service circuits, in cells.
     pub vegas_beta_onion: u32,
+    /// `vegas_gamma` for onion-service circuits, in cells.
     pub vegas_gamma_onion: u32,
+    /// `vegas_delta` for onion-service circuits, in cells.
     pub vegas_delta_onion: u32,
     /// Edge output buffer size (cells) above which a stream sends XOFF.
     pub xoff_threshold_cells: u32,
 
     // --- channels between relays ---
+    /// How relays carry circuits between each other.
     pub channel: ChannelDesign,
     /// Torchestra: a light circuit whose EWMA exceeds this multiple of the light connection's
     /// average per circuit moves to the heavy connection.
     pub torchestra_threshold: f64,
+    /// IMUX: which connection of a channel a cell goes on.
     pub imux_scheduler: ImuxScheduler,
     /// IMUX: the share of `conn_limit` a relay may fill with channel connections.
     pub imux_tau: f64,
     /// QUIC channels: the largest UDP payload a QUIC packet fills (header and AEAD tag
     /// included).
     pub quic_max_udp_payload: u32,
-    /// QUIC channels: the initial receive window of each stream (one per circuit) and of the
-    /// whole connection, in bytes, and how far autotuning may grow them (a maximum at or
-    /// below the initial window turns autotuning off).
+    /// QUIC channels: the initial receive window of each stream (one per circuit), in bytes.
     pub quic_stream_window: u64,
+    /// QUIC channels: how far autotuning may grow a stream's receive window, in bytes (at or
+    /// below the initial window, autotuning is off).
     pub quic_stream_window_max: u64,
+    /// QUIC channels: the initial receive window of the whole connection, in bytes.
     pub quic_conn_window: u64,
+    /// QUIC channels: how far autotuning may grow the connection's receive window, in bytes
+    /// (at or below the initial window, autotuning is off).
     pub quic_conn_window_max: u64,
 
     // --- relay limits ---
@@ -180,9 +215,15 @@ pub struct TorParams {
     /// on tor's client schedule, over a one-hop circuit (see `onionlab_tor::directory`);
     /// `false` leaves the directory bytes out.
     pub directory_traffic: bool,
+    /// How long, in seconds, a circuit takes new streams after its first
+    /// (`MaxCircuitDirtiness`).
     pub max_circuit_dirtiness_s: u64,
+    /// tor's `NewCircuitPeriod`, in seconds: written into emulation's torrc, unused by the
+    /// simulation, whose clients build circuits on demand.
     pub new_circuit_period_s: u64,
+    /// Circuits a client may be building at once (`MaxClientCircuitsPending`).
     pub max_client_circuits_pending: u32,
+    /// Length of each client's list of primary guards.
     pub num_primary_guards: u32,
     /// Circuit build timeout before enough builds have been seen to learn one.
     pub cbt_initial_timeout_s: f64,
@@ -198,6 +239,8 @@ pub struct TorParams {
     pub cbt_min_timeout_ms: u64,
     /// Clean (unused) circuits a client keeps built ahead of need.
     pub preemptive_circuits: u32,
+    /// tor's `MAX_UNUSED_OPEN_CIRCUITS`: range-checked, but unused by the simulation
+    /// (`preemptive_circuits` sets how many clean circuits a client keeps).
     pub max_unused_open_circuits: u32,
 }
 
@@ -278,7 +321,9 @@ impl Default for TorParams {
 /// A parameter's value as the range check sees it: integers stay exact for messages.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ParamValue {
+    /// An integer parameter's value.
     Whole(u64),
+    /// A real-valued parameter's value.
     Real(f64),
 }
 
@@ -318,8 +363,11 @@ pub fn format_real(v: f64) -> String {
 /// One row of [`TorParams::RANGES`]: the values a parameter may take, and why.
 #[derive(Clone, Copy, Debug)]
 pub struct ParamRange {
+    /// The [`TorParams`] field (its `tor:` key).
     pub field: &'static str,
+    /// Smallest allowed value, inclusive, in the field's own unit.
     pub min: f64,
+    /// Largest allowed value, inclusive, in the field's own unit.
     pub max: f64,
     /// Integer parameters are described as whole numbers.
     pub whole: bool,

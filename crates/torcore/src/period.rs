@@ -63,9 +63,13 @@ impl TorEra {
 /// A value as a scenario writes it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SettingValue {
+    /// An integer (cells, milliseconds, a count).
     Whole(u64),
+    /// A real number (seconds, a fraction).
     Real(f64),
+    /// `true` or `false`.
     Flag(bool),
+    /// One of a fixed set of words, such as `kist` for `scheduler`.
     Word(&'static str),
 }
 
@@ -85,6 +89,7 @@ impl fmt::Display for SettingValue {
 pub struct PeriodSetting {
     /// The `tor:` key (a [`TorParams`] field).
     pub key: &'static str,
+    /// The value the key takes in that period.
     pub value: SettingValue,
     /// Where the value comes from, for the scenario's comment: the consensus parameter, or
     /// the code default of the era's release.

@@ -38,6 +38,7 @@ pub struct PackageWindow {
 }
 
 impl PackageWindow {
+    /// A full window of `start` cells, reopened by `increment` cells per SENDME.
     pub fn new(start: u32, increment: u32) -> Self {
         Self {
             window: start,
@@ -46,14 +47,17 @@ impl PackageWindow {
         }
     }
 
+    /// A circuit's window (`circuit_window`, `circuit_sendme_increment`).
     pub fn circuit(params: &TorParams) -> Self {
         Self::new(params.circuit_window, params.circuit_sendme_increment)
     }
 
+    /// A stream's window (`stream_window`, `stream_sendme_increment`).
     pub fn stream(params: &TorParams) -> Self {
         Self::new(params.stream_window, params.stream_sendme_increment)
     }
 
+    /// Whether one more DATA cell may be packaged.
     pub fn can_package(&self) -> bool {
         self.window > 0
     }
@@ -74,6 +78,7 @@ impl PackageWindow {
         Ok(())
     }
 
+    /// DATA cells that may still be packaged before a SENDME must arrive.
     pub fn window(&self) -> u32 {
         self.window
     }
@@ -98,6 +103,7 @@ pub struct DeliverWindow {
 }
 
 impl DeliverWindow {
+    /// A full window of `start` cells, with a SENDME owed per `increment` cells received.
     pub fn new(start: u32, increment: u32) -> Self {
         Self {
             window: start,
@@ -106,10 +112,12 @@ impl DeliverWindow {
         }
     }
 
+    /// A circuit's window (`circuit_window`, `circuit_sendme_increment`).
     pub fn circuit(params: &TorParams) -> Self {
         Self::new(params.circuit_window, params.circuit_sendme_increment)
     }
 
+    /// A stream's window (`stream_window`, `stream_sendme_increment`).
     pub fn stream(params: &TorParams) -> Self {
         Self::new(params.stream_window, params.stream_sendme_increment)
     }
@@ -140,6 +148,8 @@ impl DeliverWindow {
         Ok(self.take_sendme())
     }
 
+    /// DATA cells that may still arrive before the window is exhausted; each SENDME sent
+    /// credits it back by the increment.
     pub fn window(&self) -> u32 {
         self.window
     }

@@ -98,10 +98,12 @@ impl TokenBucket {
         )
     }
 
+    /// Refill rate, in bytes per second of simulated time.
     pub fn rate_bytes_per_s(&self) -> u64 {
         self.rate_bytes_per_s
     }
 
+    /// Capacity in bytes: refills never raise the level above it.
     pub fn burst_bytes(&self) -> u64 {
         self.burst_bytes
     }
@@ -118,9 +120,13 @@ fn clamp_i64(v: u64) -> i64 {
 /// ones; relayed traffic is a subset of all traffic, so they then never bind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayBuckets {
+    /// Bytes read of all traffic (BandwidthRate/Burst).
     pub read: TokenBucket,
+    /// Bytes written of all traffic (BandwidthRate/Burst).
     pub write: TokenBucket,
+    /// Bytes read of relayed traffic (RelayBandwidthRate/Burst).
     pub relayed_read: TokenBucket,
+    /// Bytes written of relayed traffic (RelayBandwidthRate/Burst).
     pub relayed_write: TokenBucket,
 }
 
@@ -142,6 +148,7 @@ impl RelayBuckets {
         }
     }
 
+    /// Applies every refill tick due at or before `now` to all four buckets.
     pub fn refill(&mut self, now: SimTime) {
         self.read.refill(now);
         self.write.refill(now);
@@ -169,6 +176,7 @@ impl RelayBuckets {
         a
     }
 
+    /// Spends `n` bytes read from the read bucket, and from the relayed one if `relayed`.
     pub fn note_read(&mut self, n: u64, relayed: bool) {
         self.read.consume(n);
         if relayed {
@@ -176,6 +184,7 @@ impl RelayBuckets {
         }
     }
 
+    /// Spends `n` bytes written from the write bucket, and from the relayed one if `relayed`.
     pub fn note_written(&mut self, n: u64, relayed: bool) {
         self.write.consume(n);
         if relayed {

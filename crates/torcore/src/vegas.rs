@@ -158,6 +158,7 @@ impl VegasCc {
         n.max(2)
     }
 
+    /// Whether one more DATA cell fits in the congestion window.
     pub fn can_send(&self) -> bool {
         self.inflight < self.cwnd
     }
@@ -317,30 +318,38 @@ impl VegasCc {
         blocked || rtt != 0
     }
 
+    /// The congestion window, in cells.
     pub fn cwnd(&self) -> u64 {
         self.cwnd
     }
 
+    /// DATA cells sent and not yet acknowledged by a SENDME.
     pub fn inflight(&self) -> u64 {
         self.inflight
     }
 
+    /// Whether the circuit is still in slow start.
     pub fn in_slow_start(&self) -> bool {
         self.in_slow_start
     }
 
+    /// Whether the window counts as in use (inflight near cwnd), the condition for growing it.
     pub fn cwnd_full(&self) -> bool {
         self.cwnd_full
     }
 
+    /// The minimum RTT estimate (taken from the smoothed RTT, not raw samples); 0 before the
+    /// first sample.
     pub fn min_rtt(&self) -> SimDuration {
         self.min_rtt
     }
 
+    /// The smoothed (N-EWMA) RTT; 0 before the first sample.
     pub fn ewma_rtt(&self) -> SimDuration {
         self.ewma_rtt
     }
 
+    /// The largest RTT sample seen; 0 before the first sample.
     pub fn max_rtt(&self) -> SimDuration {
         self.max_rtt
     }
@@ -350,6 +359,7 @@ impl VegasCc {
         self.bdp
     }
 
+    /// Cells acknowledged by one SENDME (`cc_sendme_inc`, at least 1).
     pub fn sendme_inc(&self) -> u64 {
         self.sendme_inc
     }

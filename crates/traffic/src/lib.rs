@@ -59,14 +59,22 @@ const PERF_ANCHORS: [(u64, SimDuration); 3] =
 pub enum Workload {
     /// Download `size_bytes`, then think for a uniform time in [pause_min, pause_max], repeat.
     Web {
+        /// Bytes each download fetches from the server.
         size_bytes: u64,
+        /// Shortest think time after a download ends, in nanoseconds of simulated time.
         pause_min: SimDuration,
+        /// Longest think time, in nanoseconds; the pause is drawn uniformly up to and including it.
         pause_max: SimDuration,
+        /// How long a download may take from its start, circuit wait included, before it is
+        /// abandoned; nanoseconds of simulated time.
         timeout: SimDuration,
     },
     /// Download `size_bytes` back to back.
     Bulk {
+        /// Bytes each download fetches from the server.
         size_bytes: u64,
+        /// How long a download may take from its start, circuit wait included, before it is
+        /// abandoned; nanoseconds of simulated time.
         timeout: SimDuration,
     },
     /// Start a download of `size_bytes` every `interval`, each abandoned after `timeout`.
@@ -77,15 +85,22 @@ pub enum Workload {
     /// loop keeps ticking while a slow transfer is still running. A fixed grid also keeps a slow
     /// network from reducing its own measurement load, which would bias the results.
     Perf {
+        /// Bytes each download fetches from the server.
         size_bytes: u64,
+        /// Time between the starts of two downloads on the grid, in nanoseconds.
         interval: SimDuration,
+        /// How long a download may take from its start, circuit wait included, before it is
+        /// abandoned; nanoseconds of simulated time.
         timeout: SimDuration,
     },
     /// Upload `size_bytes` to a server back to back, like `Bulk` in the other direction: the
     /// client sends the bytes and the transfer ends when the server's short response
     /// (confirming it received all of them) arrives.
     Upload {
+        /// Bytes each transfer sends to the server.
         size_bytes: u64,
+        /// How long a transfer may take from its start, circuit wait included, before it is
+        /// abandoned; nanoseconds of simulated time.
         timeout: SimDuration,
     },
     /// Streams as the PrivCount models say Tor's users make them (see [`MarkovWorkload`]).
@@ -121,9 +136,16 @@ pub const MAX_USERS: u32 = 10_000;
 /// server-to-client packets times [`PACKET_PAYLOAD_BYTES`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MarkovWorkload {
+    /// Tor users the host stands for, 1 to [`MAX_USERS`]; sessions begin this many times as often.
     pub users: u32,
+    /// How long each stream's download may take from its start before it is abandoned, in
+    /// nanoseconds of simulated time.
     pub timeout: SimDuration,
+    /// The model of one circuit's streams ([`ModelKind::Stream`]); hosts that name the same
+    /// file share one copy.
     pub stream_model: Arc<MarkovModel>,
+    /// The model of one stream's packets ([`ModelKind::Packet`]), whose walks give the streams'
+    /// sizes.
     pub packet_model: Arc<MarkovModel>,
 }
 
@@ -302,7 +324,9 @@ impl ThroughputProbe {
 pub enum Action {
     /// Start a download now, abandoning it after `timeout`.
     Start {
+        /// Bytes to fetch (or, for an upload workload, to send).
         size_bytes: u64,
+        /// How long the download may take from now before it is abandoned, in nanoseconds.
         timeout: SimDuration,
         /// Streams with different keys never share a circuit (tor's stream isolation, as a
         /// SOCKS username gives it); 0 for workloads whose streams may share any circuit.
@@ -379,6 +403,8 @@ fn micros_to_ns(us: f64) -> SimDuration {
 }
 
 impl ClientSchedule {
+    /// A schedule for one client running `workload`, whose first download may start at
+    /// `start` (simulated time, nanoseconds).
     pub fn new(workload: Workload, start: SimTime) -> Self {
         let markov = matches!(workload, Workload::Markov(_)).then(|| Sessions {
             next_session: None,
@@ -394,6 +420,7 @@ impl ClientSchedule {
         }
     }
 
+    /// The workload this schedule runs.
     pub fn workload(&self) -> &Workload {
         &self.workload
     }

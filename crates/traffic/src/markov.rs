@@ -82,11 +82,16 @@ pub enum Observation {
 /// The delay from an observation to the next, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Delay {
+    /// The delay's natural logarithm (of microseconds) is normally distributed.
     LogNormal {
+        /// Mean of the logarithm.
         mu: f64,
+        /// Standard deviation of the logarithm; above 0 (a model's 0 means exponential).
         sigma: f64,
     },
+    /// Exponentially distributed delay, the model's choice when sigma is 0.
     Exponential {
+        /// Rate parameter lambda, per microsecond (the mean delay is `1 / rate` microseconds).
         rate: f64,
     },
     /// `F` ends the walk: nothing follows.
@@ -153,15 +158,18 @@ pub fn erfc(x: f64) -> f64 {
 /// One possible emission of a state: what, with what cumulative probability, and the delay.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Emission {
+    /// What the state emits with this entry.
     pub observation: Observation,
     /// The row's probabilities summed up to and including this one, divided by the row total.
     pub cumulative: f64,
+    /// How long after this observation the next one comes.
     pub delay: Delay,
 }
 
 /// A loaded, checked hidden Markov model with cumulative tables.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MarkovModel {
+    /// Whether this is a stream model or a packet model, i.e. which observations it may emit.
     pub kind: ModelKind,
     /// State names, in the file's `state_space` order.
     pub states: Vec<String>,
@@ -508,7 +516,12 @@ pub enum SessionStep {
     /// The state emitted `$`: a stream starts now, the next observation comes `delay_us`
     /// microseconds later in state `next` (`None`: the state has no transitions, the walk
     /// ends).
-    Stream { delay_us: f64, next: Option<u32> },
+    Stream {
+        /// Microseconds from this stream's start to the next observation.
+        delay_us: f64,
+        /// The state index of the next observation; `None` when the walk ends here.
+        next: Option<u32>,
+    },
     /// The state emitted `F`: the circuit is over.
     End,
 }

@@ -10,14 +10,14 @@ use onionlab_net::topology::{Edge, Graph, Node as GraphNode};
 use crate::mutate::{self, Format, Mutation};
 use crate::yaml::Node;
 
-pub struct Seed {
+pub(crate) struct Seed {
     pub name: String,
     pub text: String,
     /// The YAML tree, for scenarios that are YAML at all.
     pub tree: Option<Node>,
 }
 
-pub struct Corpus {
+pub(crate) struct Corpus {
     pub scenarios: Vec<Seed>,
     /// The first this many scenario seeds are meant to pass validation (the examples and the
     /// fuzzer's own); mutations start from them more often.
@@ -29,16 +29,16 @@ pub struct Corpus {
     pub keys: Vec<String>,
 }
 
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-pub fn regressions_dir() -> PathBuf {
+pub(crate) fn regressions_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/regressions")
 }
 
 /// A scenario small enough to run in well under a second (the `TINY` of tests/cli.rs).
-pub const TINY: &str = r#"
+pub(crate) const TINY: &str = r#"
 name: tiny
 run: { seed: 7, stop_time: 3m, bootstrap: 1m }
 network: { graph: builtin, builtin: { latency: 20ms, bandwidth: 1 Gbit } }
@@ -138,7 +138,7 @@ clients: [ { name: web, count: 2, bandwidth: 50 Mbit, workload: { web: {} } } ]
 impl Corpus {
     /// Everything from disk and from the shipped data; `case_dir` is where `g.gml` and the
     /// other side files are written, so that parsing a seed finds them.
-    pub fn load() -> Corpus {
+    pub(crate) fn load() -> Corpus {
         let mut scenarios = Vec::new();
         let add = |scenarios: &mut Vec<Seed>, name: String, text: String| {
             let tree = Node::parse(&text);
@@ -240,7 +240,7 @@ impl Corpus {
     }
 
     /// The text of a mutated scenario.
-    pub fn scenario(&self, m: &Mutation) -> Vec<u8> {
+    pub(crate) fn scenario(&self, m: &Mutation) -> Vec<u8> {
         let seed = &self.scenarios[m.seed % self.scenarios.len()];
         let base = match (&seed.tree, m.tree.is_empty()) {
             (Some(tree), false) => mutate::apply_tree(tree.clone(), &m.tree, &self.keys).to_yaml(),
@@ -249,7 +249,7 @@ impl Corpus {
         mutate::apply_text(base.into_bytes(), &m.text, Format::Yaml)
     }
 
-    pub fn mutated(&self, seeds: &[Seed], m: &Mutation, format: Format) -> Vec<u8> {
+    pub(crate) fn mutated(&self, seeds: &[Seed], m: &Mutation, format: Format) -> Vec<u8> {
         let seed = &seeds[m.seed % seeds.len()];
         mutate::apply_text(seed.text.clone().into_bytes(), &m.text, format)
     }
@@ -267,7 +267,7 @@ fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-pub fn sorted_files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+pub(crate) fn sorted_files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok().map(|e| e.path()))
@@ -443,7 +443,7 @@ fn consensus_excerpts() -> Vec<Seed> {
 }
 
 /// The side files every check → run case directory holds, by name.
-pub fn side_files(corpus: &Corpus) -> Vec<(&'static str, Vec<u8>)> {
+pub(crate) fn side_files(corpus: &Corpus) -> Vec<(&'static str, Vec<u8>)> {
     let gml = corpus
         .gml
         .iter()

@@ -14,14 +14,14 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// What a case made of its input: bytes for the main file plus side files (name, bytes).
 #[derive(Clone, Debug, Default)]
-pub struct Rendered {
+pub(crate) struct Rendered {
     pub main: Vec<u8>,
     pub side: Vec<(String, Vec<u8>)>,
 }
 
 /// A bug found by a case.
 #[derive(Clone, Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// `panic`, `check-exit-1`, `run-timeout`, `bad-message`, ….
     pub kind: String,
     /// What makes two failures the same bug (the panic location, the leaked wording, …).
@@ -31,7 +31,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(
+    pub(crate) fn new(
         kind: impl Into<String>,
         signature: impl Into<String>,
         detail: impl Into<String>,
@@ -50,9 +50,9 @@ impl Failure {
 
 /// A case's result: a label counted in the statistics (`accepted`, `refused`, `ran`, …), or a
 /// failure.
-pub type Outcome = Result<&'static str, Failure>;
+pub(crate) type Outcome = Result<&'static str, Failure>;
 
-pub trait Target: Sync {
+pub(crate) trait Target: Sync {
     type Case: Clone + Debug;
     fn name(&self) -> &'static str;
     /// Extension of the main file in the crash directory.
@@ -67,7 +67,7 @@ pub trait Target: Sync {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub cases: u64,
     pub seeds: u64,
     pub failures: u64,
@@ -76,7 +76,7 @@ pub struct Stats {
 }
 
 /// Where failing inputs go, one folder per distinct bug.
-pub struct CrashSink {
+pub(crate) struct CrashSink {
     pub dir: PathBuf,
     pub seed: u64,
     /// Signature → (folder, times seen).
@@ -84,7 +84,7 @@ pub struct CrashSink {
 }
 
 impl CrashSink {
-    pub fn new(dir: PathBuf, seed: u64) -> Self {
+    pub(crate) fn new(dir: PathBuf, seed: u64) -> Self {
         CrashSink {
             dir,
             seed,
@@ -146,7 +146,7 @@ impl CrashSink {
     }
 
     /// `(folder, times seen)` of every distinct bug.
-    pub fn found(&self) -> Vec<(PathBuf, u64)> {
+    pub(crate) fn found(&self) -> Vec<(PathBuf, u64)> {
         let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
         found.values().cloned().collect()
     }
@@ -160,7 +160,7 @@ fn write_case(dir: &Path, ext: &str, input: &Rendered) {
     }
 }
 
-pub fn fnv(bytes: &[u8]) -> u32 {
+pub(crate) fn fnv(bytes: &[u8]) -> u32 {
     let mut h: u64 = 0xcbf29ce484222325;
     for &b in bytes {
         h ^= u64::from(b);
@@ -170,7 +170,7 @@ pub fn fnv(bytes: &[u8]) -> u32 {
 }
 
 /// One target with its own random stream, run a step at a time.
-pub struct Run<'a, T: Target> {
+pub(crate) struct Run<'a, T: Target> {
     target: &'a T,
     runner: TestRunner,
     strategy: BoxedStrategy<T::Case>,
@@ -181,7 +181,7 @@ pub struct Run<'a, T: Target> {
 }
 
 impl<'a, T: Target> Run<'a, T> {
-    pub fn new(target: &'a T, seed: u64, sink: &'a CrashSink) -> Self {
+    pub(crate) fn new(target: &'a T, seed: u64, sink: &'a CrashSink) -> Self {
         let mut key = [0u8; 32];
         key[..8].copy_from_slice(&seed.to_le_bytes());
         key[8..12].copy_from_slice(&fnv(target.name().as_bytes()).to_le_bytes());
@@ -203,7 +203,7 @@ impl<'a, T: Target> Run<'a, T> {
     }
 
     /// Runs one case: the next unmutated seed while there are any, else a new mutation.
-    pub fn step(&mut self) {
+    pub(crate) fn step(&mut self) {
         let start = Instant::now();
         let case_no = self.stats.cases;
         self.stats.cases += 1;
@@ -299,7 +299,7 @@ impl<'a, T: Target> Run<'a, T> {
 type BoxedValueTree<V> = Box<dyn ValueTree<Value = V>>;
 
 /// Something [`Run`] of any target type can be driven through.
-pub trait Drive {
+pub(crate) trait Drive {
     fn name(&self) -> &'static str;
     fn step(&mut self);
     fn stats(&self) -> &Stats;
@@ -330,7 +330,7 @@ thread_local! {
 }
 
 /// Runs `f`, turning a panic into a failure named by its location.
-pub fn catch(f: impl FnOnce() -> Outcome) -> Outcome {
+pub(crate) fn catch(f: impl FnOnce() -> Outcome) -> Outcome {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {
         let previous = panic::take_hook();
@@ -374,7 +374,7 @@ pub fn catch(f: impl FnOnce() -> Outcome) -> Outcome {
 
 /// How long to fuzz.
 #[derive(Clone, Copy, Debug)]
-pub enum Budget {
+pub(crate) enum Budget {
     /// Every seed, then this many mutated cases, per target.
     Cases(u64),
     /// Until this instant.
@@ -382,7 +382,7 @@ pub enum Budget {
 }
 
 /// Runs targets in turn (batches of `batch` cases) until each has its cases or time is up.
-pub fn drive(runs: &mut [Box<dyn Drive + '_>], budget: Budget, batch: u64) {
+pub(crate) fn drive(runs: &mut [Box<dyn Drive + '_>], budget: Budget, batch: u64) {
     loop {
         let mut busy = false;
         for run in runs.iter_mut() {

@@ -12,7 +12,7 @@ use crate::yaml::{string_scalar, Node};
 
 /// Values a structure-aware mutation writes into a scenario: the extremes of every type, and
 /// ordinary values of the wrong kind for most fields.
-pub const VALUES: &[&str] = &[
+pub(crate) const VALUES: &[&str] = &[
     "0",
     "-1",
     "1",
@@ -166,7 +166,7 @@ pub const VALUES: &[&str] = &[
 
 /// Top-level and nested keys of the scenario schema (the fuzzer adds the keys of its seeds and
 /// every `tor:` parameter at start-up).
-pub const KEYS: &[&str] = &[
+pub(crate) const KEYS: &[&str] = &[
     "name",
     "run",
     "seed",
@@ -232,7 +232,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// Byte sequences worth inserting, per format.
-pub fn tokens(kind: Format) -> &'static [&'static str] {
+pub(crate) fn tokens(kind: Format) -> &'static [&'static str] {
     match kind {
         Format::Yaml => &[
             ": ",
@@ -448,7 +448,7 @@ pub fn tokens(kind: Format) -> &'static [&'static str] {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Yaml,
     Gml,
     GraphMl,
@@ -458,7 +458,7 @@ pub enum Format {
 /// A byte- or line-level change. Positions are taken modulo the input's length (or line
 /// count), token indices modulo the format's token list.
 #[derive(Clone, Debug)]
-pub enum TextOp {
+pub(crate) enum TextOp {
     DeleteLine(u32),
     DuplicateLine(u32),
     SwapLines(u32, u32),
@@ -475,7 +475,7 @@ pub enum TextOp {
 
 /// A change to a YAML tree. Node selectors are taken modulo the tree's size.
 #[derive(Clone, Debug)]
-pub enum TreeOp {
+pub(crate) enum TreeOp {
     /// Replace a node by one of [`VALUES`] (parsed as YAML when it is a collection).
     SetValue(u32, u16),
     /// Replace a node by another shape: 0 `{}`, 1 `[]`, 2 `null`, 3 `[node]`, 4 `{x: node}`,
@@ -686,7 +686,7 @@ fn similar_pool(scalar: &str) -> &'static [&'static str] {
 
 /// What a fuzz case does to a seed.
 #[derive(Clone, Debug)]
-pub struct Mutation {
+pub(crate) struct Mutation {
     pub seed: usize,
     pub tree: Vec<TreeOp>,
     pub text: Vec<TextOp>,
@@ -739,7 +739,7 @@ fn gentle_tree_op() -> impl Strategy<Value = TreeOp> {
 /// Mutations of a YAML seed: mostly structural (one change more often than several, so that
 /// many cases still pass validation and reach the simulation), sometimes byte-level on top.
 /// `valid` seeds (the first ones) are drawn three times as often as the rest.
-pub fn yaml_mutation(seeds: usize, valid: usize) -> impl Strategy<Value = Mutation> {
+pub(crate) fn yaml_mutation(seeds: usize, valid: usize) -> impl Strategy<Value = Mutation> {
     (
         seed_index(seeds, valid),
         prop_oneof![
@@ -761,7 +761,7 @@ fn seed_index(seeds: usize, valid: usize) -> BoxedStrategy<usize> {
 }
 
 /// Byte- and line-level mutations of any seed: one change more often than several.
-pub fn text_mutation(seeds: usize) -> impl Strategy<Value = Mutation> {
+pub(crate) fn text_mutation(seeds: usize) -> impl Strategy<Value = Mutation> {
     (
         0..seeds.max(1),
         prop_oneof![
@@ -779,7 +779,7 @@ pub fn text_mutation(seeds: usize) -> impl Strategy<Value = Mutation> {
 
 /// The mutations of the check → run target: the scenario (gently, mostly) and, now and then,
 /// the graph and consensus files next to it.
-pub fn scenario_case(
+pub(crate) fn scenario_case(
     seeds: usize,
     valid: usize,
     graphs: usize,
@@ -815,7 +815,7 @@ pub fn scenario_case(
 }
 
 #[derive(Clone, Debug)]
-pub struct ScenarioCase {
+pub(crate) struct ScenarioCase {
     pub scenario: Mutation,
     /// Replaces `g.gml` next to the scenario (a mutated GML seed).
     pub graph: Option<Mutation>,
@@ -824,7 +824,7 @@ pub struct ScenarioCase {
 }
 
 /// Applies byte- and line-level changes.
-pub fn apply_text(mut bytes: Vec<u8>, ops: &[TextOp], format: Format) -> Vec<u8> {
+pub(crate) fn apply_text(mut bytes: Vec<u8>, ops: &[TextOp], format: Format) -> Vec<u8> {
     let toks = tokens(format);
     for op in ops {
         let len = bytes.len();
@@ -935,7 +935,7 @@ fn line_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
 }
 
 /// Applies structural changes to a YAML tree; `keys` is the key dictionary.
-pub fn apply_tree(mut root: Node, ops: &[TreeOp], keys: &[String]) -> Node {
+pub(crate) fn apply_tree(mut root: Node, ops: &[TreeOp], keys: &[String]) -> Node {
     for op in ops {
         let paths = root.paths();
         let pick = |x: u32| paths[x as usize % paths.len()].clone();

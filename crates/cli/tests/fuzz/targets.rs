@@ -24,7 +24,7 @@ use crate::worker::Worker;
 
 /// Wording of the libraries underneath that must not reach a user, and signs of a crash
 /// dressed up as an input error.
-pub const LEAKS: &[&str] = &[
+pub(crate) const LEAKS: &[&str] = &[
     "Option<",
     "DuplicateKeyPolicy",
     "configured policy",
@@ -87,7 +87,7 @@ fn in_input(text: &str) -> bool {
 /// The first leaked wording in an error message that the input itself does not contain, if
 /// any; or a number echoed back with more digits than anyone reads (`1e308` written out in
 /// full) that the input does not contain.
-pub fn leak(message: &str) -> Option<&'static str> {
+pub(crate) fn leak(message: &str) -> Option<&'static str> {
     if let Some(p) = LEAKS
         .iter()
         .copied()
@@ -124,7 +124,7 @@ fn seeds_of(n: usize) -> Vec<Mutation> {
 }
 
 /// Hosts a scenario asks for (saturating).
-pub fn hosts(s: &Scenario) -> u64 {
+pub(crate) fn hosts(s: &Scenario) -> u64 {
     let relays: u64 = match &s.relays {
         RelaysSection::Generate(g) => [g.guard, g.exit, g.guard_exit, g.middle]
             .iter()
@@ -139,12 +139,12 @@ pub fn hosts(s: &Scenario) -> u64 {
 }
 
 /// The most hosts a case may have for this fuzzer to build or run it.
-pub const MAX_HOSTS: u64 = 3000;
+pub(crate) const MAX_HOSTS: u64 = 3000;
 
 // ---- parsers (in the worker process) -----------------------------------------------------
 
 /// What the worker runs for a parser target.
-pub fn eval_parser(target: &str, bytes: &[u8], parse_dir: &Path) -> Outcome {
+pub(crate) fn eval_parser(target: &str, bytes: &[u8], parse_dir: &Path) -> Outcome {
     set_input(bytes.to_vec());
     let text = String::from_utf8_lossy(bytes);
     match target {
@@ -157,7 +157,7 @@ pub fn eval_parser(target: &str, bytes: &[u8], parse_dir: &Path) -> Outcome {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParserKind {
+pub(crate) enum ParserKind {
     Scenario,
     Gml,
     GraphMl,
@@ -165,7 +165,7 @@ pub enum ParserKind {
 }
 
 /// A parser target: mutations of its seeds, evaluated by the worker process.
-pub struct Parser<'a> {
+pub(crate) struct Parser<'a> {
     pub corpus: &'a Corpus,
     pub worker: &'a Worker,
     pub kind: ParserKind,
@@ -247,7 +247,7 @@ impl Target for Parser<'_> {
 /// Parses and validates a scenario, then, for small scenarios whose inputs are small files,
 /// loads the graph and resolves the hosts, as `onionlab check` does. And `run.json`'s promise:
 /// the scenario written as JSON parses back to the same scenario.
-pub fn check_scenario(text: &str, dir: &Path) -> Outcome {
+pub(crate) fn check_scenario(text: &str, dir: &Path) -> Outcome {
     let path = dir.join("case.yaml");
     let scenario = match onionlab_scenario::parse(text, &path) {
         Ok(s) => s,
@@ -344,7 +344,7 @@ fn round_trip(scenario: &Scenario, path: &Path) -> Result<(), Failure> {
 
 /// Exercises a parsed graph: shortest paths among its first nodes, and the GML writer, whose
 /// output must read back as the same graph.
-pub fn check_graph(parsed: Result<Graph, TopologyError>, stage: &str) -> Outcome {
+pub(crate) fn check_graph(parsed: Result<Graph, TopologyError>, stage: &str) -> Outcome {
     let g = match parsed {
         Ok(g) => g,
         Err(e) => {
@@ -416,7 +416,7 @@ pub fn check_graph(parsed: Result<Graph, TopologyError>, stage: &str) -> Outcome
 
 /// Parses a consensus, then does what a scenario does with one: position weights, guards,
 /// paths for a few ports, samples of several sizes. Paths must obey path-spec's rules.
-pub fn check_consensus(text: &str) -> Outcome {
+pub(crate) fn check_consensus(text: &str) -> Outcome {
     let c = match Consensus::parse(text, "fuzz-consensus") {
         Ok(c) => c,
         Err(e) => {
@@ -486,13 +486,13 @@ pub fn check_consensus(text: &str) -> Outcome {
 // ---- check → run --------------------------------------------------------------------------
 
 /// Address space a child may take; beyond it allocation fails (and Rust aborts).
-pub const CHILD_MEMORY: u64 = 4 << 30;
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CHILD_MEMORY: u64 = 4 << 30;
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Simulated time of the short run.
-pub const STOP_TIME: &str = "5s";
+pub(crate) const STOP_TIME: &str = "5s";
 
-pub struct Child {
+pub(crate) struct Child {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -503,7 +503,7 @@ pub struct Child {
 
 /// Runs `onionlab ARGS` with a time limit and an address-space limit; output goes through
 /// files in `work` so that nothing blocks on a full pipe.
-pub fn onionlab(args: &[&OsStr], work: &Path, cwd: &Path, timeout: Duration) -> Child {
+pub(crate) fn onionlab(args: &[&OsStr], work: &Path, cwd: &Path, timeout: Duration) -> Child {
     let _ = fs::create_dir_all(work);
     let _ = fs::create_dir_all(cwd);
     let out_path = work.join("stdout");
@@ -713,7 +713,7 @@ fn find_run_json(dir: &Path, depth: usize) -> Option<PathBuf> {
 /// `onionlab run FILE --stop-time STOP_TIME` in an empty folder `work/cwd`, whose results
 /// must land in a folder of their own under `out/` (the default output folder is
 /// `out/<scenario name>`, so the name must not lead elsewhere).
-pub fn check_then_run(scenario: &Path, work: &Path) -> Outcome {
+pub(crate) fn check_then_run(scenario: &Path, work: &Path) -> Outcome {
     let mut input = fs::read(scenario).unwrap_or_default();
     if let Some(dir) = scenario.parent() {
         for side in corpus::sorted_files(dir, "gml")
@@ -844,7 +844,7 @@ pub fn check_then_run(scenario: &Path, work: &Path) -> Outcome {
     Ok("ran")
 }
 
-pub struct CheckRun<'a> {
+pub(crate) struct CheckRun<'a> {
     pub corpus: &'a Corpus,
     pub work: PathBuf,
 }
@@ -918,7 +918,7 @@ impl Target for CheckRun<'_> {
 
 /// The texts after `expect-refused: ` in a regression case (each to the end of its line, less
 /// a closing `-->`): the case must be refused with a message holding every one of them.
-pub fn expected_refusal(text: &[u8]) -> Vec<String> {
+pub(crate) fn expected_refusal(text: &[u8]) -> Vec<String> {
     const MARK: &str = "expect-refused: ";
     String::from_utf8_lossy(text)
         .lines()
@@ -934,7 +934,7 @@ pub fn expected_refusal(text: &[u8]) -> Vec<String> {
 
 /// A regression case that must be refused: a scenario by `onionlab check` (exit 2), a graph by
 /// its parser, with a message holding each of `expected`.
-pub fn check_refused(path: &Path, expected: &[String], work: &Path) -> Result<(), Failure> {
+pub(crate) fn check_refused(path: &Path, expected: &[String], work: &Path) -> Result<(), Failure> {
     let text = fs::read(path).unwrap_or_default();
     let name = path
         .file_name()

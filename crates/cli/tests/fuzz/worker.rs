@@ -20,11 +20,11 @@ use std::time::Duration;
 use crate::harness::{catch, Failure, Outcome};
 
 const READY: &[u8] = b"\nONIONLAB-FUZZ-WORKER-READY\n";
-pub const ENV: &str = "ONIONLAB_FUZZ_WORKER";
+pub(crate) const ENV: &str = "ONIONLAB_FUZZ_WORKER";
 /// A case taking longer than this is a hang.
-pub const HANG: Duration = Duration::from_secs(30);
+pub(crate) const HANG: Duration = Duration::from_secs(30);
 /// Address space of the worker.
-pub const MEMORY: u64 = 4 << 30;
+pub(crate) const MEMORY: u64 = 4 << 30;
 
 type Answer = Result<String, Failure>;
 
@@ -35,7 +35,7 @@ struct Process {
 }
 
 /// The parent's handle on the worker, started on first use and after every crash.
-pub struct Worker {
+pub(crate) struct Worker {
     process: Mutex<Option<Process>>,
     /// Holds the worker's stderr (read when it dies) and is its working directory.
     dir: PathBuf,
@@ -45,7 +45,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(dir: PathBuf, parse_dir: PathBuf) -> Self {
+    pub(crate) fn new(dir: PathBuf, parse_dir: PathBuf) -> Self {
         Worker {
             process: Mutex::new(None),
             dir,
@@ -114,7 +114,7 @@ impl Worker {
     }
 
     /// Evaluates `input` for `target` in the worker.
-    pub fn eval(&self, target: &str, input: &[u8]) -> Outcome {
+    pub(crate) fn eval(&self, target: &str, input: &[u8]) -> Outcome {
         let mut guard = self.process.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
             *guard = Some(self.start());
@@ -222,7 +222,7 @@ fn read_answer(r: &mut impl Read) -> Option<Answer> {
 
 /// The worker's side: answers requests until stdin closes. `eval` maps a target name and an
 /// input to an outcome.
-pub fn serve(eval: impl Fn(&str, &[u8], &Path) -> Outcome + Send + 'static) {
+pub(crate) fn serve(eval: impl Fn(&str, &[u8], &Path) -> Outcome + Send + 'static) {
     let parse_dir = PathBuf::from(std::env::var_os("ONIONLAB_FUZZ_PARSE_DIR").unwrap_or_default());
     // The parsers run on a thread with the main thread's usual 8 MiB of stack, as in the
     // `onionlab` binary, not the test harness's 2 MiB.

@@ -9,7 +9,7 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Node {
+pub(crate) enum Node {
     /// A scalar as written in YAML (already quoted when it has to be).
     Scalar(String),
     Seq(Vec<Node>),
@@ -20,7 +20,7 @@ pub enum Node {
 impl Node {
     /// Parses YAML text into a tree; `None` when the text is not YAML the reader accepts.
     /// `.inf` and `.nan` are kept (as floats), and a repeated key keeps its last value.
-    pub fn parse(text: &str) -> Option<Node> {
+    pub(crate) fn parse(text: &str) -> Option<Node> {
         let mut options = serde_saphyr::Options::default();
         options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
         options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
@@ -28,7 +28,7 @@ impl Node {
     }
 
     /// The number of nodes, this one included.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         1 + match self {
             Node::Scalar(_) => 0,
             Node::Seq(items) => items.iter().map(Node::size).sum(),
@@ -37,7 +37,7 @@ impl Node {
     }
 
     /// Paths (child positions from the root) of every node, in pre-order.
-    pub fn paths(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn paths(&self) -> Vec<Vec<usize>> {
         fn walk(n: &Node, prefix: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
             out.push(prefix.clone());
             let children: Vec<&Node> = match n {
@@ -56,7 +56,7 @@ impl Node {
         out
     }
 
-    pub fn get(&self, path: &[usize]) -> Option<&Node> {
+    pub(crate) fn get(&self, path: &[usize]) -> Option<&Node> {
         let mut n = self;
         for &i in path {
             n = match n {
@@ -68,7 +68,7 @@ impl Node {
         Some(n)
     }
 
-    pub fn get_mut(&mut self, path: &[usize]) -> Option<&mut Node> {
+    pub(crate) fn get_mut(&mut self, path: &[usize]) -> Option<&mut Node> {
         let mut n = self;
         for &i in path {
             n = match n {
@@ -81,7 +81,7 @@ impl Node {
     }
 
     /// Every key used anywhere in the tree.
-    pub fn keys(&self, out: &mut Vec<String>) {
+    pub(crate) fn keys(&self, out: &mut Vec<String>) {
         match self {
             Node::Scalar(_) => {}
             Node::Seq(items) => items.iter().for_each(|i| i.keys(out)),
@@ -95,7 +95,7 @@ impl Node {
     }
 
     /// Every scalar in the tree.
-    pub fn scalars(&self, out: &mut Vec<String>) {
+    pub(crate) fn scalars(&self, out: &mut Vec<String>) {
         match self {
             Node::Scalar(s) => out.push(s.clone()),
             Node::Seq(items) => items.iter().for_each(|i| i.scalars(out)),
@@ -104,7 +104,7 @@ impl Node {
     }
 
     /// Block-style YAML.
-    pub fn to_yaml(&self) -> String {
+    pub(crate) fn to_yaml(&self) -> String {
         let mut out = String::new();
         match self {
             Node::Scalar(s) => {
@@ -194,7 +194,7 @@ fn key_text(k: &str) -> String {
 
 /// The YAML text of a string value: plain when the plain form reads back as the same string,
 /// double-quoted otherwise.
-pub fn string_scalar(s: &str) -> String {
+pub(crate) fn string_scalar(s: &str) -> String {
     if plain_is_safe(s) {
         s.to_string()
     } else {

@@ -13,24 +13,24 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
-pub const MS: u64 = NANOS_PER_MILLI;
-pub const SEC: u64 = NANOS_PER_SEC;
+pub(crate) const MS: u64 = NANOS_PER_MILLI;
+pub(crate) const SEC: u64 = NANOS_PER_SEC;
 const NEVER: SimTime = u64::MAX;
 /// IPv4 and UDP headers around a QUIC packet.
-pub const UDP_IP: u64 = 28;
+pub(crate) const UDP_IP: u64 = 28;
 
 #[path = "../../../tcp/tests/harness/link.rs"]
 mod link;
-pub use link::{Link, LinkConfig, Rng};
+pub(crate) use link::{Link, LinkConfig, Rng};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Pkt {
+pub(crate) enum Pkt {
     Quic(QuicPacket),
     Tcp(TcpSegment),
 }
 
 impl Pkt {
-    pub fn wire_bytes(&self) -> u64 {
+    pub(crate) fn wire_bytes(&self) -> u64 {
         match self {
             Pkt::Quic(p) => u64::from(p.bytes) + UDP_IP,
             Pkt::Tcp(s) => u64::from(s.wire_bytes()),
@@ -40,20 +40,20 @@ impl Pkt {
 
 // Few endpoints exist in a test: boxing would buy nothing.
 #[allow(clippy::large_enum_variant)]
-pub enum Conn {
+pub(crate) enum Conn {
     Quic(QuicConnection),
     Tcp(TcpConnection),
 }
 
 #[derive(Clone)]
-pub enum Proto {
+pub(crate) enum Proto {
     Quic(Arc<QuicConfig>),
     Tcp(Arc<TcpConfig>),
 }
 
 /// What a stream's application does on one endpoint, and what it observed.
 #[derive(Clone, Debug, Default)]
-pub struct StreamApp {
+pub(crate) struct StreamApp {
     /// Bytes still to write (`u64::MAX`: endless).
     pub to_send: u64,
     /// Finish once everything is written.
@@ -105,7 +105,7 @@ impl StreamApp {
 
 /// What the application on an endpoint does.
 #[derive(Clone, Debug)]
-pub struct App {
+pub(crate) struct App {
     /// QUIC: streams to open at start, `(bytes, finish when written)`.
     pub open: Vec<(u64, bool)>,
     /// QUIC: reply written on each peer-opened stream once the peer finished it.
@@ -122,7 +122,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn sink() -> Self {
+    pub(crate) fn sink() -> Self {
         App {
             open: Vec::new(),
             reply: None,
@@ -136,7 +136,7 @@ impl App {
     }
 }
 
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub conn: Option<Conn>,
     pub proto: Proto,
     pub app: App,
@@ -154,7 +154,7 @@ type DropFn = Box<dyn FnMut(usize, &Pkt, SimTime) -> bool>;
 type DelayFn = Box<dyn FnMut(usize, &Pkt, SimTime) -> SimDuration>;
 type CheckFn = Box<dyn FnMut(&Sim, usize, &Pkt)>;
 
-pub struct Sim {
+pub(crate) struct Sim {
     pub now: SimTime,
     pub eps: Vec<Endpoint>,
     /// 0: clients to servers, 1: servers to clients.
@@ -182,7 +182,7 @@ enum Pending {
 
 impl Sim {
     /// One flow per entry of `protos`; the client of flow f is endpoint 2f, its server 2f+1.
-    pub fn new(protos: &[Proto], fwd: LinkConfig, rev: LinkConfig, seed: u64) -> Self {
+    pub(crate) fn new(protos: &[Proto], fwd: LinkConfig, rev: LinkConfig, seed: u64) -> Self {
         let mut sim = Sim {
             now: 0,
             eps: Vec::new(),
@@ -209,12 +209,12 @@ impl Sim {
     }
 
     /// A single QUIC flow.
-    pub fn quic(cfg: QuicConfig, fwd: LinkConfig, rev: LinkConfig, seed: u64) -> Self {
+    pub(crate) fn quic(cfg: QuicConfig, fwd: LinkConfig, rev: LinkConfig, seed: u64) -> Self {
         Sim::new(&[Proto::Quic(Arc::new(cfg))], fwd, rev, seed)
     }
 
     /// Starts every client at time 0 (call after setting apps).
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         for i in 0..self.eps.len() {
             if self.eps[i].conn.is_some() {
                 self.pump(i);
@@ -233,7 +233,7 @@ impl Sim {
         self.heap.push(Reverse((at, id)));
     }
 
-    pub fn run_until(&mut self, until: SimTime) {
+    pub(crate) fn run_until(&mut self, until: SimTime) {
         while let Some(&Reverse((at, id))) = self.heap.peek() {
             if at > until {
                 break;
@@ -303,7 +303,7 @@ impl Sim {
     }
 
     /// Lets the application act, then drains packets, events and the timer.
-    pub fn pump(&mut self, i: usize) {
+    pub(crate) fn pump(&mut self, i: usize) {
         let now = self.now;
         let mut out: Vec<Pkt> = Vec::new();
         let check = self.check;
@@ -371,25 +371,25 @@ impl Sim {
         }
     }
 
-    pub fn quic_conn(&self, i: usize) -> &QuicConnection {
+    pub(crate) fn quic_conn(&self, i: usize) -> &QuicConnection {
         match self.eps[i].conn.as_ref() {
             Some(Conn::Quic(c)) => c,
             _ => panic!("no QUIC connection at {i}"),
         }
     }
 
-    pub fn tcp_conn(&self, i: usize) -> &TcpConnection {
+    pub(crate) fn tcp_conn(&self, i: usize) -> &TcpConnection {
         match self.eps[i].conn.as_ref() {
             Some(Conn::Tcp(c)) => c,
             _ => panic!("no TCP connection at {i}"),
         }
     }
 
-    pub fn has_event(&self, i: usize, e: QuicEvent) -> bool {
+    pub(crate) fn has_event(&self, i: usize, e: QuicEvent) -> bool {
         self.eps[i].events.iter().any(|&(_, x)| x == e)
     }
 
-    pub fn event_time(&self, i: usize, e: QuicEvent) -> Option<SimTime> {
+    pub(crate) fn event_time(&self, i: usize, e: QuicEvent) -> Option<SimTime> {
         self.eps[i]
             .events
             .iter()
@@ -398,7 +398,7 @@ impl Sim {
     }
 
     /// Bytes the application of endpoint `i` has read, all streams (or TCP).
-    pub fn delivered(&self, i: usize) -> u64 {
+    pub(crate) fn delivered(&self, i: usize) -> u64 {
         match self.eps[i].conn.as_ref() {
             Some(Conn::Quic(_)) => self.eps[i].streams.values().map(|s| s.read).sum(),
             Some(Conn::Tcp(c)) => c.delivered(),
@@ -407,7 +407,7 @@ impl Sim {
     }
 
     /// A hash of every recorded packet of every endpoint, for determinism checks.
-    pub fn trace_hash(&self) -> u64 {
+    pub(crate) fn trace_hash(&self) -> u64 {
         // FNV-1a over the packets' debug form: stable across runs and platforms.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for ep in &self.eps {
@@ -572,16 +572,16 @@ impl Endpoint {
 }
 
 /// Bandwidth-delay product in bytes.
-pub fn bdp(rate_bps: u64, rtt: SimDuration) -> u64 {
+pub(crate) fn bdp(rate_bps: u64, rtt: SimDuration) -> u64 {
     (rate_bps as u128 * rtt as u128 / (8 * SEC) as u128) as u64
 }
 
 /// Goodput in bits per second of bytes delivered between two instants.
-pub fn goodput_bps(bytes: u64, from: SimTime, to: SimTime) -> f64 {
+pub(crate) fn goodput_bps(bytes: u64, from: SimTime, to: SimTime) -> f64 {
     bytes as f64 * 8.0 / ((to - from) as f64 / SEC as f64)
 }
 
-pub fn jain(x: &[u64]) -> f64 {
+pub(crate) fn jain(x: &[u64]) -> f64 {
     let s: f64 = x.iter().map(|&v| v as f64).sum();
     let s2: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
     s * s / (x.len() as f64 * s2)

@@ -9,13 +9,13 @@ const SEC: u64 = NANOS_PER_SEC;
 
 /// SplitMix64: tiny, fast and good enough to decide losses reproducibly.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Rng(seed)
     }
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -23,13 +23,13 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// Uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
+    pub(crate) fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
 #[derive(Clone, Debug)]
-pub struct LinkConfig {
+pub(crate) struct LinkConfig {
     pub rate_bps: u64,
     pub delay: SimDuration,
     pub queue_bytes: u64,
@@ -41,7 +41,7 @@ pub struct LinkConfig {
 }
 
 impl LinkConfig {
-    pub fn new(rate_bps: u64, delay: SimDuration, queue_bytes: u64) -> Self {
+    pub(crate) fn new(rate_bps: u64, delay: SimDuration, queue_bytes: u64) -> Self {
         LinkConfig {
             rate_bps,
             delay,
@@ -56,7 +56,7 @@ impl LinkConfig {
 /// A FIFO bottleneck. Backlog is derived from when the transmitter becomes idle, which is
 /// exact for a FIFO and needs no per-packet storage.
 #[derive(Debug)]
-pub struct Link {
+pub(crate) struct Link {
     pub cfg: LinkConfig,
     busy_until: SimTime,
     pub queue_drops: u64,
@@ -66,7 +66,7 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn new(cfg: LinkConfig) -> Self {
+    pub(crate) fn new(cfg: LinkConfig) -> Self {
         Link {
             cfg,
             busy_until: 0,
@@ -77,12 +77,12 @@ impl Link {
         }
     }
 
-    pub fn tx_time(&self, bytes: u64) -> SimDuration {
+    pub(crate) fn tx_time(&self, bytes: u64) -> SimDuration {
         (bytes * 8 * SEC).div_ceil(self.cfg.rate_bps)
     }
 
     /// Arrival time at the far end, or None when dropped.
-    pub fn enqueue(&mut self, now: SimTime, bytes: u64, rng: &mut Rng) -> Option<SimTime> {
+    pub(crate) fn enqueue(&mut self, now: SimTime, bytes: u64, rng: &mut Rng) -> Option<SimTime> {
         let backlog_time = self.busy_until.saturating_sub(now);
         let backlog = (backlog_time as u128 * self.cfg.rate_bps as u128 / (8 * SEC) as u128) as u64;
         if backlog + bytes > self.cfg.queue_bytes + 1500 {

@@ -10,16 +10,16 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-pub const MS: u64 = NANOS_PER_MILLI;
-pub const SEC: u64 = NANOS_PER_SEC;
+pub(crate) const MS: u64 = NANOS_PER_MILLI;
+pub(crate) const SEC: u64 = NANOS_PER_SEC;
 const NEVER: SimTime = u64::MAX;
 
 mod link;
-pub use link::{Link, LinkConfig, Rng};
+pub(crate) use link::{Link, LinkConfig, Rng};
 
 /// What the application on an endpoint does.
 #[derive(Clone, Debug)]
-pub struct App {
+pub(crate) struct App {
     /// Bytes still to write (`u64::MAX` for an endless bulk source).
     pub to_send: u64,
     /// Close once everything is written.
@@ -33,7 +33,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn sink() -> Self {
+    pub(crate) fn sink() -> Self {
         App {
             to_send: 0,
             close_when_done: false,
@@ -43,7 +43,7 @@ impl App {
             closed: false,
         }
     }
-    pub fn source(bytes: u64, close: bool) -> Self {
+    pub(crate) fn source(bytes: u64, close: bool) -> Self {
         App {
             to_send: bytes,
             close_when_done: close,
@@ -52,7 +52,7 @@ impl App {
     }
 }
 
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub conn: Option<TcpConnection>,
     pub app: App,
     pub events: Vec<(SimTime, TcpEvent)>,
@@ -65,7 +65,7 @@ pub struct Endpoint {
 
 type DropFn = Box<dyn FnMut(usize, &TcpSegment, SimTime) -> bool>;
 
-pub struct Sim {
+pub(crate) struct Sim {
     pub now: SimTime,
     pub eps: Vec<Endpoint>,
     /// 0: clients to servers, 1: servers to clients.
@@ -87,7 +87,7 @@ enum Pending {
 
 impl Sim {
     /// `flows` client/server pairs; client of flow f is endpoint 2f, its server 2f+1.
-    pub fn new(
+    pub(crate) fn new(
         client: &TcpConfig,
         server: &TcpConfig,
         flows: usize,
@@ -117,7 +117,7 @@ impl Sim {
     }
 
     /// Starts every client at time 0 (call after setting apps).
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         for i in 0..self.eps.len() {
             if self.eps[i].conn.is_some() {
                 self.pump(i);
@@ -133,7 +133,7 @@ impl Sim {
     }
 
     /// Runs until `until` or until nothing is left to do.
-    pub fn run_until(&mut self, until: SimTime) {
+    pub(crate) fn run_until(&mut self, until: SimTime) {
         while let Some(&Reverse((at, id))) = self.heap.peek() {
             if at > until {
                 break;
@@ -178,7 +178,7 @@ impl Sim {
     }
 
     /// Lets the application act, then drains segments, events and the timer.
-    pub fn pump(&mut self, i: usize) {
+    pub(crate) fn pump(&mut self, i: usize) {
         let now = self.now;
         let mut out: Vec<TcpSegment> = Vec::new();
         {
@@ -255,24 +255,24 @@ impl Sim {
         }
     }
 
-    pub fn conn(&self, i: usize) -> &TcpConnection {
+    pub(crate) fn conn(&self, i: usize) -> &TcpConnection {
         self.eps[i].conn.as_ref().expect("connection")
     }
 
-    pub fn conn_mut(&mut self, i: usize) -> &mut TcpConnection {
+    pub(crate) fn conn_mut(&mut self, i: usize) -> &mut TcpConnection {
         self.eps[i].conn.as_mut().expect("connection")
     }
 
-    pub fn state(&self, i: usize) -> Option<TcpState> {
+    pub(crate) fn state(&self, i: usize) -> Option<TcpState> {
         self.eps[i].conn.as_ref().map(|c| c.state())
     }
 
-    pub fn has_event(&self, i: usize, e: TcpEvent) -> bool {
+    pub(crate) fn has_event(&self, i: usize, e: TcpEvent) -> bool {
         self.eps[i].events.iter().any(|&(_, x)| x == e)
     }
 
     /// Bytes delivered in order at endpoint `i` (0 before it exists).
-    pub fn delivered(&self, i: usize) -> u64 {
+    pub(crate) fn delivered(&self, i: usize) -> u64 {
         self.eps[i].conn.as_ref().map_or(0, |c| c.delivered())
     }
 }
@@ -292,11 +292,11 @@ impl Endpoint {
 }
 
 /// Bandwidth-delay product in bytes.
-pub fn bdp(rate_bps: u64, rtt: SimDuration) -> u64 {
+pub(crate) fn bdp(rate_bps: u64, rtt: SimDuration) -> u64 {
     (rate_bps as u128 * rtt as u128 / (8 * SEC) as u128) as u64
 }
 
 /// Goodput in bits per second of bytes delivered between two instants.
-pub fn goodput_bps(bytes: u64, from: SimTime, to: SimTime) -> f64 {
+pub(crate) fn goodput_bps(bytes: u64, from: SimTime, to: SimTime) -> f64 {
     bytes as f64 * 8.0 / ((to - from) as f64 / SEC as f64)
 }

@@ -6,7 +6,7 @@ use onionlab_topology::TopologyError;
 
 /// The 183-node Internet model in the repository's `data/` folder.
 #[allow(dead_code)] // not every test binary loads the model
-pub fn internet_model() -> PathBuf {
+pub(crate) fn internet_model() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../data/topology/internet-2018-183-nodes.graphml.xml.xz");
     assert!(path.is_file(), "missing {}", path.display());
@@ -15,7 +15,7 @@ pub fn internet_model() -> PathBuf {
 
 /// Asserts that parsing failed at `line` with a message containing every one of `needles`.
 #[track_caller]
-pub fn assert_err<T: std::fmt::Debug>(
+pub(crate) fn assert_err<T: std::fmt::Debug>(
     result: Result<T, TopologyError>,
     line: usize,
     needles: &[&str],
