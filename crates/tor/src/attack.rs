@@ -19,8 +19,7 @@ use onionlab_torcore::{Cell, CellCommand, ChannelDesign, RelayCommand};
 use rand::RngExt;
 use std::sync::Arc;
 
-use crate::host::Ev;
-use crate::io::{Io, Machine, TimerEvent};
+use crate::io::{Io, Machine};
 use crate::link::LinkHandshake;
 use crate::wire::{Wire, INITIATOR_BIT};
 use crate::world::{TorWorld, OR_PORT};
@@ -30,24 +29,25 @@ use crate::world::{TorWorld, OR_PORT};
 pub struct AttackPlan {
     /// Consensus index of the victim relay.
     pub victim: usize,
+    /// When the first circuit leaves (nanoseconds of simulated time).
     pub start: SimTime,
+    /// When the attacker stops launching and closes every connection it holds; no attack
+    /// happens unless it is after `start`.
     pub end: SimTime,
     /// Circuits built per burst.
     pub circuits: u32,
+    /// Length of one period, over which its `circuits` circuits are spread evenly
+    /// (nanoseconds).
     pub every: SimDuration,
 }
 
+/// The attacker's timers.
 #[derive(Clone, Copy, Debug)]
 pub enum AttackTimer {
     /// Time to launch the next circuit.
     Launch,
+    /// The attack's `end`: stop launching and close every connection to the victim.
     Stop,
-}
-
-impl TimerEvent for AttackTimer {
-    fn event(self) -> Ev {
-        Ev::Attack(self)
-    }
 }
 
 /// One of the attacker's connections to the victim: its cells wait for the link handshake,
@@ -58,6 +58,8 @@ struct AttackConn {
     waiting: Vec<Cell>,
 }
 
+/// The socket exhaustion attacker: a sans-IO machine that opens connections to the victim
+/// relay and builds circuits through it as its [`AttackPlan`] says.
 pub struct Attacker {
     world: Arc<TorWorld>,
     plan: AttackPlan,
@@ -74,6 +76,7 @@ pub struct Attacker {
 }
 
 impl Attacker {
+    /// An attacker that will carry out `plan` once started, holding no connection yet.
     pub fn new(world: Arc<TorWorld>, plan: AttackPlan) -> Self {
         Attacker {
             world,

@@ -21,15 +21,21 @@ use crate::{Client, Server};
 /// The server group that holds every shared server (for clients that name no group).
 pub const ALL_SERVERS: &str = "*";
 
+/// What a host of the network runs.
 pub enum HostRole {
     /// The relay with this index in the consensus.
     Relay {
+        /// Its index in [`TorNetwork::consensus`].
         relay: usize,
+        /// Its configured bandwidth rates and bursts and its ConnLimit.
         limits: RelayLimits,
         /// Its CPU, when the scenario models one.
         cpu: Option<CpuConfig>,
     },
+    /// A tor client: it builds circuits through the relays and runs its workload's
+    /// downloads and uploads over them.
     Client {
+        /// What it downloads or uploads, and when.
         workload: Workload,
         /// The server group the client downloads from.
         servers: String,
@@ -38,7 +44,9 @@ pub enum HostRole {
         /// Its own tor settings.
         options: ClientOptions,
     },
+    /// A file server, which exits connect to on [`crate::HTTP_PORT`].
     Server {
+        /// The name of the server group it belongs to, which clients name to use it.
         group: String,
         /// Whether clients that name no server group download from it too (not so for a
         /// dedicated group: a measurement's own server).
@@ -50,20 +58,32 @@ pub enum HostRole {
     Idle,
 }
 
+/// One host of the network: what it is called, where it attaches and what it runs.
 pub struct HostSpec {
+    /// The host's name, as results give it.
     pub name: String,
+    /// The graph node it attaches to, with its own link rates.
     pub placement: HostPlacement,
+    /// What it runs.
     pub role: HostRole,
 }
 
+/// Everything [`build`] needs to make the simulation of a Tor network.
 pub struct TorNetwork {
+    /// The network graph the hosts attach to.
     pub graph: Graph,
+    /// Every host, in host-id order: the host at index `i` gets id `i`.
     pub hosts: Vec<HostSpec>,
     /// The consensus every client uses; `Relay { relay }` hosts are its relays.
     pub consensus: Consensus,
+    /// The Tor parameters every relay and client of the run uses.
     pub params: TorParams,
+    /// Settings every host's network stack shares (round width, queues, TCP, QUIC,
+    /// impairments).
     pub net: NetworkConfig,
+    /// The scenario seed, from which every host's random streams derive.
     pub seed: u64,
+    /// Worker threads the engine runs the hosts on (0 is taken as 1).
     pub threads: usize,
 }
 
@@ -84,7 +104,12 @@ pub enum BuildError {
     /// The control given was interrupted (a memory limit, Ctrl-C) after this many hosts of
     /// `of` were made.
     #[error("stopped after building {built} of {of} hosts")]
-    Stopped { built: usize, of: usize },
+    Stopped {
+        /// Hosts made before the stop.
+        built: usize,
+        /// Hosts the network has in all.
+        of: usize,
+    },
 }
 
 /// How many hosts are made between two looks at the control: often enough that a memory

@@ -17,7 +17,7 @@ const NONE: u32 = u32::MAX;
 /// The side that opened the channel's TLS link (the initiator) sets `INITIATOR_BIT` in the ids
 /// it chooses, so the two never collide.
 #[derive(Clone, Debug)]
-pub struct ChannelCircuits {
+pub(crate) struct ChannelCircuits {
     initiator: bool,
     /// Freed ids of ours are given out again, the last freed first. Off for channels whose
     /// cells may overtake each other (see the module comment).
@@ -35,7 +35,7 @@ pub struct ChannelCircuits {
 }
 
 impl ChannelCircuits {
-    pub fn new(initiator: bool) -> Self {
+    pub(crate) fn new(initiator: bool) -> Self {
         ChannelCircuits {
             initiator,
             reuse_ids: true,
@@ -53,7 +53,7 @@ impl ChannelCircuits {
     }
 
     /// The circuit a cell's id names.
-    pub fn lookup(&self, circ_id: u32) -> Option<u32> {
+    pub(crate) fn lookup(&self, circ_id: u32) -> Option<u32> {
         let table = if self.is_ours(circ_id) {
             &self.ours
         } else {
@@ -63,7 +63,7 @@ impl ChannelCircuits {
     }
 
     /// Binds the id the peer chose in its CREATE2 to `circ`; false if that id is taken.
-    pub fn bind_theirs(&mut self, circ_id: u32, circ: u32) -> bool {
+    pub(crate) fn bind_theirs(&mut self, circ_id: u32, circ: u32) -> bool {
         let i = circ_id & !INITIATOR_BIT;
         if !self.theirs.is_free(i) {
             return false;
@@ -74,7 +74,7 @@ impl ChannelCircuits {
     }
 
     /// A new id of ours for `circ`, with the initiator bit if we are the initiator.
-    pub fn allocate(&mut self, circ: u32) -> u32 {
+    pub(crate) fn allocate(&mut self, circ: u32) -> u32 {
         let i = match self.ours_free.pop() {
             Some(i) if self.reuse_ids => i,
             _ => {
@@ -89,7 +89,7 @@ impl ChannelCircuits {
     }
 
     /// Frees an id (either side's); true if a circuit had it.
-    pub fn release(&mut self, circ_id: u32) -> bool {
+    pub(crate) fn release(&mut self, circ_id: u32) -> bool {
         let i = circ_id & !INITIATOR_BIT;
         let ours = self.is_ours(circ_id);
         let had = if ours {
@@ -107,12 +107,12 @@ impl ChannelCircuits {
     }
 
     /// How many circuits the channel carries.
-    pub fn count(&self) -> u32 {
+    pub(crate) fn count(&self) -> u32 {
         self.count
     }
 
     /// The channel's circuits: ours in id order, then theirs.
-    pub fn all(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn all(&self) -> impl Iterator<Item = u32> + '_ {
         self.ours.circuits().chain(self.theirs.circuits())
     }
 }
@@ -127,18 +127,18 @@ struct CircIdTable {
 
 impl CircIdTable {
     /// The circuit with id `i`.
-    pub fn get(&self, i: u32) -> Option<u32> {
+    pub(crate) fn get(&self, i: u32) -> Option<u32> {
         let off = i.checked_sub(self.base)?;
         self.slots.get(off as usize).copied().filter(|&c| c != NONE)
     }
 
     /// Whether id `i` names no circuit.
-    pub fn is_free(&self, i: u32) -> bool {
+    pub(crate) fn is_free(&self, i: u32) -> bool {
         self.get(i).is_none()
     }
 
     /// Gives id `i` to circuit `circ`, widening the window as needed.
-    pub fn set(&mut self, i: u32, circ: u32) {
+    pub(crate) fn set(&mut self, i: u32, circ: u32) {
         if self.slots.is_empty() {
             self.base = i;
         }
@@ -154,7 +154,7 @@ impl CircIdTable {
     }
 
     /// Frees id `i`; true if a circuit had it. The window drops freed ids at either end.
-    pub fn clear(&mut self, i: u32) -> bool {
+    pub(crate) fn clear(&mut self, i: u32) -> bool {
         let Some(off) = i.checked_sub(self.base) else {
             return false;
         };
@@ -174,13 +174,13 @@ impl CircIdTable {
     }
 
     /// The circuits, in id order.
-    pub fn circuits(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn circuits(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots.iter().copied().filter(|&c| c != NONE)
     }
 
     /// Ids the window spans (live or freed in between).
     #[cfg(test)]
-    pub fn span(&self) -> usize {
+    pub(crate) fn span(&self) -> usize {
         self.slots.len()
     }
 }

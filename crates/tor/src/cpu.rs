@@ -22,8 +22,6 @@ use onionlab_engine::time::{SimDuration, SimTime, NANOS_PER_SEC};
 use onionlab_engine::{Context, HostId};
 use onionlab_torcore::cpu::{CostTable, CpuSplit, Work};
 
-use crate::host::Ev;
-
 /// Events of the CPU stage.
 #[derive(Clone, Copy, Debug)]
 pub enum CpuEvent {
@@ -32,12 +30,19 @@ pub enum CpuEvent {
     /// The end of a demand window.
     Window,
     /// A machine-mate's threads' demand over its last window, in millionths of a core.
-    Demand { from: HostId, ppm: u32 },
+    Demand {
+        /// The machine-mate's host.
+        from: HostId,
+        /// Its threads' demand together, in millionths of a core (more than a million when
+        /// they need more than one core).
+        ppm: u32,
+    },
 }
 
 /// A relay's machine and its price list.
 #[derive(Clone, Debug)]
 pub struct CpuConfig {
+    /// What each unit of the relay's work costs, in picoseconds of a core.
     pub table: CostTable,
     /// Cores of the machine the relay runs on.
     pub cores: u32,
@@ -59,8 +64,12 @@ pub struct CpuSecond {
     /// The main thread's busy time by category (at the speed it ran at, so a thread slowed
     /// by sharing shows busier).
     pub crypto: u64,
+    /// The main thread's busy time in system calls and the network stack's packet work.
     pub kernel: u64,
+    /// The main thread's busy time on TLS records (encryption and decryption on channels).
     pub tls: u64,
+    /// The main thread's busy time on tor's own bookkeeping (queues, scheduling, circuits
+    /// and connections).
     pub other: u64,
     /// Worker threads' busy time, summed over the workers.
     pub workers: u64,
@@ -69,11 +78,14 @@ pub struct CpuSecond {
 }
 
 impl CpuSecond {
+    /// The main thread's busy time, every category together, in nanoseconds.
     pub fn main_busy(&self) -> u64 {
         self.crypto + self.kernel + self.tls + self.other
     }
 }
 
+/// A relay's CPU model: until when its main thread and its onion-skin workers are busy, the
+/// speed that sharing the machine leaves them, and the current second's figures.
 pub struct CpuStage {
     table: CostTable,
     cores: u64,
@@ -101,6 +113,7 @@ pub struct CpuStage {
 }
 
 impl CpuStage {
+    /// An idle CPU at full speed on the machine `cfg` describes.
     pub fn new(cfg: &CpuConfig) -> Self {
         CpuStage {
             table: cfg.table,
@@ -127,15 +140,16 @@ impl CpuStage {
         now < self.busy_until
     }
 
+    /// When the main thread finishes the work it has been charged (in the past when idle).
     pub fn busy_until(&self) -> SimTime {
         self.busy_until
     }
 
     /// Arranges a [`CpuEvent::Wake`] for when the main thread is free.
-    pub fn arm_wake(&mut self, ctx: &mut Context<'_, Ev>) {
+    pub fn arm_wake<E: From<CpuEvent>>(&mut self, ctx: &mut Context<'_, E>) {
         if !self.wake_armed {
             self.wake_armed = true;
-            ctx.schedule_at(self.busy_until, Ev::Cpu(CpuEvent::Wake));
+            ctx.schedule_at(self.busy_until, E::from(CpuEvent::Wake));
         }
     }
 
@@ -154,7 +168,12 @@ impl CpuStage {
     /// Prices what the main thread did in the handler just run (the relay's counters `work`,
     /// the stack's packet count `packets`, one epoll_wait for the wake) and keeps the thread
     /// busy for it from `now`.
-    pub fn charge(&mut self, ctx: &mut Context<'_, Ev>, work: Work, packets: u64) {
+    pub fn charge<E: From<CpuEvent>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        work: Work,
+        packets: u64,
+    ) {
         let now = ctx.now();
         let mut done = work.since(&self.priced);
         done.packets = packets - self.packets;
@@ -176,7 +195,7 @@ impl CpuStage {
     }
 
     /// Hands one onion skin to the worker that is free first; returns when it is done.
-    pub fn onion_skin(&mut self, ctx: &mut Context<'_, Ev>) -> SimTime {
+    pub fn onion_skin<E: From<CpuEvent>>(&mut self, ctx: &mut Context<'_, E>) -> SimTime {
         let now = ctx.now();
         let wall = self.wall(self.table.ntor);
         let (i, free) = self
@@ -194,17 +213,17 @@ impl CpuStage {
         done
     }
 
-    fn note_busy(&mut self, ctx: &mut Context<'_, Ev>, wall: u64) {
+    fn note_busy<E: From<CpuEvent>>(&mut self, ctx: &mut Context<'_, E>, wall: u64) {
         self.window_busy += wall;
         if !self.window_armed && wall > 0 {
             self.window_armed = true;
-            ctx.schedule_in(self.window, Ev::Cpu(CpuEvent::Window));
+            ctx.schedule_in(self.window, E::from(CpuEvent::Window));
         }
     }
 
     /// The end of a demand window: measure this relay's demand, tell the mates if it
     /// changed, and set the threads' speed.
-    pub fn window_ended(&mut self, ctx: &mut Context<'_, Ev>) {
+    pub fn window_ended<E: From<CpuEvent>>(&mut self, ctx: &mut Context<'_, E>) {
         self.window_armed = false;
         let now = ctx.now();
         // What the threads are still to do belongs to the next window.
@@ -222,7 +241,7 @@ impl CpuStage {
             let at = ctx.now() + ctx.lookahead();
             let me = ctx.host();
             for &m in &self.mates {
-                ctx.send(m, at, Ev::Cpu(CpuEvent::Demand { from: me, ppm }));
+                ctx.send(m, at, E::from(CpuEvent::Demand { from: me, ppm }));
             }
             self.told = ppm;
         }
@@ -230,7 +249,7 @@ impl CpuStage {
         if ppm > 0 || ahead > 0 {
             // Keep measuring while there is work (an idle relay's last window reports 0).
             self.window_armed = true;
-            ctx.schedule_in(self.window, Ev::Cpu(CpuEvent::Window));
+            ctx.schedule_in(self.window, E::from(CpuEvent::Window));
         }
     }
 

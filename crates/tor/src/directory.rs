@@ -124,7 +124,9 @@ struct UserDirectory {
 /// One directory request a client must send: the response's size, and for whom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirRequest {
+    /// The user (of those the client host stands for) whose fetch the request is part of.
     pub user: u32,
+    /// Bytes of the response the directory guard sends, headers included.
     pub bytes: u64,
 }
 
@@ -146,6 +148,7 @@ pub struct DirectoryStats {
 pub struct DirectoryClient {
     users: Vec<UserDirectory>,
     rng: HostRng,
+    /// What the users' fetches have amounted to so far.
     pub stats: DirectoryStats,
 }
 

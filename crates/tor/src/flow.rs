@@ -12,27 +12,27 @@ use onionlab_torcore::vegas::VegasCc;
 use onionlab_torcore::{FlowControl, TorParams};
 
 /// The sending end of a circuit.
-pub enum CircuitSender {
+pub(crate) enum CircuitSender {
     Sendme(PackageWindow),
     Vegas(Box<VegasCc>),
 }
 
 impl CircuitSender {
-    pub fn new(params: &TorParams, now: SimTime) -> Self {
+    pub(crate) fn new(params: &TorParams, now: SimTime) -> Self {
         match params.flow_control {
             FlowControl::Sendme => CircuitSender::Sendme(PackageWindow::circuit(params)),
             FlowControl::Vegas => CircuitSender::Vegas(Box::new(VegasCc::new(params, true, now))),
         }
     }
 
-    pub fn can_send(&self) -> bool {
+    pub(crate) fn can_send(&self) -> bool {
         match self {
             CircuitSender::Sendme(window) => window.can_package(),
             CircuitSender::Vegas(cc) => cc.can_send(),
         }
     }
 
-    pub fn on_sent(&mut self, now: SimTime) {
+    pub(crate) fn on_sent(&mut self, now: SimTime) {
         match self {
             CircuitSender::Sendme(window) => window.on_packaged(),
             CircuitSender::Vegas(cc) => cc.on_cell_sent(now),
@@ -42,7 +42,7 @@ impl CircuitSender {
     /// A circuit-level SENDME arrived. `blocked` says whether the channel towards the client
     /// is currently full (Vegas treats that as congestion). Returns false on a protocol
     /// violation (a SENDME nothing was sent for).
-    pub fn on_sendme(&mut self, now: SimTime, blocked: bool) -> bool {
+    pub(crate) fn on_sendme(&mut self, now: SimTime, blocked: bool) -> bool {
         match self {
             CircuitSender::Sendme(window) => window.on_sendme().is_ok(),
             CircuitSender::Vegas(cc) => cc.on_sendme(now, blocked).is_ok(),
@@ -51,7 +51,7 @@ impl CircuitSender {
 
     /// The congestion window (Vegas) or what is left of the package window (SENDME), in
     /// cells.
-    pub fn window(&self) -> u32 {
+    pub(crate) fn window(&self) -> u32 {
         match self {
             CircuitSender::Sendme(window) => window.window(),
             CircuitSender::Vegas(cc) => cc.cwnd() as u32,
@@ -59,7 +59,7 @@ impl CircuitSender {
     }
 
     /// Cells sent and not yet acknowledged.
-    pub fn in_flight(&self) -> u32 {
+    pub(crate) fn in_flight(&self) -> u32 {
         match self {
             CircuitSender::Sendme(window) => window.in_flight(),
             CircuitSender::Vegas(cc) => cc.inflight() as u32,
@@ -68,13 +68,13 @@ impl CircuitSender {
 }
 
 /// The receiving end of a circuit: decides when a circuit-level SENDME is owed.
-pub enum CircuitReceiver {
+pub(crate) enum CircuitReceiver {
     Sendme(DeliverWindow),
     Vegas { since_sendme: u32, every: u32 },
 }
 
 impl CircuitReceiver {
-    pub fn new(params: &TorParams) -> Self {
+    pub(crate) fn new(params: &TorParams) -> Self {
         match params.flow_control {
             FlowControl::Sendme => CircuitReceiver::Sendme(DeliverWindow::circuit(params)),
             FlowControl::Vegas => CircuitReceiver::Vegas {
@@ -87,7 +87,7 @@ impl CircuitReceiver {
     /// A DATA cell was delivered; true if a SENDME must be sent now. An error means the peer
     /// sent beyond the deliver window, a protocol violation tor answers by closing the circuit;
     /// the model's exits never do it, and callers count it rather than act on it.
-    pub fn on_data(&mut self) -> Result<bool, SendmeError> {
+    pub(crate) fn on_data(&mut self) -> Result<bool, SendmeError> {
         match self {
             CircuitReceiver::Sendme(w) => w.on_delivered(),
             CircuitReceiver::Vegas {
@@ -108,45 +108,45 @@ impl CircuitReceiver {
 
 /// The sending end of a stream: a package window under SENDME flow control; under congestion
 /// control only the receiver's XOFF stops it.
-pub enum StreamSender {
+pub(crate) enum StreamSender {
     Sendme(PackageWindow),
     Xon { xoff: bool },
 }
 
 impl StreamSender {
-    pub fn new(params: &TorParams) -> Self {
+    pub(crate) fn new(params: &TorParams) -> Self {
         match params.flow_control {
             FlowControl::Sendme => StreamSender::Sendme(PackageWindow::stream(params)),
             FlowControl::Vegas => StreamSender::Xon { xoff: false },
         }
     }
 
-    pub fn can_send(&self) -> bool {
+    pub(crate) fn can_send(&self) -> bool {
         match self {
             StreamSender::Sendme(w) => w.can_package(),
             StreamSender::Xon { xoff } => !xoff,
         }
     }
 
-    pub fn on_sent(&mut self) {
+    pub(crate) fn on_sent(&mut self) {
         if let StreamSender::Sendme(w) = self {
             w.on_packaged();
         }
     }
 
     /// Whether the stream has a package window (SENDME flow control).
-    pub fn windowed(&self) -> bool {
+    pub(crate) fn windowed(&self) -> bool {
         matches!(self, StreamSender::Sendme(_))
     }
 
-    pub fn on_sendme(&mut self) -> bool {
+    pub(crate) fn on_sendme(&mut self) -> bool {
         match self {
             StreamSender::Sendme(w) => w.on_sendme().is_ok(),
             StreamSender::Xon { .. } => false,
         }
     }
 
-    pub fn set_xoff(&mut self, off: bool) {
+    pub(crate) fn set_xoff(&mut self, off: bool) {
         if let StreamSender::Xon { xoff } = self {
             *xoff = off;
         }
@@ -154,13 +154,13 @@ impl StreamSender {
 }
 
 /// The receiving end of a stream: owes stream SENDMEs under SENDME flow control only.
-pub enum StreamReceiver {
+pub(crate) enum StreamReceiver {
     Sendme(DeliverWindow),
     None,
 }
 
 impl StreamReceiver {
-    pub fn new(params: &TorParams) -> Self {
+    pub(crate) fn new(params: &TorParams) -> Self {
         match params.flow_control {
             FlowControl::Sendme => StreamReceiver::Sendme(DeliverWindow::stream(params)),
             FlowControl::Vegas => StreamReceiver::None,
@@ -168,7 +168,7 @@ impl StreamReceiver {
     }
 
     /// As `CircuitReceiver::on_data`.
-    pub fn on_data(&mut self) -> Result<bool, SendmeError> {
+    pub(crate) fn on_data(&mut self) -> Result<bool, SendmeError> {
         match self {
             StreamReceiver::Sendme(w) => w.on_delivered(),
             StreamReceiver::None => Ok(false),
@@ -179,7 +179,7 @@ impl StreamReceiver {
     /// exit acknowledges an upload's cells only once their bytes have gone on towards the
     /// server, as tor sends no stream SENDME while the edge connection's buffer is full, so a
     /// slow server holds the client back.
-    pub fn on_received(&mut self) -> Result<(), SendmeError> {
+    pub(crate) fn on_received(&mut self) -> Result<(), SendmeError> {
         match self {
             StreamReceiver::Sendme(w) => w.on_received(),
             StreamReceiver::None => Ok(()),
@@ -187,7 +187,7 @@ impl StreamReceiver {
     }
 
     /// Whether a stream SENDME is owed now (crediting it); call until false.
-    pub fn take_sendme(&mut self) -> bool {
+    pub(crate) fn take_sendme(&mut self) -> bool {
         match self {
             StreamReceiver::Sendme(w) => w.take_sendme(),
             StreamReceiver::None => false,

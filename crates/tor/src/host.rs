@@ -4,27 +4,14 @@ use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, Host, HostId, Simulation};
 use onionlab_net::{NetEvent, NetStack};
 
-use crate::attack::{AttackTimer, Attacker};
-use crate::client::{Client, ClientTimer};
-use crate::cpu::CpuEvent;
-pub use crate::io::Driven;
+use crate::attack::Attacker;
+use crate::client::Client;
+pub use crate::driver::Driven;
+pub use crate::event::Ev;
 use crate::measure::Census;
-use crate::relay::{Relay, RelayTimer};
+use crate::relay::Relay;
 use crate::server::Server;
 use crate::wire::Wire;
-
-pub enum Ev {
-    Net(NetEvent<Wire>),
-    Start,
-    Relay(RelayTimer),
-    Client(ClientTimer),
-    Attack(AttackTimer),
-    /// A relay's CPU stage.
-    Cpu(CpuEvent),
-    /// A deliberate failure, for tests of what happens when a model panics: any host handling
-    /// it panics with the message [`INJECTED_FAULT`]. Scheduled by [`inject_fault`].
-    Fault,
-}
 
 /// The panic message of an injected fault.
 pub const INJECTED_FAULT: &str = "injected fault";
@@ -45,16 +32,15 @@ pub fn inject_fault(sim: &mut Simulation<TorHost>, host: HostId, at: SimTime) {
     sim.schedule(host, at, Ev::Fault);
 }
 
-impl From<NetEvent<Wire>> for Ev {
-    fn from(e: NetEvent<Wire>) -> Self {
-        Ev::Net(e)
-    }
-}
-
+/// One host of a simulated Tor network, as the engine runs it: the model its role gives it.
 pub enum TorHost {
+    /// A relay, driven on its network stack (and its CPU, when the scenario models one).
     Relay(Box<Driven<Relay>>),
+    /// A tor client running its workload, driven on its network stack.
     Client(Box<Driven<Client>>),
+    /// A file server, which runs on its network stack directly.
     Server(Box<Server>),
+    /// The socket exhaustion attacker, driven on its network stack.
     Attacker(Box<Driven<Attacker>>),
     /// A host that takes part in the network but whose traffic is not modelled (directory
     /// authorities: the consensus is given to everyone at the start).

@@ -1,37 +1,47 @@
 //! The Tor layer's one door to the outside: clock, timers, randomness and sockets.
 //!
-//! Relays, clients and the socket exhaustion attacker are sans-IO state machines: they never see the engine or the network
-//! stack, only an [`Io`] handed to each call. [`HostIo`] is the thin driver that maps it onto
-//! the simulation (the host's `Context` and its `NetStack`); tests hand in their own to feed a
-//! relay inputs and read back what it asked for. A future transport (QUIC between relays) or a
-//! CPU model slots in behind the same calls: the state machines do not change when what
-//! carries their bytes, or when their work completes, does.
+//! Relays, clients and the socket exhaustion attacker are sans-IO state machines: they never
+//! see the engine or the network stack, only an [`Io`] handed to each call.
+//! [`crate::driver::HostIo`] is the thin driver that maps it onto the simulation (the host's
+//! `Context` and its `NetStack`); tests hand in their own (`script::ScriptIo`) to feed a
+//! relay inputs and read back what it asked for. QUIC between relays and the CPU model sit
+//! behind the same calls: the state machines do not change when what carries their bytes, or
+//! when their work completes, does. This module knows nothing of the engine's events, so the
+//! machines that use it do not either.
 //!
 //! Sockets are the network stack's handles and events: the model asks for connections, writes
 //! cells as messages, reads as far as its token buckets allow, and learns from the socket
 //! events what arrived, what was accepted and what closed.
-
-use std::ops::{Deref, DerefMut};
+//!
+//! The driver calls a [`Machine`] in this order: `start` once, at the host's start; then, for
+//! each engine event of the host, one of `on_timer` (a timer it armed fired) or
+//! `on_socket_events` (the stack handled a packet or its own timer and reported something:
+//! the machine drains it with [`Io::poll_event`]), and `after_event` last, whether or not the
+//! machine was called. With a CPU model a busy main thread holds timers and socket events
+//! back, in order, until it is free. Nothing calls back into the machine during a call: what
+//! the stack reports is queued, and the machine reads it through `poll_event`.
 
 use onionlab_engine::time::{SimDuration, SimTime};
-use onionlab_engine::{Context, HostId, HostRng};
+use onionlab_engine::{HostId, HostRng};
 use onionlab_net::quic::QuicInfo;
 use onionlab_net::tcp::SendWindow;
-use onionlab_net::{NetError, NetEvent, NetStack, SocketEvent, SocketId};
+use onionlab_net::{NetError, SocketEvent, SocketId};
 
 use onionlab_torcore::cpu::Work;
 
-use crate::cpu::{CpuConfig, CpuEvent, CpuSecond, CpuStage};
-use crate::host::Ev;
+use crate::cpu::CpuSecond;
 use crate::wire::Wire;
 
 /// What a Tor state machine may ask of the world, with `T` its own timer type.
 pub trait Io<T> {
+    /// The current simulated time, in nanoseconds.
     fn now(&self) -> SimTime;
     /// This host's random stream: draws in a fixed order give the same run on any thread count.
     fn rng(&mut self) -> &mut HostRng;
     /// Delivers `timer` back to the state machine at `at` (not before now).
     fn arm_at(&mut self, at: SimTime, timer: T);
+    /// Delivers `timer` back to the state machine `delay` nanoseconds from now; a delay too
+    /// long to add saturates, and the timer never fires.
     fn arm_in(&mut self, delay: SimDuration, timer: T) {
         let at = self.now().saturating_add(delay);
         self.arm_at(at, timer);
@@ -42,7 +52,11 @@ pub trait Io<T> {
     /// schedule_leading_at`). At most one may be pending.
     fn arm_leading_at(&mut self, at: SimTime, timer: T);
 
+    /// Accepts TCP connections on `port` ([`SocketEvent::Accepted`] reports each); fails if
+    /// the host already listens on it.
     fn listen(&mut self, port: u16) -> Result<(), NetError>;
+    /// Opens a TCP connection to `port` on host `peer`. The socket may be written to at
+    /// once; [`SocketEvent::Connected`] reports the TCP handshake's end.
     fn connect(&mut self, peer: HostId, port: u16) -> SocketId;
     /// The next thing that happened on a socket, including what the calls below caused.
     fn poll_event(&mut self) -> Option<SocketEvent<Wire>>;
@@ -58,14 +72,22 @@ pub trait Io<T> {
             self.write_message(socket, bytes, message);
         }
     }
+    /// Hands what was written on `socket` to the transport for sending.
     fn flush(&mut self, socket: SocketId);
     /// Whether the stack hands arriving bytes over by itself, or waits for [`Io::read`].
     fn set_auto_read(&mut self, socket: SocketId, on: bool);
+    /// In-order bytes received on `socket` and not yet read.
     fn readable(&self, socket: SocketId) -> u64;
     /// Reads up to `max` bytes; the messages they complete come back as events.
     fn read(&mut self, socket: SocketId, max: u64) -> u64;
+    /// Closes the sending direction of `socket` once everything written has been sent (a
+    /// FIN); a QUIC stream is finished, a QUIC connection closed.
     fn close(&mut self, socket: SocketId);
+    /// Resets a TCP connection: it closes at once, and an RST goes to the peer if the peer
+    /// knew of it. QUIC sockets close as with [`Io::close`].
     fn abort(&mut self, socket: SocketId);
+    /// Whether `socket` names an open socket: a TCP connection, QUIC connection or QUIC
+    /// stream.
     fn is_open(&self, socket: SocketId) -> bool;
     /// The kernel's view of a connection's send window (KIST reads its congestion window and
     /// queues). For a QUIC stream: its connection's window and flight, and the stream's own
@@ -85,6 +107,7 @@ pub trait Io<T> {
     /// Whether the host's work runs on a modelled CPU, which may hold timers back.
     fn models_cpu(&self) -> bool;
 
+    /// Accepts QUIC connections on UDP `port`; fails if the port is taken.
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError>;
     /// Opens a QUIC connection; [`SocketEvent::Connected`] reports its handshake's end.
     fn quic_connect(&mut self, peer: HostId, port: u16) -> SocketId;
@@ -104,23 +127,14 @@ pub trait Io<T> {
     }
 }
 
-/// The driver: a host's engine context and network stack, for one event.
-pub struct HostIo<'a, 'b> {
-    pub ctx: &'a mut Context<'b, Ev>,
-    pub stack: &'a mut NetStack<Wire>,
-    pub cpu: Option<&'a mut CpuStage>,
-}
-
-/// The engine event that carries a state machine's timer back to it.
-pub trait TimerEvent {
-    fn event(self) -> Ev;
-}
-
 /// A Tor state machine the driver runs: started once, then woken by its timers and by what
 /// happens on its sockets.
 pub trait Machine {
-    type Timer: TimerEvent;
+    /// What the machine arms and gets back when it fires.
+    type Timer;
+    /// Called once, at the host's start, before any other call.
     fn start(&mut self, io: &mut impl Io<Self::Timer>);
+    /// One of the machine's timers fired (possibly late, on a modelled CPU that was busy).
     fn on_timer(&mut self, io: &mut impl Io<Self::Timer>, timer: Self::Timer);
     /// Handles what the sockets reported since the last call.
     fn on_socket_events(&mut self, io: &mut impl Io<Self::Timer>);
@@ -141,262 +155,6 @@ pub trait Machine {
     }
 }
 
-/// A sans-IO Tor state machine and the network stack its driver ([`HostIo`]) runs it on.
-/// It reads as the state machine itself (`Deref`), so results are read straight off it.
-pub struct Driven<M: Machine> {
-    pub stack: NetStack<Wire>,
-    pub core: M,
-    /// The host's CPU, when the scenario models one.
-    cpu: Option<Box<CpuStage>>,
-    /// What woke the state machine while its CPU was busy, in order: timers, and `None` for
-    /// socket events (one entry handles all that arrived). The main thread works through it
-    /// one entry per free moment, as an event loop runs each ready callback in turn, so a
-    /// relay flooded with input still runs its scheduler.
-    backlog: std::collections::VecDeque<Option<M::Timer>>,
-    sockets_waiting: bool,
-}
-
-impl<M: Machine> Driven<M> {
-    pub fn new(stack: NetStack<Wire>, core: M) -> Self {
-        Driven {
-            stack,
-            core,
-            cpu: None,
-            backlog: std::collections::VecDeque::new(),
-            sockets_waiting: false,
-        }
-    }
-
-    /// Runs the state machine on a modelled CPU.
-    pub fn with_cpu(mut self, cfg: &CpuConfig) -> Self {
-        self.cpu = Some(Box::new(CpuStage::new(cfg)));
-        self
-    }
-
-    fn io<'a, 'b>(
-        ctx: &'a mut Context<'b, Ev>,
-        stack: &'a mut NetStack<Wire>,
-        cpu: &'a mut Option<Box<CpuStage>>,
-    ) -> HostIo<'a, 'b> {
-        HostIo {
-            ctx,
-            stack,
-            cpu: cpu.as_deref_mut(),
-        }
-    }
-
-    pub fn start(&mut self, ctx: &mut Context<'_, Ev>) {
-        self.core
-            .start(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
-        self.charge(ctx);
-    }
-
-    pub fn on_timer(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
-        self.timer_inner(ctx, timer);
-        self.core
-            .after_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
-    }
-
-    fn timer_inner(&mut self, ctx: &mut Context<'_, Ev>, timer: M::Timer) {
-        if let Some(cpu) = &mut self.cpu {
-            if (cpu.busy(ctx.now()) || !self.backlog.is_empty()) && M::deferrable(&timer) {
-                self.backlog.push_back(Some(timer));
-                cpu.arm_wake(ctx);
-                return;
-            }
-        }
-        self.core
-            .on_timer(&mut Self::io(ctx, &mut self.stack, &mut self.cpu), timer);
-        self.charge(ctx);
-    }
-
-    /// A packet or timer of the network stack: the stack handles it, then the state machine
-    /// what the stack reported (at once, or when its CPU is free).
-    pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
-        self.net_inner(ctx, event);
-        self.core
-            .after_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
-    }
-
-    fn net_inner(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
-        self.stack.handle(ctx, event);
-        if let Some(cpu) = &mut self.cpu {
-            if !self.stack.has_events() {
-                return;
-            }
-            if cpu.busy(ctx.now()) || !self.backlog.is_empty() {
-                if !self.sockets_waiting {
-                    self.sockets_waiting = true;
-                    self.backlog.push_back(None);
-                }
-                cpu.arm_wake(ctx);
-                return;
-            }
-        }
-        self.core
-            .on_socket_events(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
-        self.charge(ctx);
-    }
-
-    /// An event of the CPU stage.
-    pub fn on_cpu(&mut self, ctx: &mut Context<'_, Ev>, event: CpuEvent) {
-        self.cpu_inner(ctx, event);
-        self.core
-            .after_event(&mut Self::io(ctx, &mut self.stack, &mut self.cpu));
-    }
-
-    fn cpu_inner(&mut self, ctx: &mut Context<'_, Ev>, event: CpuEvent) {
-        let Some(cpu) = &mut self.cpu else {
-            return;
-        };
-        match event {
-            CpuEvent::Wake => {
-                cpu.woken();
-                if cpu.busy(ctx.now()) {
-                    cpu.arm_wake(ctx);
-                    return;
-                }
-                let Some(next) = self.backlog.pop_front() else {
-                    return;
-                };
-                let io = &mut Self::io(ctx, &mut self.stack, &mut self.cpu);
-                match next {
-                    Some(timer) => self.core.on_timer(io, timer),
-                    None => {
-                        self.sockets_waiting = false;
-                        self.core.on_socket_events(io);
-                    }
-                }
-                self.charge(ctx);
-                if !self.backlog.is_empty() {
-                    if let Some(cpu) = &mut self.cpu {
-                        cpu.arm_wake(ctx);
-                    }
-                }
-            }
-            CpuEvent::Window => cpu.window_ended(ctx),
-            CpuEvent::Demand { from, ppm } => cpu.mate_demand(from, ppm),
-        }
-    }
-
-    /// Keeps the CPU busy for what the last handler did.
-    fn charge(&mut self, ctx: &mut Context<'_, Ev>) {
-        if let Some(cpu) = &mut self.cpu {
-            cpu.charge(ctx, self.core.work(), self.stack.packets());
-        }
-    }
-}
-
-impl<M: Machine> Deref for Driven<M> {
-    type Target = M;
-    fn deref(&self) -> &M {
-        &self.core
-    }
-}
-
-impl<M: Machine> DerefMut for Driven<M> {
-    fn deref_mut(&mut self) -> &mut M {
-        &mut self.core
-    }
-}
-
-impl<T: TimerEvent> Io<T> for HostIo<'_, '_> {
-    #[inline]
-    fn now(&self) -> SimTime {
-        self.ctx.now()
-    }
-    fn rng(&mut self) -> &mut HostRng {
-        self.ctx.rng()
-    }
-    fn arm_at(&mut self, at: SimTime, timer: T) {
-        self.ctx.schedule_at(at, timer.event());
-    }
-    fn arm_leading_at(&mut self, at: SimTime, timer: T) {
-        self.ctx.schedule_leading_at(at, timer.event());
-    }
-    fn listen(&mut self, port: u16) -> Result<(), NetError> {
-        self.stack.listen(port)
-    }
-    fn connect(&mut self, peer: HostId, port: u16) -> SocketId {
-        self.stack.connect(self.ctx, peer, port)
-    }
-    #[inline]
-    fn poll_event(&mut self) -> Option<SocketEvent<Wire>> {
-        self.stack.poll_event()
-    }
-    #[inline]
-    fn write_message(&mut self, socket: SocketId, bytes: u64, message: Wire) -> bool {
-        self.stack.write_message(socket, bytes, message)
-    }
-    fn write_message_room(&mut self, socket: SocketId, bytes: u64, message: Wire) -> Option<u64> {
-        self.stack.write_message_room(socket, bytes, message)
-    }
-    fn write_messages(&mut self, socket: SocketId, bytes: u64, message: Wire, count: u32) {
-        self.stack.write_messages(socket, bytes, message, count);
-    }
-    fn flush(&mut self, socket: SocketId) {
-        self.stack.flush(self.ctx, socket);
-    }
-    fn set_auto_read(&mut self, socket: SocketId, on: bool) {
-        self.stack.set_auto_read(socket, on);
-    }
-    fn readable(&self, socket: SocketId) -> u64 {
-        self.stack.readable(socket)
-    }
-    fn read(&mut self, socket: SocketId, max: u64) -> u64 {
-        self.stack.read(self.ctx, socket, max)
-    }
-    fn close(&mut self, socket: SocketId) {
-        self.stack.close(self.ctx, socket);
-    }
-    fn abort(&mut self, socket: SocketId) {
-        self.stack.abort(self.ctx, socket);
-    }
-    fn is_open(&self, socket: SocketId) -> bool {
-        self.stack.is_open(socket)
-    }
-    #[inline]
-    fn send_window(&self, socket: SocketId) -> Option<SendWindow> {
-        self.stack.send_window(socket)
-    }
-    fn watch(&mut self, socket: SocketId, on: bool) {
-        self.stack.watch(socket, on);
-    }
-    #[inline]
-    fn take_watch_hit(&mut self) -> bool {
-        self.stack.take_watch_hit()
-    }
-    #[inline]
-    fn leading_timer_first(&self) -> bool {
-        self.ctx.sender() >= self.ctx.host()
-    }
-    #[inline]
-    fn models_cpu(&self) -> bool {
-        self.cpu.is_some()
-    }
-    fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
-        self.stack.quic_listen(port)
-    }
-    fn quic_connect(&mut self, peer: HostId, port: u16) -> SocketId {
-        self.stack.quic_connect(self.ctx, peer, port)
-    }
-    fn open_stream(&mut self, conn: SocketId) -> Option<SocketId> {
-        self.stack.open_stream(conn)
-    }
-    fn onion_skin(&mut self) -> SimTime {
-        match &mut self.cpu {
-            Some(cpu) => cpu.onion_skin(self.ctx),
-            None => self.ctx.now(),
-        }
-    }
-    fn cpu_second(&mut self) -> Option<CpuSecond> {
-        self.cpu.as_mut().map(|cpu| cpu.take_second())
-    }
-    fn quic_info(&self, socket: SocketId) -> Option<QuicInfo> {
-        self.stack.quic_info(socket)
-    }
-}
-
 /// A scripted outside world for unit tests of the state machines: the test queues socket
 /// events and incoming messages, calls the state machine, and reads back what it asked for.
 #[cfg(test)]
@@ -409,7 +167,7 @@ pub(crate) mod script {
 
     /// What the state machine asked for, in order.
     #[derive(Clone, Debug, PartialEq)]
-    pub enum Asked {
+    pub(crate) enum Asked {
         Connect {
             socket: SocketId,
             peer: HostId,
@@ -431,7 +189,7 @@ pub(crate) mod script {
         inbox: VecDeque<(u64, Wire)>,
     }
 
-    pub struct ScriptIo<T> {
+    pub(crate) struct ScriptIo<T> {
         pub now: SimTime,
         rng: HostRng,
         pub timers: Vec<(SimTime, T)>,
@@ -456,7 +214,7 @@ pub(crate) mod script {
     }
 
     impl<T> ScriptIo<T> {
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             ScriptIo {
                 now: 0,
                 rng: host_rng(1, 0, 0),
@@ -487,7 +245,7 @@ pub(crate) mod script {
         }
 
         /// A peer connected to `port`; returns the accepted socket.
-        pub fn accept(&mut self, peer: HostId, port: u16) -> SocketId {
+        pub(crate) fn accept(&mut self, peer: HostId, port: u16) -> SocketId {
             let socket = self.new_socket();
             self.events
                 .push_back(SocketEvent::Accepted { socket, port, peer });
@@ -495,7 +253,7 @@ pub(crate) mod script {
         }
 
         /// A connection the state machine opened is established.
-        pub fn establish(&mut self, socket: SocketId) {
+        pub(crate) fn establish(&mut self, socket: SocketId) {
             self.moved(socket);
             self.events.push_back(SocketEvent::Connected(socket));
         }
@@ -506,7 +264,7 @@ pub(crate) mod script {
         }
 
         /// `message` (of `bytes`) arrives on `socket` and waits to be read.
-        pub fn arrive(&mut self, socket: SocketId, bytes: u64, message: Wire) {
+        pub(crate) fn arrive(&mut self, socket: SocketId, bytes: u64, message: Wire) {
             self.moved(socket);
             self.sockets[socket.slot as usize]
                 .inbox
@@ -514,20 +272,31 @@ pub(crate) mod script {
             self.events.push_back(SocketEvent::Readable(socket));
         }
 
+        /// `message` arrives on `socket` already read, as on a socket the stack reads itself
+        /// (`Io::set_auto_read`, a client's channels).
+        pub(crate) fn deliver(&mut self, socket: SocketId, message: Wire) {
+            self.moved(socket);
+            self.events.push_back(SocketEvent::Message {
+                socket,
+                message,
+                count: 1,
+            });
+        }
+
         /// Sets the congestion window every socket reports: a move of every watched socket.
-        pub fn set_cwnd(&mut self, cwnd: u32) {
+        pub(crate) fn set_cwnd(&mut self, cwnd: u32) {
             self.cwnd = cwnd;
             self.watch_hit |= self.sockets.iter().any(|s| s.watched);
         }
 
         /// The peer closed its direction of `socket` (after what already `arrive`d on it).
-        pub fn peer_close(&mut self, socket: SocketId) {
+        pub(crate) fn peer_close(&mut self, socket: SocketId) {
             self.moved(socket);
             self.events.push_back(SocketEvent::PeerClosed(socket));
         }
 
         /// Removes and returns the timers due by `now`, earliest first.
-        pub fn due(&mut self) -> Vec<T> {
+        pub(crate) fn due(&mut self) -> Vec<T> {
             let now = self.now;
             let mut due: Vec<(SimTime, T)> = Vec::new();
             let mut i = 0;
@@ -543,7 +312,7 @@ pub(crate) mod script {
         }
 
         /// The messages written on `socket` so far.
-        pub fn written(&self, socket: SocketId) -> Vec<Wire> {
+        pub(crate) fn written(&self, socket: SocketId) -> Vec<Wire> {
             self.asked
                 .iter()
                 .filter_map(|a| match a {

@@ -7,13 +7,14 @@
 //!
 //! The protocol arithmetic (windows, congestion control, scheduling priorities, token buckets,
 //! build-time estimation) lives in `onionlab-torcore`. Relays, clients and the attacker are
-//! sans-IO state machines over it; [`io`] is their one door to the outside, and its driver
+//! sans-IO state machines over it; [`io`] is their one door to the outside, and [`driver`]
 //! runs them on the network stack of `onionlab-net`: channels are TCP connections between
 //! hosts (or QUIC connections, for the `quic` channel design), cells are 514-byte messages on
 //! them. [`transport`] makes the channel designs' decisions apart from any socket (IMUX's
 //! connection count and choice, Torchestra's classes, reordering), [`attack`] is the socket
-//! exhaustion attacker, [`cpu`] the relay's CPU, and [`world`] what every host may consult
-//! (the consensus, path selection, host names, the parameters). [`link`] is the link
+//! exhaustion attacker, [`cpu`] the relay's CPU, [`world`] what every host may consult
+//! (the consensus, path selection, host names, the parameters), and [`event`] the engine's
+//! events for a host, into which each machine's timers convert. [`link`] is the link
 //! handshake (TLS and Tor's VERSIONS, CERTS, AUTH_CHALLENGE and NETINFO) that opens every
 //! connection between Tor nodes before its first cell.
 //!
@@ -32,7 +33,8 @@
 //! `tests/upload.rs` (clients that upload), `tests/cpu.rs` (the relay CPU model),
 //! `tests/memory.rs` (memory flat over a long run) and `tests/robustness.rs` (clients that
 //! never get a circuit, absurd timers, injected failures), with shared set-up in
-//! `tests/common/`. Unit tests sit in `host`, `circ_ids`, `link`, `transport` and `relay/tests.rs`.
+//! `tests/common/`. Unit tests sit in `host`, `circ_ids`, `link`, `transport`,
+//! `relay/tests.rs` and `client/tests.rs`.
 //! `examples/memory.rs` prints the memory per element of a simulated network
 //! (`cargo run --release -p onionlab-tor --example memory`).
 
@@ -42,6 +44,8 @@ mod circ_ids;
 pub mod client;
 pub mod cpu;
 pub mod directory;
+pub mod driver;
+pub mod event;
 mod flow;
 pub mod host;
 pub mod io;

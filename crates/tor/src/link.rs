@@ -41,7 +41,11 @@ pub enum LinkMessage {
     ResponderCells,
     /// Flight 5: the initiator's NETINFO, after CERTS and AUTHENTICATE if it is a relay
     /// (clients do not authenticate).
-    InitiatorCells { authenticated: bool },
+    InitiatorCells {
+        /// Whether the initiator is a relay, and so sends CERTS and AUTHENTICATE before its
+        /// NETINFO.
+        authenticated: bool,
+    },
 }
 
 /// Measured flight sizes in bytes (see the module documentation).

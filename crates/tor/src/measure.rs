@@ -10,12 +10,20 @@ use onionlab_traffic::ThroughputProbe;
 pub struct RelaySample {
     /// The second that just ended (1 = the first second of the run).
     pub second: u64,
+    /// Bytes read from the relay's channel connections in this second, all they carry
+    /// included (TLS overhead, link handshakes).
     pub bytes_read: u64,
+    /// Bytes of cells the relay's scheduler wrote to its channels in this second, TLS
+    /// overhead included.
     pub bytes_written: u64,
+    /// Cells received on the relay's channels in this second.
     pub cells_in: u64,
+    /// Cells the relay's scheduler sent on its channels in this second.
     pub cells_out: u64,
     /// Cells waiting in circuit queues at the end of the second.
     pub queued_cells: u64,
+    /// Sockets the relay holds open at the end of the second: its channels' connections
+    /// (TCP, or QUIC connections) and its exit connections to file servers.
     pub open_sockets: u32,
     /// Bytes in the relay's channel sockets not yet sent by the kernel.
     pub socket_queued_bytes: u64,
@@ -27,38 +35,51 @@ pub struct RelaySample {
     pub cpu: Option<crate::cpu::CpuSecond>,
 }
 
+/// How a client's download or upload ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DownloadOutcome {
+    /// Every byte arrived (for an upload: the server's response).
     Ok,
+    /// The workload's timeout passed before it finished.
     Timeout,
+    /// It failed for this reason (such as `"circuit closed"` or `"no path"`).
     Error(&'static str),
 }
 
 /// One download of a client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DownloadLog {
+    /// Bytes requested (a download) or sent (an upload).
     pub size: u64,
+    /// The file server's host.
     pub server: HostId,
+    /// When the application asked for the transfer (simulated time, nanoseconds).
     pub start: SimTime,
     /// Build time of the circuit the download used.
     pub circuit_build: Option<SimDuration>,
     /// When the request left the client, after the stream opened (OnionPerf's DATAREQUEST):
     /// `first_byte - request` is one round trip over the circuit and the server's answer.
     pub request: Option<SimTime>,
+    /// When the first byte of the response arrived (for an upload, see `upload`); `None` if
+    /// none did.
     pub first_byte: Option<SimTime>,
     /// When its 524,288th and 1,048,576th bytes arrived, for Tor Metrics' throughput; no
     /// span for downloads under 1 MiB and uploads.
     pub throughput: ThroughputProbe,
+    /// When the transfer completed; `None` unless its outcome is [`DownloadOutcome::Ok`].
     pub last_byte: Option<SimTime>,
+    /// How the transfer ended.
     pub outcome: DownloadOutcome,
     /// Consensus indices of guard, middle and exit, if a circuit was used.
     pub path: Option<[usize; 3]>,
+    /// The client's number for the circuit used ([`CircuitLog::id`]), if one was.
     pub circuit: Option<u64>,
     /// An upload: `size` bytes sent; `first_byte` is when its first DATA cell (the request)
     /// left the client, `last_byte` when the server's response arrived.
     pub upload: bool,
 }
 
+/// How a client's circuit ended, or stood at the end of the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CircuitOutcome {
     /// Built and later closed or still open at the end.
@@ -76,11 +97,17 @@ pub enum CircuitOutcome {
 pub struct CircuitLog {
     /// The client's own number for the circuit (in launch order).
     pub id: u64,
+    /// Consensus indices of its guard, middle and exit.
     pub path: [usize; 3],
+    /// When the client launched it.
     pub start: SimTime,
+    /// How long it took to build (nanoseconds); `None` if it never was.
     pub build: Option<SimDuration>,
+    /// How it ended.
     pub outcome: CircuitOutcome,
+    /// Streams the client opened on it.
     pub streams: u32,
+    /// When it was closed; `None` if it was still open at the end of the run.
     pub closed: Option<SimTime>,
 }
 

@@ -4,7 +4,7 @@
 use onionlab_engine::Context;
 use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
 
-use crate::host::Ev;
+use crate::event::Ev;
 use crate::wire::{Wire, REQUEST_BYTES, UPLOAD_RESPONSE_BYTES};
 use crate::world::HTTP_PORT;
 
@@ -20,7 +20,10 @@ struct Upload {
 /// How many uploads' sizes a server keeps (`Server::uploads_received`; bounded memory).
 pub const MAX_UPLOADS_KEPT: usize = 1024;
 
+/// A file server host (see the module documentation). It handles its network stack's
+/// events itself, without the driver and sans-IO machine that Tor hosts have.
 pub struct Server {
+    /// The server's network stack, which holds its connections from exits.
     pub stack: NetStack<Wire>,
     /// Responses still being written: socket and bytes left.
     sending: Vec<(SocketId, u64)>,
@@ -29,7 +32,10 @@ pub struct Server {
     /// bytes after its header.
     unclaimed: Vec<(SocketId, u64)>,
     uploads: Vec<Upload>,
+    /// Requests answered so far: downloads' requests, and uploads once all their bytes
+    /// arrived.
     pub requests: u64,
+    /// Response bytes written to connections so far, upload responses included.
     pub bytes_served: u64,
     /// Body bytes read of each upload answered, in order (the model's check that the exit
     /// delivered exactly what the client sent), the first [`MAX_UPLOADS_KEPT`] of them: a
@@ -38,6 +44,7 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server on `stack`, not yet listening (see [`Server::start`]).
     pub fn new(stack: NetStack<Wire>) -> Self {
         Server {
             stack,
@@ -50,12 +57,16 @@ impl Server {
         }
     }
 
+    /// The host's start: listens on [`HTTP_PORT`].
     pub fn start(&mut self) {
         self.stack
             .listen(HTTP_PORT)
             .expect("a fresh server has its port free");
     }
 
+    /// A packet or timer of the network stack: the stack handles it, then the server answers
+    /// the requests and uploads that completed and writes more of its responses as the
+    /// sockets take them.
     pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
         self.stack.handle(ctx, event);
         while let Some(event) = self.stack.poll_event() {

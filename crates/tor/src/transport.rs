@@ -152,6 +152,7 @@ pub struct Reorder {
 }
 
 impl Reorder {
+    /// A reorder buffer holding no early cell.
     pub const fn new() -> Self {
         Reorder { early: Vec::new() }
     }

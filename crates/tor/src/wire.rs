@@ -6,8 +6,10 @@ use onionlab_torcore::Cell;
 
 use crate::link::LinkMessage;
 
+/// A message on a connection of the model: what its bytes stand for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wire {
+    /// A Tor cell on a channel.
     Cell(Cell),
     /// A flight of the link handshake that opens every connection between Tor nodes.
     Link(LinkMessage),
@@ -15,14 +17,19 @@ pub enum Wire {
     /// (IMUX, Torchestra): its position in its circuit's direction, for the receiver to
     /// restore the order.
     Sequenced {
+        /// The Tor cell, as [`Wire::Cell`] would carry it.
         cell: Cell,
+        /// The cell's sequence number in its circuit's direction on this channel, from 0.
         seq: u32,
     },
     /// The first message on a connection of a multi-connection channel: which of the
     /// opener's channels it belongs to (the stand-in for the channel identity a real design
     /// puts in its handshake), and for Torchestra whether it is the heavy connection.
     Join {
+        /// The opener's token for the channel: a count of the channels it opened, not a
+        /// slot it may reuse.
         channel: u32,
+        /// Torchestra: whether this connection is the channel's heavy one.
         heavy: bool,
     },
     /// IMUX: the answer to a `Join` the accepting relay keeps. The opener puts no cell on a
@@ -37,16 +44,20 @@ pub enum Wire {
     /// Torchestra: the sender moved the circuit to its heavy (or back to its light)
     /// connection; the receiver moves the circuit's other direction likewise.
     Switch {
+        /// The circuit's id on this channel.
         circ_id: u32,
+        /// Whether the circuit moved to the heavy connection (false: back to the light one).
         heavy: bool,
     },
     /// An HTTP-like request for `bytes` of response.
     Request {
+        /// Bytes the server is to send back.
         bytes: u32,
     },
     /// An HTTP-like upload's header (a PUT): `bytes` of body follow on the connection, and
     /// the server answers with [`UPLOAD_RESPONSE_BYTES`] once it has read them all.
     Upload {
+        /// Bytes of the body that follows.
         bytes: u32,
     },
     /// A piece of an upload's body as the exit writes it (the bytes of its DATA cells); the

@@ -14,9 +14,14 @@ pub const QUIC_PORT: u16 = 9002;
 /// The port file servers listen on and exits connect to.
 pub const HTTP_PORT: u16 = 80;
 
+/// What every host of a run may consult, shared read-only (see the module documentation).
 pub struct TorWorld {
+    /// The Tor parameters of the run, the same for every relay and client.
     pub params: TorParams,
+    /// The consensus every client builds its paths from.
     pub consensus: Consensus,
+    /// Weighted choice of guards, middles and exits over `consensus`, made once for all
+    /// clients.
     pub selector: PathSelector,
     /// Host of each consensus relay (index as in `consensus.relays`).
     pub relay_hosts: Vec<HostId>,
@@ -27,6 +32,7 @@ pub struct TorWorld {
 }
 
 impl TorWorld {
+    /// A world over `consensus`, with its path selector made from it.
     pub fn new(
         params: TorParams,
         consensus: Consensus,
@@ -45,10 +51,12 @@ impl TorWorld {
         }
     }
 
+    /// Host `host`'s name, for results.
     pub fn name(&self, host: HostId) -> &str {
         &self.host_names[host as usize]
     }
 
+    /// The name of the host that runs consensus relay `relay`.
     pub fn relay_name(&self, relay: usize) -> &str {
         self.name(self.relay_hosts[relay])
     }
@@ -58,6 +66,8 @@ impl TorWorld {
         (onionlab_torcore::CELL_BYTES + self.params.tls_overhead_per_cell) as u64
     }
 
+    /// The file servers of server group `group` ([`crate::build::ALL_SERVERS`]: the shared
+    /// ones); `None` if no group has that name.
     pub fn servers(&self, group: &str) -> Option<&[HostId]> {
         self.server_groups
             .iter()

@@ -66,8 +66,7 @@ use smallvec::SmallVec;
 
 use crate::circ_ids::ChannelCircuits;
 use crate::flow::{CircuitReceiver, CircuitSender, StreamReceiver, StreamSender};
-use crate::host::Ev;
-use crate::io::{Io, Machine, TimerEvent};
+use crate::io::{Io, Machine};
 use crate::link::{LinkHandshake, LinkMessage};
 use crate::measure::Census;
 use crate::transport::{self, ConnAge, Reorder, IMUX_SEQ_BYTES};
@@ -102,18 +101,16 @@ pub enum RelayTimer {
     OnionSkin,
 }
 
-impl TimerEvent for RelayTimer {
-    fn event(self) -> Ev {
-        Ev::Relay(self)
-    }
-}
-
 /// A relay's configured rates (bytes per second) and socket limit.
 #[derive(Clone, Debug)]
 pub struct RelayLimits {
+    /// tor's `BandwidthRate`: the token buckets' refill rate for all traffic.
     pub bandwidth_rate: u64,
+    /// tor's `BandwidthBurst`: the buckets' size.
     pub bandwidth_burst: u64,
+    /// tor's `RelayBandwidthRate`, a second pair of buckets for relayed traffic alone.
     pub relay_bandwidth_rate: Option<u64>,
+    /// tor's `RelayBandwidthBurst` (the rate if not given).
     pub relay_bandwidth_burst: Option<u64>,
     /// This relay's ConnLimit, if not the network's `tor.conn_limit`.
     pub conn_limit: Option<u32>,
@@ -584,18 +581,22 @@ pub struct ChannelStats {
     pub cells_reordered: u64,
     /// Sequenced cells handed on out of order (must stay 0).
     pub order_violations: u64,
-    /// Torchestra: circuits moved to the heavy connection, and back.
+    /// Torchestra: circuits moved to the heavy connection.
     pub switched_heavy: u64,
+    /// Torchestra: circuits moved back to the light connection.
     pub switched_light: u64,
     /// `quic` design, channels this relay opened: those whose QUIC connection was ready when
     /// the TCP link handshake completed (they moved to QUIC), and those whose was not (they
     /// stayed on TCP).
     pub quic_channels: u64,
+    /// See `quic_channels`.
     pub tcp_fallbacks: u64,
     /// Cells written to channels over the run.
     pub cells_written: u64,
 }
 
+/// A Tor relay (see the module doc), run by the driver as a [`crate::io::Machine`]. What it
+/// measured is read off it after the run (`meter`).
 pub struct Relay {
     /// Index in the consensus.
     pub relay: usize,
@@ -660,6 +661,7 @@ pub struct Relay {
 /// One channel as tests and diagnostics see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChannelView {
+    /// The host at the other end.
     pub peer: HostId,
     /// This relay opened it.
     pub opener: bool,
@@ -681,6 +683,8 @@ pub struct CircuitView {
 }
 
 impl Relay {
+    /// Consensus relay `relay` of `world`, with its rates and ConnLimit; it listens and arms
+    /// its timers when the driver starts it.
     pub fn new(relay: usize, world: Arc<TorWorld>, limits: &RelayLimits) -> Self {
         let p = &world.params;
         let relayed = limits
@@ -1384,6 +1388,8 @@ impl Relay {
         census.queued_cells += self.queued_cells;
     }
 
+    /// Sockets it holds now (relay connections, QUIC connections, exit streams), as counted
+    /// against ConnLimit.
     pub fn open_sockets(&self) -> u32 {
         self.open_sockets
     }

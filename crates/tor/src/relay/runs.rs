@@ -84,7 +84,7 @@ pub(super) struct Scheduler {
 
 impl Scheduler {
     /// A scheduler whose runs are `interval` apart (at least 1 ns).
-    pub fn new(interval: SimDuration) -> Self {
+    pub(super) fn new(interval: SimDuration) -> Self {
         Scheduler {
             state: RunState::Idle,
             interval: interval.max(1),
@@ -97,23 +97,23 @@ impl Scheduler {
         }
     }
 
-    pub fn state(&self) -> RunState {
+    pub(super) fn state(&self) -> RunState {
         self.state
     }
 
     #[inline]
-    pub fn is_parked(&self) -> bool {
+    pub(super) fn is_parked(&self) -> bool {
         self.state == RunState::Parked
     }
 
     /// The current run's stamp (or the last run's, between runs).
     #[inline]
-    pub fn stamp(&self) -> u32 {
+    pub(super) fn stamp(&self) -> u32 {
         self.stamp
     }
 
     #[cfg(test)]
-    pub fn last_run(&self) -> Option<SimTime> {
+    pub(super) fn last_run(&self) -> Option<SimTime> {
         self.last_run
     }
 
@@ -121,7 +121,7 @@ impl Scheduler {
     /// run interval counted from the last run, which is `now` if the last run is that long
     /// ago (or there was none). A parked scheduler is woken with [`Scheduler::unpark`]
     /// instead.
-    pub fn arm(&mut self, now: SimTime) -> Option<SimTime> {
+    pub(super) fn arm(&mut self, now: SimTime) -> Option<SimTime> {
         debug_assert!(self.state != RunState::Parked, "arming a parked scheduler");
         if self.state == RunState::Armed {
             return None;
@@ -134,7 +134,7 @@ impl Scheduler {
     }
 
     /// The armed run's timer fired.
-    pub fn fired(&mut self) {
+    pub(super) fn fired(&mut self) {
         debug_assert!(
             self.state == RunState::Armed,
             "a run fired that was not armed"
@@ -146,7 +146,7 @@ impl Scheduler {
     /// same instant, and stamping first keeps work queued during the run from re-arming it at
     /// once.
     #[inline]
-    pub fn begin_run(&mut self, now: SimTime) {
+    pub(super) fn begin_run(&mut self, now: SimTime) {
         self.last_run = Some(now);
         self.stamp = self.stamp.wrapping_add(1);
     }
@@ -154,7 +154,10 @@ impl Scheduler {
     /// Parks an idle scheduler at the end of a run that found no room: `sockets_of` adds a
     /// pending channel's connections' sockets to the list it is given. Returns the sockets
     /// to watch.
-    pub fn park(&mut self, mut sockets_of: impl FnMut(u32, &mut Vec<SocketId>)) -> &[SocketId] {
+    pub(super) fn park(
+        &mut self,
+        mut sockets_of: impl FnMut(u32, &mut Vec<SocketId>),
+    ) -> &[SocketId] {
         debug_assert!(
             self.state == RunState::Idle,
             "parking a scheduler with a run armed"
@@ -175,7 +178,7 @@ impl Scheduler {
     /// written nothing. The run due at the very instant `now` is one of the skipped ones only
     /// if it would have come before the waking event (`due_run_first`; asked only then), as
     /// the relay's leading timers do.
-    pub fn unpark(
+    pub(super) fn unpark(
         &mut self,
         now: SimTime,
         due_run_first: impl FnOnce() -> bool,

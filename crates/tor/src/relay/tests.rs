@@ -82,13 +82,13 @@ fn started_guard(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
     (relay, io)
 }
 
-/// The relay handles what its sockets reported, as `io::Driven` hands it an event.
+/// The relay handles what its sockets reported, as `driver::Driven` hands it an event.
 fn hand_in(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>) {
     relay.on_socket_events(io);
     relay.after_event(io);
 }
 
-/// The relay handles a timer, as `io::Driven` hands it one.
+/// The relay handles a timer, as `driver::Driven` hands it one.
 fn fire(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, timer: RelayTimer) {
     relay.on_timer(io, timer);
     relay.after_event(io);

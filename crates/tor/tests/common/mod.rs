@@ -14,10 +14,10 @@ use onionlab_tor::{RelayLimits, TorHost};
 use onionlab_torcore::TorParams;
 use onionlab_traffic::Workload;
 
-pub const MBIT: u64 = 1_000_000;
+pub(crate) const MBIT: u64 = 1_000_000;
 
 /// A guard, a middle and an exit (consensus relays 0, 1, 2) of equal weight.
-pub fn guard_middle_exit_relays() -> Vec<Relay> {
+pub(crate) fn guard_middle_exit_relays() -> Vec<Relay> {
     vec![
         relay("guard", 1, RelayFlags::GUARD, 1000),
         relay("middle", 2, RelayFlags::default(), 1000),
@@ -25,7 +25,7 @@ pub fn guard_middle_exit_relays() -> Vec<Relay> {
     ]
 }
 
-pub fn relay(name: &str, n: u8, flags: RelayFlags, weight: u64) -> Relay {
+pub(crate) fn relay(name: &str, n: u8, flags: RelayFlags, weight: u64) -> Relay {
     Relay {
         nickname: name.into(),
         fingerprint: format!("{n:040X}"),
@@ -48,11 +48,11 @@ pub fn relay(name: &str, n: u8, flags: RelayFlags, weight: u64) -> Relay {
 }
 
 /// A switch graph: every host on one node whose self-loop has this one-way latency.
-pub fn switch(one_way_ms: u64) -> Graph {
+pub(crate) fn switch(one_way_ms: u64) -> Graph {
     Graph::single_switch(1_000_000_000, 1_000_000_000, one_way_ms * 1_000_000, 0.0)
 }
 
-pub fn at(up: u64, down: u64) -> HostPlacement {
+pub(crate) fn at(up: u64, down: u64) -> HostPlacement {
     HostPlacement {
         node: 0,
         bandwidth_up: Some(up),
@@ -60,7 +60,7 @@ pub fn at(up: u64, down: u64) -> HostPlacement {
     }
 }
 
-pub fn limits(rate: u64) -> RelayLimits {
+pub(crate) fn limits(rate: u64) -> RelayLimits {
     RelayLimits {
         bandwidth_rate: rate,
         bandwidth_burst: rate,
@@ -72,7 +72,7 @@ pub fn limits(rate: u64) -> RelayLimits {
 
 /// Guard, middle and exit (each `rate` bytes/s, links `link` bit/s), `clients` clients with
 /// `workload` and one server, all 10 ms (one way) apart.
-pub fn three_relays(
+pub(crate) fn three_relays(
     params: TorParams,
     rate: u64,
     link: u64,
@@ -84,7 +84,7 @@ pub fn three_relays(
 
 /// Like `three_relays`, with each relay's (rate in bytes/s, link in bit/s) given. Host ids:
 /// 0 guard, 1 middle, 2 exit, 3 server, 4.. clients.
-pub fn three_relays_with(
+pub(crate) fn three_relays_with(
     params: TorParams,
     relay_links: [(u64, u64); 3],
     clients: Vec<Workload>,
@@ -102,7 +102,7 @@ pub fn three_relays_with(
 /// Any relays (each with its (rate in bytes/s, link in bit/s)), one server and `clients`
 /// clients starting at 1 s, all 10 ms (one way) apart. Host ids: relays in order, then the
 /// server, then the clients.
-pub fn network(
+pub(crate) fn network(
     params: TorParams,
     relays: Vec<Relay>,
     relay_links: Vec<(u64, u64)>,
@@ -114,7 +114,7 @@ pub fn network(
 }
 
 /// What `network` builds, for tests that change a host or add one first.
-pub fn network_spec(
+pub(crate) fn network_spec(
     params: TorParams,
     relays: Vec<Relay>,
     relay_links: Vec<(u64, u64)>,
@@ -166,14 +166,14 @@ pub fn network_spec(
     }
 }
 
-pub fn client(sim: &Simulation<TorHost>, host: u32) -> &onionlab_tor::Client {
+pub(crate) fn client(sim: &Simulation<TorHost>, host: u32) -> &onionlab_tor::Client {
     match sim.host(host) {
         TorHost::Client(c) => c,
         _ => panic!("host {host} is not a client"),
     }
 }
 
-pub fn relay_host(sim: &Simulation<TorHost>, host: u32) -> &onionlab_tor::Relay {
+pub(crate) fn relay_host(sim: &Simulation<TorHost>, host: u32) -> &onionlab_tor::Relay {
     match sim.host(host) {
         TorHost::Relay(r) => r,
         _ => panic!("host {host} is not a relay"),
