@@ -1,4 +1,4 @@
-//! The driver of the Tor state machines: [`HostIo`] maps the calls of [`Io`] onto one event
+//! The driver of the Tor state machines: [`HostIo`] maps the calls of [`Io`](crate::io::Io) onto one event
 //! of the simulation (the host's engine `Context`, its `NetStack` and its CPU stage), and
 //! [`Driven`] holds a machine with its stack and CPU and hands it each engine event. A
 //! machine's timers become engine events ([`Ev`]) here, by `From`, so the machines know
@@ -14,7 +14,7 @@ use onionlab_net::{NetError, NetEvent, NetStack, SocketEvent, SocketId};
 
 use crate::cpu::{CpuConfig, CpuEvent, CpuSecond, CpuStage};
 use crate::event::Ev;
-use crate::io::{Io, Machine};
+use crate::io::{Clock, Cpu, Machine, QuicSockets, Sockets};
 use crate::wire::Wire;
 
 /// The driver: a host's engine context and network stack, for one event.
@@ -197,7 +197,7 @@ impl<M: Machine> DerefMut for Driven<M> {
     }
 }
 
-impl<T: Into<Ev>> Io<T> for HostIo<'_, '_> {
+impl<T: Into<Ev>> Clock<T> for HostIo<'_, '_> {
     #[inline]
     fn now(&self) -> SimTime {
         self.ctx.now()
@@ -211,6 +211,13 @@ impl<T: Into<Ev>> Io<T> for HostIo<'_, '_> {
     fn arm_leading_at(&mut self, at: SimTime, timer: T) {
         self.ctx.schedule_leading_at(at, timer.into());
     }
+    #[inline]
+    fn leading_timer_first(&self) -> bool {
+        self.ctx.sender() >= self.ctx.host()
+    }
+}
+
+impl Sockets for HostIo<'_, '_> {
     fn listen(&mut self, port: u16) -> Result<(), NetError> {
         self.stack.listen(port)
     }
@@ -263,14 +270,9 @@ impl<T: Into<Ev>> Io<T> for HostIo<'_, '_> {
     fn take_watch_hit(&mut self) -> bool {
         self.stack.take_watch_hit()
     }
-    #[inline]
-    fn leading_timer_first(&self) -> bool {
-        self.ctx.sender() >= self.ctx.host()
-    }
-    #[inline]
-    fn models_cpu(&self) -> bool {
-        self.cpu.is_some()
-    }
+}
+
+impl QuicSockets for HostIo<'_, '_> {
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
         self.stack.quic_listen(port)
     }
@@ -280,6 +282,16 @@ impl<T: Into<Ev>> Io<T> for HostIo<'_, '_> {
     fn open_stream(&mut self, conn: SocketId) -> Option<SocketId> {
         self.stack.open_stream(conn)
     }
+    fn quic_info(&self, socket: SocketId) -> Option<QuicInfo> {
+        self.stack.quic_info(socket)
+    }
+}
+
+impl Cpu for HostIo<'_, '_> {
+    #[inline]
+    fn models_cpu(&self) -> bool {
+        self.cpu.is_some()
+    }
     fn onion_skin(&mut self) -> SimTime {
         match &mut self.cpu {
             Some(cpu) => cpu.onion_skin(self.ctx),
@@ -288,8 +300,5 @@ impl<T: Into<Ev>> Io<T> for HostIo<'_, '_> {
     }
     fn cpu_second(&mut self) -> Option<CpuSecond> {
         self.cpu.as_mut().map(|cpu| cpu.take_second())
-    }
-    fn quic_info(&self, socket: SocketId) -> Option<QuicInfo> {
-        self.stack.quic_info(socket)
     }
 }

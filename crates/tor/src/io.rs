@@ -16,7 +16,7 @@
 //! The driver calls a [`Machine`] in this order: `start` once, at the host's start; then, for
 //! each engine event of the host, one of `on_timer` (a timer it armed fired) or
 //! `on_socket_events` (the stack handled a packet or its own timer and reported something:
-//! the machine drains it with [`Io::poll_event`]), and `after_event` last, whether or not the
+//! the machine drains it with [`Sockets::poll_event`]), and `after_event` last, whether or not the
 //! machine was called. With a CPU model a busy main thread holds timers and socket events
 //! back, in order, until it is free. Nothing calls back into the machine during a call: what
 //! the stack reports is queued, and the machine reads it through `poll_event`.
@@ -32,8 +32,15 @@ use onionlab_torcore::cpu::Work;
 use crate::cpu::CpuSecond;
 use crate::wire::Wire;
 
-/// What a Tor state machine may ask of the world, with `T` its own timer type.
-pub trait Io<T> {
+/// What a Tor state machine may ask of the world, with `T` its own timer type: its clock and
+/// timers, its sockets, QUIC and its CPU, each a trait of its own. A machine takes `impl Io<T>`
+/// and reads every method through it; whatever implements the four is an `Io`.
+pub trait Io<T>: Clock<T> + Sockets + QuicSockets + Cpu {}
+
+impl<T, X: Clock<T> + Sockets + QuicSockets + Cpu> Io<T> for X {}
+
+/// The clock, timers and random stream of a state machine, with `T` its timer type.
+pub trait Clock<T> {
     /// The current simulated time, in nanoseconds.
     fn now(&self) -> SimTime;
     /// This host's random stream: draws in a fixed order give the same run on any thread count.
@@ -46,12 +53,20 @@ pub trait Io<T> {
         let at = self.now().saturating_add(delay);
         self.arm_at(at, timer);
     }
-    /// As [`Io::arm_at`], for a timer that comes before everything else the host gave itself
+    /// As [`Clock::arm_at`], for a timer that comes before everything else the host gave itself
     /// for the same instant (its other timers, its packets' deliveries), whenever either was
     /// armed; messages from hosts with smaller ids still come first (`Context::
     /// schedule_leading_at`). At most one may be pending.
     fn arm_leading_at(&mut self, at: SimTime, timer: T);
+    /// Whether a leading timer ([`Clock::arm_leading_at`]) due at the current instant comes
+    /// before the event being handled now: unless that event is a message from a host with a
+    /// smaller id (see `Context::sender`). For a state machine that accounts for runs of a
+    /// timer it stopped arming.
+    fn leading_timer_first(&self) -> bool;
+}
 
+/// TCP sockets, and the events of every socket (QUIC's included).
+pub trait Sockets {
     /// Accepts TCP connections on `port` ([`SocketEvent::Accepted`] reports each); fails if
     /// the host already listens on it.
     fn listen(&mut self, port: u16) -> Result<(), NetError>;
@@ -62,11 +77,11 @@ pub trait Io<T> {
     fn poll_event(&mut self) -> Option<SocketEvent<Wire>>;
     /// Queues `bytes` carrying `message`; false if the socket cannot take them.
     fn write_message(&mut self, socket: SocketId, bytes: u64, message: Wire) -> bool;
-    /// [`Io::write_message`], returning the room the socket has left after it (`None`:
+    /// [`Sockets::write_message`], returning the room the socket has left after it (`None`:
     /// refused), for a writer with more to write.
     fn write_message_room(&mut self, socket: SocketId, bytes: u64, message: Wire) -> Option<u64>;
     /// Queues `count` copies of `message` of `bytes` each, which the caller knows fit (see
-    /// [`Io::write_message_room`]): the same as that many calls of [`Io::write_message`].
+    /// [`Sockets::write_message_room`]): the same as that many calls of [`Sockets::write_message`].
     fn write_messages(&mut self, socket: SocketId, bytes: u64, message: Wire, count: u32) {
         for _ in 0..count {
             self.write_message(socket, bytes, message);
@@ -74,7 +89,7 @@ pub trait Io<T> {
     }
     /// Hands what was written on `socket` to the transport for sending.
     fn flush(&mut self, socket: SocketId);
-    /// Whether the stack hands arriving bytes over by itself, or waits for [`Io::read`].
+    /// Whether the stack hands arriving bytes over by itself, or waits for [`Sockets::read`].
     fn set_auto_read(&mut self, socket: SocketId, on: bool);
     /// In-order bytes received on `socket` and not yet read.
     fn readable(&self, socket: SocketId) -> u64;
@@ -84,7 +99,7 @@ pub trait Io<T> {
     /// FIN); a QUIC stream is finished, a QUIC connection closed.
     fn close(&mut self, socket: SocketId);
     /// Resets a TCP connection: it closes at once, and an RST goes to the peer if the peer
-    /// knew of it. QUIC sockets close as with [`Io::close`].
+    /// knew of it. QUIC sockets close as with [`Sockets::close`].
     fn abort(&mut self, socket: SocketId);
     /// Whether `socket` names an open socket: a TCP connection, QUIC connection or QUIC
     /// stream.
@@ -95,18 +110,14 @@ pub trait Io<T> {
     /// streams.
     fn send_window(&self, socket: SocketId) -> Option<SendWindow>;
     /// Asks (or stops asking) to hear when TCP socket `socket`'s state may have moved, its
-    /// send window included (see [`Io::take_watch_hit`]).
+    /// send window included (see [`Sockets::take_watch_hit`]).
     fn watch(&mut self, socket: SocketId, on: bool);
     /// Whether a watched socket's state may have moved since the last call.
     fn take_watch_hit(&mut self) -> bool;
-    /// Whether a leading timer ([`Io::arm_leading_at`]) due at the current instant comes
-    /// before the event being handled now: unless that event is a message from a host with a
-    /// smaller id (see `Context::sender`). For a state machine that accounts for runs of a
-    /// timer it stopped arming.
-    fn leading_timer_first(&self) -> bool;
-    /// Whether the host's work runs on a modelled CPU, which may hold timers back.
-    fn models_cpu(&self) -> bool;
+}
 
+/// QUIC connections and their streams (the `quic` channel design).
+pub trait QuicSockets {
     /// Accepts QUIC connections on UDP `port`; fails if the port is taken.
     fn quic_listen(&mut self, port: u16) -> Result<(), NetError>;
     /// Opens a QUIC connection; [`SocketEvent::Connected`] reports its handshake's end.
@@ -115,12 +126,15 @@ pub trait Io<T> {
     fn open_stream(&mut self, conn: SocketId) -> Option<SocketId>;
     /// A QUIC connection's (or a stream's connection's) state and counters.
     fn quic_info(&self, socket: SocketId) -> Option<QuicInfo>;
+}
 
+/// The host's modelled CPU, where there is one.
+pub trait Cpu {
+    /// Whether the host's work runs on a modelled CPU, which may hold timers back.
+    fn models_cpu(&self) -> bool;
     /// Hands an onion-skin handshake to the worker threads; returns when its answer is
     /// ready (now, without a CPU model).
-    fn onion_skin(&mut self) -> SimTime {
-        self.now()
-    }
+    fn onion_skin(&mut self) -> SimTime;
     /// The CPU's figures for the second just ended (none without a CPU model).
     fn cpu_second(&mut self) -> Option<CpuSecond> {
         None
@@ -140,7 +154,7 @@ pub trait Machine {
     fn on_socket_events(&mut self, io: &mut impl Io<Self::Timer>);
     /// Called last for every event of the host (a packet, a socket's or the machine's timer,
     /// its CPU), once the stack and the machine have handled it: for a machine waiting on
-    /// watched sockets ([`Io::watch`]), which must learn of a move in the event it happened
+    /// watched sockets ([`Sockets::watch`]), which must learn of a move in the event it happened
     /// in, even one that gave the machine nothing to handle (an ACK).
     #[inline]
     fn after_event(&mut self, _io: &mut impl Io<Self::Timer>) {}
@@ -183,7 +197,7 @@ pub(crate) mod script {
 
     struct Socket {
         open: bool,
-        /// Whether the machine watches it ([`Io::watch`]).
+        /// Whether the machine watches it ([`Sockets::watch`]).
         watched: bool,
         /// Messages that arrived and wait to be read, with their sizes.
         inbox: VecDeque<(u64, Wire)>,
@@ -203,12 +217,12 @@ pub(crate) mod script {
         pub quic_ready: bool,
         /// The streams the state machine opened.
         pub streams: Vec<SocketId>,
-        /// What [`Io::leading_timer_first`] answers: whether the script fires the timers due
+        /// What [`Clock::leading_timer_first`] answers: whether the script fires the timers due
         /// now before the input it hands in now.
         pub timers_first: bool,
-        /// What [`Io::models_cpu`] answers.
+        /// What [`Cpu::models_cpu`] answers.
         pub cpu: bool,
-        /// What [`Io::take_watch_hit`] answers next: the script sets it when it moves a
+        /// What [`Sockets::take_watch_hit`] answers next: the script sets it when it moves a
         /// watched socket's state.
         pub watch_hit: bool,
     }
@@ -323,7 +337,7 @@ pub(crate) mod script {
         }
     }
 
-    impl<T> Io<T> for ScriptIo<T> {
+    impl<T> Clock<T> for ScriptIo<T> {
         fn now(&self) -> SimTime {
             self.now
         }
@@ -338,6 +352,12 @@ pub(crate) mod script {
             // before those armed earlier for its instant, and after it.
             self.timers.insert(0, (at.max(self.now), timer));
         }
+        fn leading_timer_first(&self) -> bool {
+            self.timers_first
+        }
+    }
+
+    impl<T> Sockets for ScriptIo<T> {
         fn listen(&mut self, port: u16) -> Result<(), NetError> {
             self.listening.push(port);
             Ok(())
@@ -413,12 +433,6 @@ pub(crate) mod script {
         fn take_watch_hit(&mut self) -> bool {
             std::mem::take(&mut self.watch_hit)
         }
-        fn leading_timer_first(&self) -> bool {
-            self.timers_first
-        }
-        fn models_cpu(&self) -> bool {
-            self.cpu
-        }
         fn send_window(&self, socket: SocketId) -> Option<SendWindow> {
             if !self.is_open(socket) {
                 return None;
@@ -430,6 +444,9 @@ pub(crate) mod script {
                 mss: 1448,
             })
         }
+    }
+
+    impl<T> QuicSockets for ScriptIo<T> {
         fn quic_listen(&mut self, port: u16) -> Result<(), NetError> {
             self.listening.push(port);
             Ok(())
@@ -453,6 +470,16 @@ pub(crate) mod script {
                 established: self.quic_ready,
                 ..QuicInfo::default()
             })
+        }
+    }
+
+    impl<T> Cpu for ScriptIo<T> {
+        fn models_cpu(&self) -> bool {
+            self.cpu
+        }
+        /// The workers answer at once: the script models no CPU time.
+        fn onion_skin(&mut self) -> SimTime {
+            self.now
         }
     }
 }

@@ -9,6 +9,7 @@ use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams, CELL_BYTES};
 
 use super::*;
 use crate::io::script::{Asked, ScriptIo};
+use crate::io::Sockets;
 use crate::wire::INITIATOR_BIT;
 use onionlab_net::SocketId;
 
