@@ -6,25 +6,25 @@
 //! The hooks fall on the life of a channel and of a cell on it:
 //!
 //! ```text
-//!  relay starts ── start                        (timers, extra listeners)
-//!  socket accepted ── accepted                  (a port of the design's own)
-//!  channel to a peer ── open_channel            (its first connections)
-//!     connection opened ── waits_for_joined     (held until the peer confirms it)
-//!     Join received ── joined                   (place, refuse or confirm the connection)
-//!  circuit extended ── circuit_conn             (a connection or stream of its own)
-//!  circuit bound ── pin                          (the connection its cells go on)
-//!  scheduler run ── rank, reads_every_limit     (state read once per run)
-//!     each cell ── pick_conn → cell_written      (its connection; what the design learns)
-//!     run ends ── MAY_PARK                      (whether the scheduler may sleep)
-//!  circuit gone ── circuit_left                  (its connection or stream goes with it)
-//!  connection lost ── conn_lost, peer_refused   (what fails with it)
-//!  once a second ── manage                       (resize channels)
+//!  relay starts ────────── start                    (timers, extra listeners)
+//!  socket accepted ─────── accepted                 (a port of the design's own)
+//!  channel to a peer ───── open_channel             (its first connections)
+//!    connection opened ─── waits_for_joined         (held until the peer confirms it)
+//!    Join received ─────── joined                   (place, refuse or confirm it)
+//!  circuit extended ────── circuit_conn             (a connection or stream of its own)
+//!  circuit bound ───────── pin                      (the connection its cells go on)
+//!  scheduler run ───────── rank, reads_every_limit  (state read once per run)
+//!    each cell ─────────── pick_conn, cell_written  (its connection; what the design learns)
+//!    run ends ──────────── MAY_PARK                 (whether the scheduler may sleep)
+//!  circuit gone ────────── circuit_left             (its connection or stream goes with it)
+//!  connection lost ─────── conn_lost, peer_refused  (what fails with it)
+//!  once a second ───────── manage                   (resize channels)
 //! ```
 //!
 //! The designs' decisions themselves (how many connections, which to close, which circuit is
 //! heavy) are pure functions in [`crate::transport`]; the files here apply them to the
 //! relay's tables. Dispatch is static: [`with_design!`] matches the relay's `ChannelDesign`
-//! once per hook call, as the inline tests it replaced did, so a hook costs no more than the
+//! once per hook call, as the inline `if`s it replaced did, so a hook costs no more than the
 //! branch it replaced.
 
 use super::*;

@@ -1,4 +1,5 @@
-//! QUIC between relays, as QUUX (the QUIC-based transport that Tor's developers prototyped):
+//! QUIC between relays, as QUUX (Clark, "QUUX: a QUIC un-multiplexing of the Tor relay
+//! transport", MSc report, University College London, 2016):
 //! a channel we open dials the peer's OR port over TCP and, at the same time, its QUIC port.
 //! If the QUIC connection is ready when the TCP link handshake completes, the channel moves
 //! there, each circuit on a stream of its own, and the TCP connection closes unused;
