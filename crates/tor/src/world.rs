@@ -75,3 +75,37 @@ impl TorWorld {
             .map(|(_, hosts)| hosts.as_slice())
     }
 }
+
+/// What the state machines' unit tests build their consensus from.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::net::Ipv4Addr;
+
+    use onionlab_netdir::{ExitPolicy, Relay as Descriptor, RelayFlags};
+
+    use super::OR_PORT;
+
+    /// Relay `name`, the `n`th of a test's consensus (at 10.n.0.1, so that no two share a
+    /// /16), Fast, Running and Valid besides `flags`, with `exit_policy`.
+    pub(crate) fn descriptor(
+        name: &str,
+        n: u8,
+        flags: RelayFlags,
+        exit_policy: ExitPolicy,
+    ) -> Descriptor {
+        Descriptor {
+            nickname: name.into(),
+            fingerprint: format!("{n:040X}"),
+            address: Ipv4Addr::new(10, n, 0, 1),
+            or_port: OR_PORT,
+            flags: flags
+                .union(RelayFlags::FAST)
+                .union(RelayFlags::RUNNING)
+                .union(RelayFlags::VALID),
+            bandwidth: 1000,
+            unmeasured: false,
+            exit_policy,
+            family: None,
+        }
+    }
+}

@@ -1,14 +1,13 @@
 //! The client as a sans-IO state machine: a scripted guard answers its circuits, and the
 //! tests read what the client asked of the outside world.
 
-use std::net::Ipv4Addr;
-
 use onionlab_engine::host_rng;
-use onionlab_netdir::{Consensus, ExitPolicy, Relay as Descriptor, RelayFlags};
+use onionlab_netdir::{Consensus, ExitPolicy, RelayFlags};
 use onionlab_torcore::TorParams;
 
 use super::*;
 use crate::io::script::{Asked, ScriptIo};
+use crate::world::testing::descriptor;
 
 /// Guard, middle and exit at hosts 0, 1, 2; the client is host 3 and the file server host 4.
 const GUARD: HostId = 0;
@@ -18,23 +17,6 @@ const SERVER: HostId = 4;
 const SIZE: u64 = 1 << 20;
 /// Past the circuit build timeout before it has learnt anything (tor's 60 s).
 const TIMEOUT: SimDuration = secs(120);
-
-fn descriptor(name: &str, n: u8, flags: RelayFlags, exit_policy: ExitPolicy) -> Descriptor {
-    Descriptor {
-        nickname: name.into(),
-        fingerprint: format!("{n:040X}"),
-        address: Ipv4Addr::new(10, n, 0, 1),
-        or_port: OR_PORT,
-        flags: flags
-            .union(RelayFlags::FAST)
-            .union(RelayFlags::RUNNING)
-            .union(RelayFlags::VALID),
-        bandwidth: 1000,
-        unmeasured: false,
-        exit_policy,
-        family: None,
-    }
-}
 
 /// A started client with a bulk workload over a consensus of a guard, a middle and (if
 /// `with_exit`) an exit, without link handshakes (the scripted guard sends cells only).

@@ -1,39 +1,21 @@
 //! The relay as a sans-IO state machine: inputs from a scripted outside world, and what the
 //! relay asked of it.
 
-use std::net::Ipv4Addr;
-
 use onionlab_engine::time::millis;
-use onionlab_netdir::{Consensus, ExitPolicy, Relay as Descriptor, RelayFlags};
+use onionlab_netdir::{Consensus, ExitPolicy, RelayFlags};
 use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams, CELL_BYTES};
 
 use super::*;
 use crate::io::script::{Asked, ScriptIo};
 use crate::io::Sockets;
 use crate::wire::INITIATOR_BIT;
+use crate::world::testing::descriptor;
 use onionlab_net::SocketId;
 
 /// Guard, middle and exit at hosts 0, 1, 2; the client is host 3.
 const MIDDLE: HostId = 1;
 const EXIT: HostId = 2;
 const CLIENT: HostId = 3;
-
-fn descriptor(name: &str, n: u8, flags: RelayFlags) -> Descriptor {
-    Descriptor {
-        nickname: name.into(),
-        fingerprint: format!("{n:040X}"),
-        address: Ipv4Addr::new(10, n, 0, 1),
-        or_port: OR_PORT,
-        flags: flags
-            .union(RelayFlags::FAST)
-            .union(RelayFlags::RUNNING)
-            .union(RelayFlags::VALID),
-        bandwidth: 1000,
-        unmeasured: false,
-        exit_policy: ExitPolicy::reject_all(),
-        family: None,
-    }
-}
 
 /// The guard (consensus relay 0) under `channel`, with ConnLimit `conn_limit`, started.
 fn guard(channel: ChannelDesign, conn_limit: u32) -> (Relay, ScriptIo<RelayTimer>) {
@@ -56,9 +38,9 @@ fn guard_with(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
 /// The guard under `params` as they are.
 fn started_guard(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
     let relays = vec![
-        descriptor("guard", 1, RelayFlags::GUARD),
-        descriptor("middle", 2, RelayFlags::default()),
-        descriptor("exit", 3, RelayFlags::EXIT),
+        descriptor("guard", 1, RelayFlags::GUARD, ExitPolicy::reject_all()),
+        descriptor("middle", 2, RelayFlags::default(), ExitPolicy::reject_all()),
+        descriptor("exit", 3, RelayFlags::EXIT, ExitPolicy::reject_all()),
     ];
     let names = ["guard", "middle", "exit", "client"]
         .map(String::from)
