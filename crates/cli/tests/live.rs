@@ -211,3 +211,104 @@ fn live_network_is_listed_checked_and_alone_in_taking_scale_and_variants() {
     );
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// `scripts/live-partial.py` puts back the measurement downloads a run ends with in flight:
+/// they are exactly the ones that the same network, run half a minute longer, finishes after
+/// that moment.
+#[test]
+fn live_partial_finds_the_downloads_in_flight_at_the_end() {
+    let dir = tmp("partial");
+    fs::create_dir_all(&dir).unwrap();
+    let net = dir.join("net.yaml");
+    let n = net.to_str().unwrap();
+    let out = onionlab(&[
+        "generate",
+        "--consensus",
+        "consensus-2019-microdesc",
+        "--scale",
+        "0.003",
+        "--stop-time",
+        "3m",
+        "-o",
+        n,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Ten OnionPerf-like clients per site and size instead of one, so that some are in flight.
+    let mut text = fs::read_to_string(&net).unwrap();
+    for size in ["50k", "1m", "5m"] {
+        for site in ["us", "nl", "hk"] {
+            let one = format!("name: perf-{size}-{site}, count: 1,");
+            assert!(text.contains(&one), "{one} not in {text}");
+            text = text.replace(&one, &format!("name: perf-{size}-{site}, count: 10,"));
+        }
+    }
+    fs::write(&net, text).unwrap();
+    let rows = |stop: &str| {
+        let run = dir.join(stop);
+        let out = onionlab(&[
+            "run",
+            n,
+            "-o",
+            run.to_str().unwrap(),
+            "--stop-time",
+            stop,
+            "--threads",
+            "2",
+            "--quiet",
+            "--no-report",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let csv = fs::read_to_string(run.join("downloads.csv")).unwrap();
+        // The measurement downloads after the bootstrap (the 3-minute network's is 90 s), by
+        // the columns up to the outcome, which never hold a comma (an error's reason may).
+        let perf: Vec<String> = csv
+            .lines()
+            .filter(|r| r.split(',').nth(1).is_some_and(|g| g.starts_with("perf-")))
+            .filter(|r| r.rsplit(',').nth(2) == Some("false"))
+            .map(|r| r.split(',').take(8).collect::<Vec<_>>().join(","))
+            .collect();
+        (run, perf)
+    };
+    let (short, finished) = rows("150s");
+    let (_, longer) = rows("3m");
+    // The first 150 seconds are the same run.
+    for row in &finished {
+        assert!(longer.contains(row), "{row} only in the shorter run");
+    }
+    let started_before_end = |row: &String| {
+        let start: f64 = row.split(',').nth(3).unwrap().parse().unwrap();
+        start < 150.0
+    };
+    let in_flight = longer
+        .iter()
+        .filter(|r| started_before_end(r) && !finished.contains(r))
+        .count();
+    assert!(in_flight > 0, "no download in flight at 150 seconds");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/live-partial.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&short)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(", {in_flight} in flight at the end")),
+        "expected {in_flight} in flight:\n{stdout}"
+    );
+    assert!(stdout.contains("measured from 90 to 150 s"), "{stdout}");
+    assert!(stdout.contains("TTLB 5 MiB, median") && stdout.contains("25.112"));
+    let _ = fs::remove_dir_all(&dir);
+}
