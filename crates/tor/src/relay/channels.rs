@@ -6,10 +6,7 @@ use super::*;
 
 impl Relay {
     pub(super) fn conn_of(&self, socket: SocketId) -> Option<u32> {
-        self.conn_by_socket
-            .get(socket.slot as usize)
-            .copied()
-            .filter(|&k| k != NONE && self.conns[k as usize].socket == socket)
+        self.table.conn_of(socket)
     }
 
     pub(super) fn stream_of(&self, socket: SocketId) -> Option<u32> {
@@ -24,35 +21,16 @@ impl Relay {
             })
     }
 
-    pub(super) fn map_socket(table: &mut Vec<u32>, socket: SocketId, value: u32) {
-        let i = socket.slot as usize;
-        if table.len() <= i {
-            table.resize(i + 1, NONE);
-        }
-        table[i] = value;
-    }
-
     pub(super) fn add_channel(&mut self, now: SimTime, peer: HostId, initiator: bool) -> u32 {
-        let idx = self
-            .free_channels
-            .pop()
-            .unwrap_or(self.channels.len() as u32);
         let mut chan = Channel::new(peer, initiator, initiator, &self.clock, now);
         if initiator {
-            chan.token = self.next_token;
-            // Wraps before reaching `NONE`, which marks an accepted channel not yet joined.
-            self.next_token = (self.next_token + 1) % NONE;
+            chan.token = self.table.next_token();
             chan.set_sequenced(self.sequenced());
         }
         if !with_design!(self.design, D => D::REUSES_CIRC_IDS) {
             chan.circs.reuse_ids = false;
         }
-        if idx as usize == self.channels.len() {
-            push_growing_by_eighths(&mut self.channels, chan);
-        } else {
-            self.channels[idx as usize] = chan;
-        }
-        idx
+        self.table.insert_channel(chan)
     }
 
     /// Adds a connection (its socket already made) to a channel.
@@ -96,41 +74,8 @@ impl Relay {
         } else {
             LinkHandshake::initiator(true)
         };
-        let conn = Conn {
-            socket,
-            chan: ch,
-            open,
-            confirmed: true,
-            link,
-            state: ConnState::Active,
-            blocked: false,
-            read_blocked: false,
-            peer_finished: false,
-            limit: 0,
-            queued_bytes: 0,
-            circuits: 0,
-            created: self.conns_created,
-            last_used: now,
-            ewma: CircuitEwma::new(&self.clock, now),
-            ewma_seen: 0.0,
-            ewma_seen_tick: u64::MAX,
-            touched: false,
-            watched: false,
-            limit_run: 0,
-            stream,
-        };
-        self.conns_created += 1;
-        let k = match self.free_conns.pop() {
-            Some(k) => {
-                self.conns[k as usize] = conn;
-                k
-            }
-            None => {
-                push_growing_by_eighths(&mut self.conns, conn);
-                (self.conns.len() - 1) as u32
-            }
-        };
-        Self::map_socket(&mut self.conn_by_socket, socket, k);
+        let conn = Conn::new(socket, ch, open, link, stream, &self.clock, now);
+        let k = self.table.insert_conn(conn);
         io.set_auto_read(socket, false);
         self.attach_conn(io, ch, k);
         k
@@ -138,7 +83,7 @@ impl Relay {
 
     /// Puts connection `k` (whose `chan` is already `ch`) under channel `ch`.
     fn attach_conn(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32) {
-        let chan = &mut self.channels[ch as usize];
+        let chan = &mut self.table.channels[ch as usize];
         chan.conns.push(k);
         chan.ranking_stale();
         if chan.pending {
@@ -152,11 +97,11 @@ impl Relay {
     /// such change goes through here, so that its channel's IMUX ranking, which lists the
     /// usable connections only, is rebuilt when the answer changes.
     pub(super) fn update_conn(&mut self, k: u32, change: impl FnOnce(&mut Conn)) {
-        let conn = &mut self.conns[k as usize];
+        let conn = &mut self.table.conns[k as usize];
         let before = conn.usable();
         change(conn);
         if conn.usable() != before {
-            self.channels[conn.chan as usize].ranking_stale();
+            self.table.channels[conn.chan as usize].ranking_stale();
         }
     }
 
@@ -170,7 +115,7 @@ impl Relay {
         message: Wire,
     ) -> bool {
         Self::write_to(
-            &mut self.conns,
+            &mut self.table.conns,
             &mut self.unsent_watch,
             &mut self.work,
             io,
@@ -281,13 +226,13 @@ impl Relay {
     /// Hands what was written to connection `k` to the kernel (sealing its TLS records).
     pub(super) fn flush_conn(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
         self.work.tls_flush();
-        io.flush(self.conns[k as usize].socket);
+        io.flush(self.table.conns[k as usize].socket);
     }
 
     /// The bytes written to the relay's connections and not yet sent, summed; connections
     /// found empty leave `unsent_watch`.
     pub(super) fn sum_unsent(&mut self, io: &impl Io<RelayTimer>) -> u64 {
-        let conns = &mut self.conns;
+        let conns = &mut self.table.conns;
         let mut total = 0;
         // A slot freed and reused may be listed twice: the first listing counts it.
         self.unsent_watch.retain(|&k| {
@@ -308,10 +253,10 @@ impl Relay {
             unsent > 0
         });
         for &k in &self.unsent_watch {
-            self.conns[k as usize].watched = true;
+            self.table.conns[k as usize].watched = true;
         }
         if cfg!(test) {
-            let everywhere: u64 = (self.conns.iter())
+            let everywhere: u64 = (self.table.conns.iter())
                 .filter(|c| c.open && c.socket.slot != NONE)
                 .filter_map(|c| io.send_window(c.socket))
                 .map(|i| i.notsent)
@@ -335,15 +280,15 @@ impl Relay {
             self.meter.second.conn_limit_refusals += 1;
             return None;
         }
-        let peer = self.channels[ch as usize].peer;
-        let extra = !self.channels[ch as usize].conns.is_empty();
+        let peer = self.table.channels[ch as usize].peer;
+        let extra = !self.table.channels[ch as usize].conns.is_empty();
         let socket = io.connect(peer, OR_PORT);
         let k = self.add_conn(io, ch, socket, false);
         if with_design!(self.design, D => D::waits_for_joined(extra)) {
             self.update_conn(k, |c| c.confirmed = false);
         }
         self.meter.channels.conns_opened += 1;
-        if !self.conns[k as usize].link.is_open() {
+        if !self.table.conns[k as usize].link.is_open() {
             // The Join follows the link handshake (`link_flight`).
             return Some(k);
         }
@@ -357,8 +302,8 @@ impl Relay {
         if !with_design!(self.design, D => D::JOINS) {
             return;
         }
-        let ch = self.conns[k as usize].chan;
-        let token = self.channels[ch as usize].token;
+        let ch = self.table.conns[k as usize].chan;
+        let token = self.table.channels[ch as usize].token;
         let cell_bytes = self.world.cell_wire_bytes();
         self.write_conn(
             io,
@@ -397,13 +342,13 @@ impl Relay {
         if let Some(reply) = reply {
             self.write_conn(io, k, reply.wire_bytes(), Wire::Link(reply));
         }
-        let conn = &self.conns[k as usize];
+        let conn = &self.table.conns[k as usize];
         if conn.link.is_open() {
             let ch = conn.chan;
             if flight == LinkMessage::ResponderCells {
                 // We opened it.
                 let heavy = matches!(
-                    self.channels[ch as usize].multi.as_deref(),
+                    self.table.channels[ch as usize].multi.as_deref(),
                     Some(m) if m.heavy == k
                 );
                 self.send_join(io, k, heavy);
@@ -418,7 +363,7 @@ impl Relay {
     /// Removes a connection from its channel and frees its slot (the socket is closed or
     /// aborted by the caller).
     pub(super) fn drop_conn(&mut self, k: u32) {
-        let conn = &mut self.conns[k as usize];
+        let conn = &mut self.table.conns[k as usize];
         if conn.socket.slot == NONE {
             return;
         }
@@ -427,16 +372,15 @@ impl Relay {
         conn.socket.slot = NONE;
         conn.open = false;
         let read_blocked = std::mem::take(&mut conn.read_blocked);
-        self.conn_by_socket[socket.slot as usize] = NONE;
         if !conn.stream {
             self.open_sockets -= 1;
         }
-        self.free_conns.push(k);
+        self.table.free_conn(k, socket);
         if read_blocked {
             // Its slot may be reused before the refill: do not read a stranger's socket.
             self.read_waiting.retain(|&x| x != k);
         }
-        let chan = &mut self.channels[ch as usize];
+        let chan = &mut self.table.channels[ch as usize];
         chan.conns.retain(|c| *c != k);
         chan.ranking_stale();
         if let Some(m) = chan.multi.as_deref_mut() {
@@ -452,22 +396,22 @@ impl Relay {
     /// A connection ended without the closing handshake: the design says what fails with it
     /// ([`ConnLoss`]).
     pub(super) fn conn_lost(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
-        let ch = self.conns[k as usize].chan;
+        let ch = self.table.conns[k as usize].chan;
         let now = io.now();
         with_design!(self.design, D => D::peer_refused(self, ch, now));
-        let socket = self.conns[k as usize].socket;
+        let socket = self.table.conns[k as usize].socket;
         match with_design!(self.design, D => D::conn_lost(self, ch, k)) {
             ConnLoss::Quiet => {
                 self.drop_conn(k);
                 if io.is_open(socket) {
                     io.close(socket);
                 }
-                if self.channels[ch as usize].conns.is_empty() {
+                if self.table.channels[ch as usize].conns.is_empty() {
                     self.close_channel(io, ch);
                 }
             }
             ConnLoss::Circuits => {
-                let chan = &self.channels[ch as usize];
+                let chan = &self.table.channels[ch as usize];
                 let mut pinned = Vec::new();
                 for circ in chan.circs.all() {
                     if let Some(c) = self.circuits[circ].as_mut() {
@@ -490,27 +434,17 @@ impl Relay {
 
     /// A connection of a channel opened by the peer names the channel it belongs to.
     pub(super) fn join(&mut self, io: &mut impl Io<RelayTimer>, k: u32, token: u32, heavy: bool) {
-        let own = self.conns[k as usize].chan;
-        let peer = self.channels[own as usize].peer;
-        let ch = match self.chan_by_token.get(&(peer, token)) {
-            Some(&ch) if !self.channels[ch as usize].closed => ch,
-            _ => {
-                self.chan_by_token.insert((peer, token), own);
-                self.channels[own as usize].token = token;
-                own
-            }
-        };
+        let own = self.table.conns[k as usize].chan;
+        let peer = self.table.channels[own as usize].peer;
+        let ch = self.table.join(peer, token, own);
         if ch != own {
             // Move the connection from its provisional channel (which has no circuits).
-            let chan = &mut self.channels[own as usize];
-            chan.conns.clear();
-            chan.closed = true;
-            self.free_channels.push(own);
-            self.conns[k as usize].chan = ch;
+            self.table.discard_provisional(own);
+            self.table.conns[k as usize].chan = ch;
             self.attach_conn(io, ch, k);
         }
         let sequenced = self.sequenced();
-        self.channels[ch as usize].set_sequenced(sequenced);
+        self.table.channels[ch as usize].set_sequenced(sequenced);
         with_design!(self.design, D => D::joined(self, io, ch, k, heavy));
     }
 
@@ -524,7 +458,7 @@ impl Relay {
 
     /// Starts IMUX's closing handshake on connection `k`: no more cells go on it.
     pub(super) fn begin_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
-        let conn = &mut self.conns[k as usize];
+        let conn = &mut self.table.conns[k as usize];
         if conn.state != ConnState::Active {
             return;
         }
@@ -543,16 +477,16 @@ impl Relay {
     }
 
     pub(super) fn finish_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
-        let socket = self.conns[k as usize].socket;
-        let ch = self.conns[k as usize].chan;
+        let socket = self.table.conns[k as usize].socket;
+        let ch = self.table.conns[k as usize].chan;
         self.drop_conn(k);
         io.close(socket);
         self.meter.channels.conns_closed += 1;
         // Circuits pinned to it (round robin) find another connection when they next send.
-        if !self.channels[ch as usize].mux.is_empty() {
+        if !self.table.channels[ch as usize].mux.is_empty() {
             self.mark_pending(io, ch);
         }
-        if self.channels[ch as usize].conns.is_empty() {
+        if self.table.channels[ch as usize].conns.is_empty() {
             self.close_channel(io, ch);
         }
     }
@@ -565,10 +499,10 @@ impl Relay {
         cell: Cell,
         seq: u32,
     ) {
-        let ch = self.conns[k as usize].chan;
+        let ch = self.table.conns[k as usize].chan;
         let circ_id = cell.circ_id;
         let expected = self.expected_seq(ch, circ_id);
-        if !self.channels[ch as usize]
+        if !self.table.channels[ch as usize]
             .multi_mut()
             .reorder
             .arrive(circ_id, seq, expected, cell)
@@ -583,11 +517,11 @@ impl Relay {
         while let Some(cell) = next {
             self.bump_seq_in(ch, circ_id);
             self.handle_cell(io, ch, k, cell);
-            if self.channels[ch as usize].closed {
+            if self.table.channels[ch as usize].closed {
                 return;
             }
             let expected = self.expected_seq(ch, circ_id);
-            next = self.channels[ch as usize]
+            next = self.table.channels[ch as usize]
                 .multi
                 .as_deref_mut()
                 .and_then(|m| m.reorder.take(circ_id, expected));
@@ -597,7 +531,7 @@ impl Relay {
     /// The next sequence number due on circuit id `circ_id` of `ch` (0 for a circuit not yet
     /// created: its CREATE2 is the first cell).
     pub(super) fn expected_seq(&mut self, ch: u32, circ_id: u32) -> u32 {
-        let Some(circ) = self.channels[ch as usize].circs.lookup(circ_id) else {
+        let Some(circ) = self.table.channels[ch as usize].circs.lookup(circ_id) else {
             return 0;
         };
         self.circuits[circ]
@@ -607,7 +541,7 @@ impl Relay {
     }
 
     pub(super) fn bump_seq_in(&mut self, ch: u32, circ_id: u32) {
-        let Some(circ) = self.channels[ch as usize].circs.lookup(circ_id) else {
+        let Some(circ) = self.table.channels[ch as usize].circs.lookup(circ_id) else {
             return;
         };
         if let Some(side) = self.circuits[circ]
@@ -640,8 +574,8 @@ impl Relay {
             side.heavy = true;
         }
         side.conn = conn;
-        if conn != NONE && (conn as usize) < self.conns.len() {
-            self.conns[conn as usize].circuits += 1;
+        if conn != NONE && (conn as usize) < self.table.conns.len() {
+            self.table.conns[conn as usize].circuits += 1;
         }
     }
 
@@ -652,7 +586,7 @@ impl Relay {
         io: &mut impl Io<RelayTimer>,
         target: HostId,
     ) -> Option<u32> {
-        if let Some(&ch) = self.chan_by_peer.get(&target) {
+        if let Some(ch) = self.table.to_peer(target) {
             return Some(ch);
         }
         if self.open_sockets >= self.socket_limit() {
@@ -661,33 +595,22 @@ impl Relay {
         }
         let ch = self.add_channel(io.now(), target, true);
         with_design!(self.design, D => D::open_channel(self, io, ch, target));
-        self.chan_by_peer.insert(target, ch);
+        self.table.set_to_peer(target, ch);
         Some(ch)
     }
 
     pub(super) fn close_channel(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        let chan = &mut self.channels[ch as usize];
-        if chan.closed {
+        if !self.table.close(ch) {
             return;
         }
-        chan.closed = true;
-        self.closed_channels.push(ch);
-        let peer = chan.peer;
-        let token = chan.token;
-        let opener = chan.opener;
+        let chan = &mut self.table.channels[ch as usize];
         let circuits: Vec<u32> = chan.circs.all().collect();
         let conns = std::mem::take(&mut chan.conns);
         let quic = chan.quic;
         let mut sockets = Vec::with_capacity(conns.len());
         for &k in &conns {
-            sockets.push(self.conns[k as usize].socket);
+            sockets.push(self.table.conns[k as usize].socket);
             self.drop_conn(k);
-        }
-        if self.chan_by_peer.get(&peer) == Some(&ch) {
-            self.chan_by_peer.remove(&peer);
-        }
-        if !opener && self.chan_by_token.get(&(peer, token)) == Some(&ch) {
-            self.chan_by_token.remove(&(peer, token));
         }
         for circ in circuits {
             let from_prev = self.circuits[circ].as_ref().map(|c| c.prev.chan == ch);
@@ -713,19 +636,8 @@ impl Relay {
     /// threads are still handling (whose answer checks the circuit's channel and id, which a
     /// new channel in the same slot could repeat). Called once a second.
     pub(super) fn recycle_channels(&mut self) {
-        if self.closed_channels.is_empty() {
-            return;
-        }
-        let (channels, skins) = (&self.channels, &self.onion_skins);
-        let free = &mut self.free_channels;
-        self.closed_channels.retain(|&ch| {
-            let named =
-                channels[ch as usize].pending || skins.iter().any(|&Reverse((_, _, c, _))| c == ch);
-            if !named {
-                free.push(ch);
-            }
-            named
-        });
+        let skins = &self.onion_skins;
+        (self.table).recycle(|ch| skins.iter().any(|&Reverse((_, _, c, _))| c == ch));
     }
 }
 

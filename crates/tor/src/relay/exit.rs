@@ -76,7 +76,7 @@ impl Relay {
         self.note_socket_opened();
         let stream = ExitStream::new(&self.world.params, circ, cell.stream_id, Some(socket));
         let st = self.add_exit_stream(stream);
-        Self::map_socket(&mut self.stream_by_socket, socket, st);
+        map_socket(&mut self.stream_by_socket, socket, st);
         self.exit_circuit(circ, now).streams.push(st);
     }
 
@@ -261,7 +261,7 @@ impl Relay {
         if cell.stream_id == 0 {
             let blocked = {
                 let c = self.circuits[circ].as_ref().unwrap();
-                c.prev.conn != NONE && self.conns[c.prev.conn as usize].blocked
+                c.prev.conn != NONE && self.table.conns[c.prev.conn as usize].blocked
             };
             let increment = match self.world.params.flow_control {
                 FlowControl::Sendme => self.world.params.circuit_sendme_increment,

@@ -23,8 +23,10 @@
 //! Its files, by job:
 //! - `mod.rs`: the relay's state, what arrives on sockets and timers, cells for this hop,
 //!   circuits' creation, extension and destruction;
-//! - `channels.rs`: channels and their connections (opening, joining, closing, which
-//!   connection a circuit is pinned to, sequenced cells);
+//! - `table.rs`: the channel table, `ChannelTable`: channels and connections in reusable
+//!   slots, found by socket, peer, join token or QUIC connection;
+//! - `channels.rs`: what channels and their connections do (opening, joining, closing,
+//!   which connection a circuit is pinned to, sequenced cells);
 //! - `design/`: the channel designs, one file each, behind the hooks of `Design`;
 //! - `scheduler.rs`: what a scheduler run does, cell by cell;
 //! - `runs.rs`: the scheduler's own state, `Scheduler`: its work list, and whether it
@@ -46,10 +48,9 @@
 //! ```
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use onionlab_engine::heap::push_growing_by_eighths;
 use onionlab_engine::slab::Slab;
 use onionlab_engine::time::{millis, SimTime, NANOS_PER_SEC};
 use onionlab_engine::HostId;
@@ -79,12 +80,14 @@ mod exit;
 mod meter;
 mod runs;
 mod scheduler;
+mod table;
 
 use design::{with_design, ConnLoss, Design};
 pub use meter::RelayMeter;
 use meter::SecondEnd;
 use runs::Scheduler;
 use scheduler::Run;
+use table::{map_socket, ChannelTable};
 
 /// Timers of a relay.
 #[derive(Clone, Copy, Debug)]
@@ -351,6 +354,43 @@ struct Conn {
 }
 
 impl Conn {
+    /// A connection of channel `ch` on `socket`, `open` if its TCP handshake is done (it was
+    /// accepted), whose link handshake is `link`; `stream` if it is a QUIC stream rather than a
+    /// TCP connection. Its `created` stamp is the table's to give.
+    fn new(
+        socket: SocketId,
+        ch: u32,
+        open: bool,
+        link: LinkHandshake,
+        stream: bool,
+        clock: &EwmaClock,
+        now: SimTime,
+    ) -> Self {
+        Conn {
+            socket,
+            chan: ch,
+            open,
+            confirmed: true,
+            link,
+            state: ConnState::Active,
+            blocked: false,
+            read_blocked: false,
+            peer_finished: false,
+            limit: 0,
+            queued_bytes: 0,
+            circuits: 0,
+            created: 0,
+            last_used: now,
+            ewma: CircuitEwma::new(clock, now),
+            ewma_seen: 0.0,
+            ewma_seen_tick: u64::MAX,
+            touched: false,
+            watched: false,
+            limit_run: 0,
+            stream,
+        }
+    }
+
     /// Whether cells may go on it: connected, handshaken and taken into its channel.
     fn carries_cells(&self) -> bool {
         self.open && self.link.is_open() && self.confirmed
@@ -605,30 +645,8 @@ pub struct Relay {
     clock: EwmaClock,
     design: ChannelDesign,
     conn_limit: u32,
-    channels: Vec<Channel>,
-    /// Channel slots to reuse: provisional channels of accepted connections that joined
-    /// another channel (they never carried a circuit and nothing refers to them), and closed
-    /// channels once nothing can name them any more (`closed_channels`). Without reuse a
-    /// relay's table would grow with every channel it ever had (PCTCP closes a channel with
-    /// its last circuit's connection, failures and ConnLimit close others), for the whole run.
-    free_channels: Vec<u32>,
-    /// Closed channels whose slots are not reusable yet: the scheduler's pending list or an
-    /// onion skin still being handled may name them. Checked once a second
-    /// (`recycle_channels`).
-    closed_channels: Vec<u32>,
-    /// The next token a channel we open gets (named in its connections' Join messages). A
-    /// counter rather than the slot, so that a reused slot never carries the token of a
-    /// channel the peer may still hold.
-    next_token: u32,
-    conns: Vec<Conn>,
-    free_conns: Vec<u32>,
-    conn_by_socket: Vec<u32>,
-    conns_created: u64,
-    chan_by_peer: HashMap<HostId, u32>,
-    /// Channels opened by a peer, by (peer, the peer's index of the channel).
-    chan_by_token: HashMap<(HostId, u32), u32>,
-    /// Channels by the socket slot of their QUIC connection.
-    chan_by_quic: Vec<u32>,
+    /// Channels and their connections, and the indexes that find them.
+    table: ChannelTable,
     circuits: Slab<Circuit>,
     streams: Slab<ExitStream>,
     stream_by_socket: Vec<u32>,
@@ -707,17 +725,7 @@ impl Relay {
             design: p.channel,
             conn_limit,
             world,
-            channels: Vec::new(),
-            free_channels: Vec::new(),
-            closed_channels: Vec::new(),
-            next_token: 0,
-            conns: Vec::new(),
-            free_conns: Vec::new(),
-            conn_by_socket: Vec::new(),
-            conns_created: 0,
-            chan_by_peer: HashMap::new(),
-            chan_by_token: HashMap::new(),
-            chan_by_quic: Vec::new(),
+            table: ChannelTable::new(),
             circuits: Slab::new(),
             streams: Slab::new(),
             stream_by_socket: Vec::new(),
@@ -738,11 +746,11 @@ impl Relay {
     /// Bytes a cell takes on channel `ch`: a sequenced channel adds the design's sequence
     /// number (IMUX's).
     fn chan_cell_bytes(&self, ch: u32) -> u64 {
-        if self.channels[ch as usize].carrier == Carrier::Quic {
+        if self.table.channels[ch as usize].carrier == Carrier::Quic {
             // QUIC's own headers and AEAD tags are counted by the QUIC model, per packet.
             return onionlab_torcore::CELL_BYTES as u64;
         }
-        let seq = if self.channels[ch as usize].sequenced {
+        let seq = if self.table.channels[ch as usize].sequenced {
             with_design!(self.design, D => D::SEQ_BYTES)
         } else {
             0
@@ -786,7 +794,7 @@ impl Relay {
                 return;
             }
             for (k, socket) in std::mem::take(&mut self.ended_after_read) {
-                if self.conns[k as usize].socket == socket {
+                if self.table.conns[k as usize].socket == socket {
                     self.conn_lost(io, k);
                 }
             }
@@ -831,8 +839,8 @@ impl Relay {
             SocketEvent::Writable(socket) => {
                 if let Some(k) = self.conn_of(socket) {
                     self.update_conn(k, |c| c.blocked = false);
-                    let ch = self.conns[k as usize].chan;
-                    if !self.channels[ch as usize].mux.is_empty() {
+                    let ch = self.table.conns[k as usize].chan;
+                    if !self.table.channels[ch as usize].mux.is_empty() {
                         self.mark_pending(io, ch);
                     }
                 } else if let Some(st) = self.stream_of(socket) {
@@ -845,7 +853,7 @@ impl Relay {
                     // handled (for IMUX, the cells it flushed before CLOSING_CONN_END): bytes
                     // the read bucket held back are read first, and messages already read
                     // may still be queued behind this event.
-                    self.conns[k as usize].peer_finished = true;
+                    self.table.conns[k as usize].peer_finished = true;
                     self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     self.streams[st].as_mut().unwrap().server_done = true;
@@ -885,7 +893,7 @@ impl Relay {
         self.add_conn(io, ch, socket, true);
         if !with_design!(self.design, D => D::JOINS) {
             // A relay that connects to us may be asked to extend back through us.
-            self.chan_by_peer.entry(peer).or_insert(ch);
+            self.table.offer_to_peer(peer, ch);
         }
     }
 
@@ -902,7 +910,7 @@ impl Relay {
                 self.write_conn(io, k, hello.wire_bytes(), Wire::Link(hello));
                 self.flush_conn(io, k);
             }
-            let ch = self.conns[k as usize].chan;
+            let ch = self.table.conns[k as usize].chan;
             self.mark_pending(io, ch);
         } else if let Some(st) = self.stream_of(socket) {
             self.server_connected(io, st);
@@ -950,11 +958,11 @@ impl Relay {
         let Some(k) = self.conn_of(socket) else {
             return false;
         };
-        if !self.conns[k as usize].link.is_open() {
+        if !self.table.conns[k as usize].link.is_open() {
             return false;
         }
-        let ch = self.conns[k as usize].chan;
-        let Some(circ) = self.channels[ch as usize].circs.lookup(cell.circ_id) else {
+        let ch = self.table.conns[k as usize].chan;
+        let Some(circ) = self.table.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return false;
         };
         let c = self.circuits[circ].as_ref().unwrap();
@@ -979,7 +987,7 @@ impl Relay {
     }
 
     fn on_message(&mut self, io: &mut impl Io<RelayTimer>, k: u32, message: Wire) {
-        if !self.conns[k as usize].link.is_open() && !matches!(message, Wire::Link(_)) {
+        if !self.table.conns[k as usize].link.is_open() && !matches!(message, Wire::Link(_)) {
             // Nothing but the handshake may come before it completes (tor closes such a
             // connection as a protocol violation).
             self.conn_lost(io, k);
@@ -989,7 +997,7 @@ impl Relay {
             Wire::Cell(cell) => {
                 self.meter.second.cells_in += 1;
                 self.work.cells += 1;
-                let ch = self.conns[k as usize].chan;
+                let ch = self.table.conns[k as usize].chan;
                 self.handle_cell(io, ch, k, cell);
             }
             Wire::Sequenced { cell, seq } => {
@@ -1001,16 +1009,16 @@ impl Relay {
             Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
             Wire::Joined => {
                 self.update_conn(k, |c| c.confirmed = true);
-                let ch = self.conns[k as usize].chan;
-                if self.channels[ch as usize].carrier == Carrier::Undecided {
+                let ch = self.table.conns[k as usize].chan;
+                if self.table.channels[ch as usize].carrier == Carrier::Undecided {
                     self.quux_decide(io, ch);
                 }
-                if !self.channels[ch as usize].mux.is_empty() {
+                if !self.table.channels[ch as usize].mux.is_empty() {
                     self.mark_pending(io, ch);
                 }
             }
             Wire::ClosingBegin => {
-                let (ch, now) = (self.conns[k as usize].chan, io.now());
+                let (ch, now) = (self.table.conns[k as usize].chan, io.now());
                 with_design!(self.design, D => D::peer_refused(self, ch, now));
                 // Everything we wrote on it is in the socket already: answer and close.
                 self.update_conn(k, |c| c.state = ConnState::Closing);
@@ -1030,7 +1038,7 @@ impl Relay {
     /// Reads as much of a connection's waiting data as the read bucket allows.
     fn read_conn(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
         let now = io.now();
-        let socket = self.conns[k as usize].socket;
+        let socket = self.table.conns[k as usize].socket;
         if socket.slot == NONE {
             return;
         }
@@ -1043,7 +1051,7 @@ impl Relay {
             }
             self.buckets.note_read(n, true);
             if n < waiting {
-                let c = &mut self.conns[k as usize];
+                let c = &mut self.table.conns[k as usize];
                 if !c.read_blocked {
                     c.read_blocked = true;
                     self.read_waiting.push(k);
@@ -1052,7 +1060,7 @@ impl Relay {
                 return;
             }
         }
-        if self.conns[k as usize].peer_finished {
+        if self.table.conns[k as usize].peer_finished {
             // Everything the peer sent is read; it ends once those messages are handled.
             self.ended_after_read.push((k, socket));
         }
@@ -1079,7 +1087,7 @@ impl Relay {
             self.on_create(io, ch, k, cell);
             return;
         }
-        let Some(circ) = self.channels[ch as usize].circs.lookup(cell.circ_id) else {
+        let Some(circ) = self.table.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return;
         };
         let c = self.circuits[circ].as_ref().unwrap();
@@ -1123,7 +1131,7 @@ impl Relay {
             exit: None,
             stats: QueueStats::default(),
         });
-        if !self.channels[ch as usize]
+        if !self.table.channels[ch as usize]
             .circs
             .bind_theirs(cell.circ_id, circ)
         {
@@ -1199,7 +1207,7 @@ impl Relay {
             self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
             return;
         };
-        let circ_id = self.channels[ch as usize].circs.allocate(circ);
+        let circ_id = self.table.channels[ch as usize].circs.allocate(circ);
         let c = self.circuits[circ].as_mut().unwrap();
         c.next = Some(Side::new(ch, circ_id, 0));
         let mut create = Cell::new(0, CellCommand::Create2);
@@ -1249,7 +1257,7 @@ impl Relay {
         c.stats.max_queue = c.stats.max_queue.max(len);
         let ch = side.chan;
         self.queued_cells += u64::from(count);
-        let chan = &mut self.channels[ch as usize];
+        let chan = &mut self.table.channels[ch as usize];
         chan.queued += u64::from(count);
         chan.mux.add_active(circ);
         self.mark_pending(io, ch);
@@ -1283,7 +1291,7 @@ impl Relay {
         let cell_bytes = self.world.cell_wire_bytes();
         for (side, notify) in sides {
             self.queued_cells -= side.queue.len() as u64;
-            let chan = &mut self.channels[side.chan as usize];
+            let chan = &mut self.table.channels[side.chan as usize];
             chan.queued -= side.queue.len() as u64;
             chan.mux.detach(circ);
             chan.parked.retain(|&x| x != circ);
@@ -1295,15 +1303,15 @@ impl Relay {
                 chan.conns
                     .iter()
                     .copied()
-                    .find(|&k| self.conns[k as usize].state == ConnState::Active)
+                    .find(|&k| self.table.conns[k as usize].state == ConnState::Active)
                     .unwrap_or(NONE)
             };
             if side.conn != NONE && chan.conns.contains(&side.conn) {
-                let pinned = &mut self.conns[side.conn as usize].circuits;
+                let pinned = &mut self.table.conns[side.conn as usize].circuits;
                 *pinned = pinned.saturating_sub(1);
             }
             let sequenced_chan = chan.sequenced;
-            if notify && conn != NONE && self.conns[conn as usize].carries_cells() {
+            if notify && conn != NONE && self.table.conns[conn as usize].carries_cells() {
                 let mut destroy = Cell::new(side.circ_id, CellCommand::Destroy);
                 destroy.arg = reason;
                 let message = if sequenced_chan {
@@ -1319,7 +1327,11 @@ impl Relay {
                 }
             }
             // Where the connection was the circuit's own (PCTCP, QUIC), it goes too.
-            if side.conn != NONE && self.channels[side.chan as usize].conns.contains(&side.conn) {
+            if side.conn != NONE
+                && self.table.channels[side.chan as usize]
+                    .conns
+                    .contains(&side.conn)
+            {
                 let (ch, k) = (side.chan, side.conn);
                 with_design!(self.design, D => D::circuit_left(self, io, ch, k));
             }
@@ -1340,7 +1352,8 @@ impl Relay {
 
     /// The channels that are open or opening.
     pub fn channel_views(&self) -> Vec<ChannelView> {
-        self.channels
+        self.table
+            .channels
             .iter()
             .filter(|c| !c.closed && !c.conns.is_empty())
             .map(|c| ChannelView {
@@ -1376,7 +1389,7 @@ impl Relay {
 
     /// Adds what this relay holds to `census`; `is_relay` says which hosts are relays.
     pub fn census(&self, is_relay: impl Fn(HostId) -> bool, census: &mut Census) {
-        for chan in self.channels.iter().filter(|c| !c.closed) {
+        for chan in self.table.channels.iter().filter(|c| !c.closed) {
             if is_relay(chan.peer) {
                 census.relay_channels += 1;
             } else {
@@ -1442,7 +1455,7 @@ impl Machine for Relay {
                 self.refill_armed = false;
                 self.buckets.refill(io.now());
                 for k in std::mem::take(&mut self.read_waiting) {
-                    self.conns[k as usize].read_blocked = false;
+                    self.table.conns[k as usize].read_blocked = false;
                     self.read_conn(io, k);
                 }
                 for circ in std::mem::take(&mut self.package_waiting) {

@@ -51,7 +51,7 @@ struct CellToWrite {
 
 impl Relay {
     pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        let chan = &mut self.channels[ch as usize];
+        let chan = &mut self.table.channels[ch as usize];
         if chan.pending || chan.mux.is_empty() {
             return;
         }
@@ -103,7 +103,7 @@ impl Relay {
         weight: &CellWeight,
         heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
     ) -> bool {
-        let chan = &self.channels[ch as usize];
+        let chan = &self.table.channels[ch as usize];
         if chan.room == 0 {
             return false;
         }
@@ -122,7 +122,7 @@ impl Relay {
         weight: &CellWeight,
         heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
     ) -> Requeued {
-        let chan = &self.channels[ch as usize];
+        let chan = &self.table.channels[ch as usize];
         if chan.room == 0 {
             return Requeued::NoRoom;
         }
@@ -140,8 +140,8 @@ impl Relay {
 
     /// Counts the channel's connections with room for a cell at the start of a scheduler run.
     pub(super) fn count_room(&mut self, ch: u32, cell_bytes: u64) {
-        let chan = &mut self.channels[ch as usize];
-        let conns = &self.conns;
+        let chan = &mut self.table.channels[ch as usize];
+        let conns = &self.table.conns;
         chan.room = chan
             .conns
             .iter()
@@ -153,7 +153,7 @@ impl Relay {
     /// scheduler run, unless this run already did.
     pub(super) fn refresh_limit(&mut self, io: &impl Io<RelayTimer>, k: u32) {
         let params = &self.world.params;
-        let conn = &mut self.conns[k as usize];
+        let conn = &mut self.table.conns[k as usize];
         if conn.limit_run == self.sched.stamp() {
             return;
         }
@@ -179,11 +179,11 @@ impl Relay {
     pub(super) fn parked_room(&self, io: &impl Io<RelayTimer>) -> bool {
         let params = &self.world.params;
         self.sched.pending.iter().any(|&ch| {
-            let chan = &self.channels[ch as usize];
+            let chan = &self.table.channels[ch as usize];
             let cell_bytes = self.chan_cell_bytes(ch);
             !chan.mux.is_empty()
                 && chan.conns.iter().any(|&k| {
-                    let conn = &self.conns[k as usize];
+                    let conn = &self.table.conns[k as usize];
                     conn.usable() && socket_limit(params, io, conn.socket).0 >= cell_bytes
                 })
         })
@@ -212,7 +212,9 @@ impl Relay {
             return None;
         }
         self.refresh_limit(io, k);
-        self.conns[k as usize].has_room(cell_bytes).then_some(k)
+        self.table.conns[k as usize]
+            .has_room(cell_bytes)
+            .then_some(k)
     }
 
     /// Moves queued cells into connection sockets: globally across channels, quietest
@@ -264,24 +266,24 @@ impl Relay {
         std::mem::swap(&mut self.sched.pending, pending);
         let mut any_room = false;
         for ch in pending.drain(..) {
-            let chan = &mut self.channels[ch as usize];
+            let chan = &mut self.table.channels[ch as usize];
             chan.pending = false;
             if chan.mux.is_empty() {
                 continue;
             }
             let cell_bytes = self.chan_cell_bytes(ch);
-            if self.channels[ch as usize].carrier == Carrier::Quic {
+            if self.table.channels[ch as usize].carrier == Carrier::Quic {
                 self.refresh_quic_limit(io, ch);
             }
-            let lazy = self.channels[ch as usize].conns.len() > 1 && !reads_every_limit;
+            let lazy = self.table.channels[ch as usize].conns.len() > 1 && !reads_every_limit;
             if lazy {
                 // Limits are read as connections are tried; running out of room shows as
                 // the channel's circuits parking one by one.
-                self.channels[ch as usize].room = u32::MAX;
+                self.table.channels[ch as usize].room = u32::MAX;
                 with_design!(run.design, D => D::rank(self, ch, run.now));
             } else {
-                for i in 0..self.channels[ch as usize].conns.len() {
-                    let k = self.channels[ch as usize].conns[i];
+                for i in 0..self.table.channels[ch as usize].conns.len() {
+                    let k = self.table.channels[ch as usize].conns[i];
                     self.refresh_limit(io, k);
                 }
                 self.count_room(ch, cell_bytes);
@@ -320,14 +322,14 @@ impl Relay {
                 scratch.deferred.push(ch);
                 continue;
             }
-            let on_quic = self.channels[ch as usize].carrier == Carrier::Quic;
-            if on_quic && self.channels[ch as usize].quic_limit < cell_bytes {
+            let on_quic = self.table.channels[ch as usize].carrier == Carrier::Quic;
+            if on_quic && self.table.channels[ch as usize].quic_limit < cell_bytes {
                 // The QUIC connection has taken what KIST lets it have in this run.
                 self.meter.write_limit_hits += 1;
                 scratch.deferred.push(ch);
                 continue;
             }
-            let best = best.or_else(|| self.channels[ch as usize].mux.best(run.now));
+            let best = best.or_else(|| self.table.channels[ch as usize].mux.best(run.now));
             let Some(circ) = best else {
                 continue;
             };
@@ -344,7 +346,7 @@ impl Relay {
             if !self.write_cell(io, run, cell, scratch) {
                 continue;
             }
-            if !self.channels[ch as usize].mux.is_empty() {
+            if !self.table.channels[ch as usize].mux.is_empty() {
                 match self.requeue_unless_first(ch, &run.weight, &mut scratch.heap) {
                     Requeued::NoRoom => {
                         self.meter.write_limit_hits += 1;
@@ -355,7 +357,7 @@ impl Relay {
                 }
             }
         }
-        Self::release(&self.conns, &mut self.work, io, &mut run.held);
+        Self::release(&self.table.conns, &mut self.work, io, &mut run.held);
     }
 
     /// The connection the next cell of `circ` goes on in this run. `None` if the circuit has
@@ -382,7 +384,7 @@ impl Relay {
             self.pick_conn(io, ch, circ, cell_bytes)
         };
         if chosen.is_none() {
-            let chan = &mut self.channels[ch as usize];
+            let chan = &mut self.table.channels[ch as usize];
             chan.mux.remove(circ);
             if !empty {
                 chan.parked.push(circ);
@@ -417,7 +419,7 @@ impl Relay {
         let c = self.circuits[circ].as_mut().unwrap();
         let side = c.side_for(ch);
         let cell = side.queue.pop_front().unwrap();
-        let message = if self.channels[ch as usize].sequenced {
+        let message = if self.table.channels[ch as usize].sequenced {
             Wire::Sequenced {
                 cell,
                 seq: side.seq_out,
@@ -426,7 +428,7 @@ impl Relay {
             Wire::Cell(cell)
         };
         if !Self::write_held(
-            &mut self.conns,
+            &mut self.table.conns,
             &mut self.unsent_watch,
             &mut self.work,
             io,
@@ -438,7 +440,7 @@ impl Relay {
             side.queue.push_front(cell);
             self.update_conn(k, |c| c.blocked = true);
             // It had room (it was chosen for it); now it has none.
-            self.channels[ch as usize].room -= 1;
+            self.table.channels[ch as usize].room -= 1;
             if !self.requeue(ch, &run.weight, &mut scratch.heap) {
                 scratch.deferred.push(ch);
             }
@@ -446,12 +448,12 @@ impl Relay {
         }
         side.seq_out += 1;
         if on_quic {
-            self.channels[ch as usize].quic_limit -= cell_bytes;
+            self.table.channels[ch as usize].quic_limit -= cell_bytes;
         }
-        let conn = &mut self.conns[k as usize];
+        let conn = &mut self.table.conns[k as usize];
         conn.limit -= cell_bytes;
         if conn.limit < cell_bytes {
-            self.channels[ch as usize].room -= 1;
+            self.table.channels[ch as usize].room -= 1;
         }
         conn.queued_bytes += cell_bytes;
         conn.last_used = run.now;
@@ -463,7 +465,7 @@ impl Relay {
                 scratch.unblocked.push(circ);
             }
         }
-        let chan = &mut self.channels[ch as usize];
+        let chan = &mut self.table.channels[ch as usize];
         c.stats.cells += 1;
         c.stats.overtaken += chan.queued - own;
         chan.queued -= 1;
@@ -477,8 +479,8 @@ impl Relay {
         if emptied {
             chan.mux.remove(circ);
         }
-        if !self.conns[k as usize].touched {
-            self.conns[k as usize].touched = true;
+        if !self.table.conns[k as usize].touched {
+            self.table.conns[k as usize].touched = true;
             scratch.touched.push(k);
         }
         with_design!(run.design, D => D::cell_written(self, io, run, ch, circ, k));
@@ -502,12 +504,12 @@ impl Relay {
             self.audit_kist(io, &scratch.touched);
         }
         for &k in scratch.touched.iter() {
-            self.conns[k as usize].touched = false;
+            self.table.conns[k as usize].touched = false;
             self.flush_conn(io, k);
         }
         scratch.touched.clear();
         for ch in scratch.parked.drain(..) {
-            let chan = &mut self.channels[ch as usize];
+            let chan = &mut self.table.channels[ch as usize];
             for circ in std::mem::take(&mut chan.parked) {
                 chan.mux.add_active(circ);
             }
@@ -518,7 +520,7 @@ impl Relay {
         }
         let out_of_tokens = run.allowance < run.base_cell_bytes;
         for ch in scratch.deferred.drain(..) {
-            let chan = &mut self.channels[ch as usize];
+            let chan = &mut self.table.channels[ch as usize];
             if !chan.pending && !chan.mux.is_empty() {
                 chan.pending = true;
                 self.sched.pending.push(ch);
@@ -542,7 +544,7 @@ impl Relay {
             && with_design!(run.design, D => D::MAY_PARK)
             && !io.models_cpu();
         if park {
-            let (channels, conns) = (&self.channels, &self.conns);
+            let (channels, conns) = (&self.table.channels, &self.table.conns);
             let sockets = self.sched.park(|ch, sockets| {
                 let of_conn = |&k: &u32| conns[k as usize].socket;
                 sockets.extend(channels[ch as usize].conns.iter().map(of_conn));
@@ -566,8 +568,11 @@ impl Relay {
         };
         let sock_buf_size_factor = self.world.params.kist_sock_buf_size_factor;
         // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
-        for &k in touched.iter().filter(|&&k| !self.conns[k as usize].stream) {
-            let socket = self.conns[k as usize].socket;
+        for &k in touched
+            .iter()
+            .filter(|&&k| !self.table.conns[k as usize].stream)
+        {
+            let socket = self.table.conns[k as usize].socket;
             if let Some(i) = io.send_window(socket) {
                 let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
                 let space = (cwnd - unacked).max(0) * mss;

@@ -656,7 +656,11 @@ fn closed_channels_leave_their_slots_for_new_ones() {
         // it); after the next sample it is free again.
         settle(&mut relay, &mut io, 1000);
     }
-    assert_eq!(relay.channels.len(), 1, "every channel took a new slot");
+    assert_eq!(
+        relay.table.channels.len(),
+        1,
+        "every channel took a new slot"
+    );
 }
 
 /// The fields a scheduler run reads of every pending channel share its first cache line, and

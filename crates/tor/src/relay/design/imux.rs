@@ -36,7 +36,7 @@ impl Design for Imux {
     /// Over the socket cap an extra connection is refused with the closing handshake;
     /// otherwise a Joined confirms it.
     fn joined(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, _heavy: bool) {
-        if r.channels[ch as usize].conns.len() > 1 && r.open_sockets > r.socket_limit() {
+        if r.table.channels[ch as usize].conns.len() > 1 && r.open_sockets > r.socket_limit() {
             r.meter.second.conn_limit_refusals += 1;
             r.begin_closing(io, k);
         } else {
@@ -47,7 +47,7 @@ impl Design for Imux {
     /// Round robin pins each circuit to the next connection in turn; the other schedulers
     /// choose per cell.
     fn pin(r: &mut Relay, ch: u32, _bulk: bool, _arrived_on: u32) -> (u32, bool) {
-        let chan = &mut r.channels[ch as usize];
+        let chan = &mut r.table.channels[ch as usize];
         if r.world.params.imux_scheduler != ImuxScheduler::RoundRobin || chan.conns.is_empty() {
             return (NONE, false);
         }
@@ -71,12 +71,12 @@ impl Design for Imux {
             mux,
             multi,
             ..
-        } = &mut r.channels[ch as usize];
+        } = &mut r.table.channels[ch as usize];
         let m = MultiConn::made(multi);
         let mut current = !m.ranking_stale && m.ranking_tick == tick;
         if current {
             for &k in &m.rank_dirty {
-                let conn = &mut r.conns[k as usize];
+                let conn = &mut r.table.conns[k as usize];
                 let old = (conn.ewma_seen, k);
                 conn.ewma_seen = conn.ewma.value(clock, now);
                 conn.ewma_seen_tick = tick;
@@ -89,7 +89,7 @@ impl Design for Imux {
         if !current {
             m.ranking.clear();
             for &k in chan_conns.iter() {
-                let conn = &mut r.conns[k as usize];
+                let conn = &mut r.table.conns[k as usize];
                 if conn.usable() {
                     if conn.ewma_seen_tick != tick {
                         conn.ewma_seen = conn.ewma.value(clock, now);
@@ -105,8 +105,8 @@ impl Design for Imux {
         if cfg!(test) {
             // The ranking kept up to date is the one built afresh.
             let mut fresh: Vec<(f64, u32)> = (chan_conns.iter())
-                .filter(|&&k| r.conns[k as usize].usable())
-                .map(|&k| (r.conns[k as usize].ewma.value(clock, now), k))
+                .filter(|&&k| r.table.conns[k as usize].usable())
+                .map(|&k| (r.table.conns[k as usize].ewma.value(clock, now), k))
                 .collect();
             fresh.sort_unstable_by(transport::ranking_order);
             assert_eq!(m.ranking, fresh, "IMUX ranking out of step");
@@ -130,7 +130,7 @@ impl Design for Imux {
         let k = match r.world.params.imux_scheduler {
             ImuxScheduler::ShortestQueue => {
                 // Every connection's queue was read at the start of the run.
-                let (chan, conns) = (&r.channels[ch as usize], &r.conns);
+                let (chan, conns) = (&r.table.channels[ch as usize], &r.table.conns);
                 let best = transport::shortest_queue(chan.conns.iter().map(|&k| {
                     let c = &conns[k as usize];
                     c.has_room(cell_bytes).then_some(c.queued_bytes)
@@ -138,7 +138,7 @@ impl Design for Imux {
                 return Some(chan.conns[best]);
             }
             ImuxScheduler::Ewma => {
-                let multi = r.channels[ch as usize].multi();
+                let multi = r.table.channels[ch as usize].multi();
                 let ranks = &multi.circ_ranks;
                 let rank = ranks
                     .binary_search_by_key(&circ, |e| e.0)
@@ -159,17 +159,17 @@ impl Design for Imux {
         _circ: u32,
         k: u32,
     ) {
-        let conn = &mut r.conns[k as usize];
+        let conn = &mut r.table.conns[k as usize];
         conn.ewma.note_cells(&r.clock, 1, run.now);
         if conn.ewma_seen_tick != u64::MAX {
             conn.ewma_seen_tick = u64::MAX;
-            r.channels[ch as usize].multi_mut().rank_dirty.push(k);
+            r.table.channels[ch as usize].multi_mut().rank_dirty.push(k);
         }
     }
 
     /// A connection of a channel with others left just goes.
     fn conn_lost(r: &Relay, ch: u32, _k: u32) -> ConnLoss {
-        if r.channels[ch as usize].conns.len() > 1 {
+        if r.table.channels[ch as usize].conns.len() > 1 {
             ConnLoss::Quiet
         } else {
             ConnLoss::Channel
@@ -182,7 +182,7 @@ impl Design for Imux {
     /// every refused connection each second and both relays churn thousands of handshakes.
     /// Called while the refused or closed connection is still one of the channel's.
     fn peer_refused(r: &mut Relay, ch: u32, now: SimTime) {
-        let chan = &mut r.channels[ch as usize];
+        let chan = &mut r.table.channels[ch as usize];
         if !chan.opener {
             return;
         }
@@ -201,8 +201,8 @@ impl Design for Imux {
         let now = io.now();
         let mut ages = Vec::new();
         let mut close = Vec::new();
-        for ch in 0..r.channels.len() as u32 {
-            let chan = &mut r.channels[ch as usize];
+        for ch in 0..r.table.channels.len() as u32 {
+            let chan = &mut r.table.channels[ch as usize];
             if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token == NONE {
                 continue;
             }
@@ -229,10 +229,10 @@ impl Design for Imux {
                     }
                 }
             } else if target < nconns {
-                let chan = &r.channels[ch as usize];
+                let chan = &r.table.channels[ch as usize];
                 ages.clear();
                 ages.extend(chan.conns.iter().map(|&k| {
-                    let c = &r.conns[k as usize];
+                    let c = &r.table.conns[k as usize];
                     ConnAge {
                         open: c.carries_cells(),
                         created: c.created,
@@ -255,14 +255,14 @@ impl Imux {
     fn round_robin(r: &mut Relay, ch: u32, circ: u32, pinned: u32) -> Option<u32> {
         // A freed slot has no socket; a reused one may sit on another channel.
         let alive = pinned != NONE && {
-            let c = &r.conns[pinned as usize];
+            let c = &r.table.conns[pinned as usize];
             c.chan == ch && c.socket.slot != NONE && c.state == ConnState::Active
         };
         if alive {
             return Some(pinned);
         }
-        let conns = &r.conns;
-        let chan = &mut r.channels[ch as usize];
+        let conns = &r.table.conns;
+        let chan = &mut r.table.channels[ch as usize];
         let is_active = |k: &&u32| conns[**k as usize].state == ConnState::Active;
         let active = chan.conns.iter().filter(is_active).count();
         if active == 0 {
@@ -273,7 +273,7 @@ impl Imux {
         let k = *chan.conns.iter().filter(is_active).nth(multi.turn).unwrap();
         let side = r.circuits[circ].as_mut().unwrap().side_for(ch);
         side.conn = k;
-        r.conns[k as usize].circuits += 1;
+        r.table.conns[k as usize].circuits += 1;
         Some(k)
     }
 }

@@ -152,7 +152,7 @@ pub(super) trait Design {
     /// cell), and whether it travels as heavy traffic. `arrived_on` is the connection its
     /// CREATE2 came on, or the one `circuit_conn` made; `bulk`: the client declared it bulk.
     fn pin(r: &mut Relay, ch: u32, _bulk: bool, _arrived_on: u32) -> (u32, bool) {
-        let first = r.channels[ch as usize].conns.first().copied();
+        let first = r.table.channels[ch as usize].conns.first().copied();
         (first.unwrap_or(NONE), false)
     }
 

@@ -19,7 +19,7 @@ impl Design for Pctcp {
         match r.open_conn(io, ch, 0) {
             Some(k) => Ok(k),
             None => {
-                if r.channels[ch as usize].conns.is_empty() {
+                if r.table.channels[ch as usize].conns.is_empty() {
                     r.close_channel(io, ch);
                 }
                 Err(())
@@ -34,8 +34,8 @@ impl Design for Pctcp {
 
     /// The circuit's connection goes with it; the opener closes it.
     fn circuit_left(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, k: u32) {
-        if r.channels[ch as usize].opener && r.conns[k as usize].circuits == 0 {
-            let socket = r.conns[k as usize].socket;
+        if r.table.channels[ch as usize].opener && r.table.conns[k as usize].circuits == 0 {
+            let socket = r.table.conns[k as usize].socket;
             r.drop_conn(k);
             io.close(socket);
         }
@@ -44,9 +44,9 @@ impl Design for Pctcp {
     /// A connection that carries no circuit (its circuit's DESTROY came first) just goes;
     /// one of several fails its circuit only; the last one fails the channel.
     fn conn_lost(r: &Relay, ch: u32, k: u32) -> ConnLoss {
-        if r.conns[k as usize].circuits == 0 {
+        if r.table.conns[k as usize].circuits == 0 {
             ConnLoss::Quiet
-        } else if r.channels[ch as usize].conns.len() > 1 {
+        } else if r.table.channels[ch as usize].conns.len() > 1 {
             ConnLoss::Circuits
         } else {
             ConnLoss::Channel

@@ -51,7 +51,7 @@ impl Design for Quic {
         }
         // Without a socket left for QUIC the channel still decides when its link handshake
         // completes, and so counts as a fallback to TCP.
-        r.channels[ch as usize].carrier = Carrier::Undecided;
+        r.table.channels[ch as usize].carrier = Carrier::Undecided;
         if r.open_sockets < r.socket_limit() {
             let quic = io.quic_connect(target, QUIC_PORT);
             r.bind_quic(ch, quic);
@@ -72,7 +72,7 @@ impl Design for Quic {
 
     /// On a channel on QUIC, a stream of its own.
     fn circuit_conn(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32) -> Result<u32, ()> {
-        if r.channels[ch as usize].carrier != Carrier::Quic {
+        if r.table.channels[ch as usize].carrier != Carrier::Quic {
             return Ok(NONE);
         }
         r.open_stream_conn(io, ch).ok_or(())
@@ -80,7 +80,7 @@ impl Design for Quic {
 
     /// Its stream on a channel on QUIC; the TCP connection otherwise.
     fn pin(r: &mut Relay, ch: u32, bulk: bool, arrived_on: u32) -> (u32, bool) {
-        if r.channels[ch as usize].carrier == Carrier::Quic {
+        if r.table.channels[ch as usize].carrier == Carrier::Quic {
             (arrived_on, false)
         } else {
             Vanilla::pin(r, ch, bulk, arrived_on)
@@ -89,7 +89,7 @@ impl Design for Quic {
 
     /// The circuit's stream goes with it (each side finishes its direction).
     fn circuit_left(r: &mut Relay, io: &mut impl Io<RelayTimer>, _ch: u32, k: u32) {
-        let conn = &r.conns[k as usize];
+        let conn = &r.table.conns[k as usize];
         if conn.stream && conn.circuits == 0 {
             let socket = conn.socket;
             r.drop_conn(k);
@@ -100,7 +100,7 @@ impl Design for Quic {
     /// A stream is its circuit's alone: only that circuit fails with it (nothing, if its
     /// circuit's DESTROY came first). The TCP connection is the channel, as in vanilla.
     fn conn_lost(r: &Relay, _ch: u32, k: u32) -> ConnLoss {
-        let conn = &r.conns[k as usize];
+        let conn = &r.table.conns[k as usize];
         match (conn.stream, conn.circuits) {
             (false, _) => ConnLoss::Channel,
             (true, 0) => ConnLoss::Quiet,
@@ -112,27 +112,20 @@ impl Design for Quic {
 impl Relay {
     /// The channel of a QUIC connection.
     pub(in crate::relay) fn chan_of_quic(&self, socket: SocketId) -> Option<u32> {
-        self.chan_by_quic
-            .get(socket.slot as usize)
-            .copied()
-            .filter(|&ch| ch != NONE && self.channels[ch as usize].quic == socket)
+        self.table.chan_of_quic(socket)
     }
 
     /// Makes `quic` channel `ch`'s QUIC connection (which costs one socket).
     fn bind_quic(&mut self, ch: u32, quic: SocketId) {
-        Self::map_socket(&mut self.chan_by_quic, quic, ch);
-        self.channels[ch as usize].quic = quic;
+        self.table.bind_quic(ch, quic);
         self.note_socket_opened();
     }
 
     /// Forgets a QUIC connection (closed, or about to be).
     pub(in crate::relay) fn unbind_quic(&mut self, quic: SocketId) {
-        let Some(ch) = self.chan_of_quic(quic) else {
-            return;
-        };
-        self.channels[ch as usize].quic = NO_SOCKET;
-        self.chan_by_quic[quic.slot as usize] = NONE;
-        self.open_sockets -= 1;
+        if self.table.unbind_quic(quic).is_some() {
+            self.open_sockets -= 1;
+        }
     }
 
     /// A peer's QUIC connection completed its handshake: it is a channel of its own, whose
@@ -151,7 +144,7 @@ impl Relay {
         }
         let ch = self.add_channel(io.now(), peer, false);
         self.bind_quic(ch, socket);
-        self.channels[ch as usize].carrier = Carrier::Quic;
+        self.table.channels[ch as usize].carrier = Carrier::Quic;
     }
 
     /// The peer opened a stream (for a circuit, whose CREATE2 is its first cell).
@@ -162,7 +155,7 @@ impl Relay {
         stream: SocketId,
     ) {
         match self.chan_of_quic(conn) {
-            Some(ch) if self.channels[ch as usize].carrier == Carrier::Quic => {
+            Some(ch) if self.table.channels[ch as usize].carrier == Carrier::Quic => {
                 self.add_stream(io, ch, stream);
             }
             _ => io.close(stream),
@@ -172,10 +165,10 @@ impl Relay {
     /// A QUIC connection closed or timed out: a channel on QUIC fails with it; one that
     /// stayed on TCP (or is still deciding) just loses it.
     pub(in crate::relay) fn quic_lost(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        if self.channels[ch as usize].carrier == Carrier::Quic {
+        if self.table.channels[ch as usize].carrier == Carrier::Quic {
             self.close_channel(io, ch);
         } else {
-            let quic = self.channels[ch as usize].quic;
+            let quic = self.table.channels[ch as usize].quic;
             self.unbind_quic(quic);
         }
     }
@@ -184,10 +177,10 @@ impl Relay {
     /// connection is ready, the channel's circuits move to streams of it and the TCP
     /// connection closes; otherwise the channel stays on TCP and the QUIC connection closes.
     pub(in crate::relay) fn quux_decide(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        let quic = self.channels[ch as usize].quic;
+        let quic = self.table.channels[ch as usize].quic;
         let ready = io.quic_info(quic).is_some_and(|i| i.established);
         if !ready {
-            self.channels[ch as usize].carrier = Carrier::Tcp;
+            self.table.channels[ch as usize].carrier = Carrier::Tcp;
             self.meter.channels.tcp_fallbacks += 1;
             if quic != NO_SOCKET {
                 self.unbind_quic(quic);
@@ -195,10 +188,10 @@ impl Relay {
             }
             return;
         }
-        self.channels[ch as usize].carrier = Carrier::Quic;
+        self.table.channels[ch as usize].carrier = Carrier::Quic;
         self.meter.channels.quic_channels += 1;
-        let tcp = self.channels[ch as usize].conns.clone();
-        let circuits: Vec<u32> = self.channels[ch as usize].circs.all().collect();
+        let tcp = self.table.channels[ch as usize].conns.clone();
+        let circuits: Vec<u32> = self.table.channels[ch as usize].circs.all().collect();
         for circ in circuits {
             let Some(k) = self.open_stream_conn(io, ch) else {
                 let from_prev = self.circuits[circ]
@@ -212,15 +205,15 @@ impl Relay {
             };
             let side = c.side_for(ch);
             side.conn = k;
-            self.conns[k as usize].circuits += 1;
+            self.table.conns[k as usize].circuits += 1;
         }
         // Nothing but the Join went on the TCP connection: it closes unused.
         for k in tcp {
-            let socket = self.conns[k as usize].socket;
+            let socket = self.table.conns[k as usize].socket;
             self.drop_conn(k);
             io.close(socket);
         }
-        if !self.channels[ch as usize].mux.is_empty() {
+        if !self.table.channels[ch as usize].mux.is_empty() {
             self.mark_pending(io, ch);
         }
     }
@@ -231,7 +224,7 @@ impl Relay {
         io: &mut impl Io<RelayTimer>,
         ch: u32,
     ) -> Option<u32> {
-        let quic = self.channels[ch as usize].quic;
+        let quic = self.table.channels[ch as usize].quic;
         let stream = io.open_stream(quic)?;
         Some(self.add_stream(io, ch, stream))
     }
@@ -240,7 +233,8 @@ impl Relay {
     /// the connection's free congestion window plus KIST's extra socket space, less what its
     /// streams hold unsent (tor's `tcp_space` with the connection in the socket's place).
     pub(in crate::relay) fn refresh_quic_limit(&mut self, io: &impl Io<RelayTimer>, ch: u32) {
-        let info = io.send_window(self.channels[ch as usize].quic);
-        self.channels[ch as usize].quic_limit = write_limit(&self.world.params, info.as_ref());
+        let info = io.send_window(self.table.channels[ch as usize].quic);
+        self.table.channels[ch as usize].quic_limit =
+            write_limit(&self.world.params, info.as_ref());
     }
 }

@@ -25,13 +25,13 @@ impl Design for Torchestra {
     fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, _target: HostId) {
         let light = r.open_conn(io, ch, 0);
         let heavy = r.open_conn(io, ch, 1);
-        let multi = r.channels[ch as usize].multi_mut();
+        let multi = r.table.channels[ch as usize].multi_mut();
         multi.light = light.unwrap_or(NONE);
         multi.heavy = heavy.unwrap_or(NONE);
     }
 
     fn joined(r: &mut Relay, _io: &mut impl Io<RelayTimer>, ch: u32, k: u32, heavy: bool) {
-        let multi = r.channels[ch as usize].multi_mut();
+        let multi = r.table.channels[ch as usize].multi_mut();
         if heavy {
             multi.heavy = k;
         } else {
@@ -42,7 +42,7 @@ impl Design for Torchestra {
     /// The light connection, or for a declared bulk circuit the heavy one; before either
     /// exists, the one the circuit arrived on.
     fn pin(r: &mut Relay, ch: u32, bulk: bool, arrived_on: u32) -> (u32, bool) {
-        let multi = r.channels[ch as usize].multi();
+        let multi = r.table.channels[ch as usize].multi();
         let (light, heavy) = (multi.light, multi.heavy);
         if bulk && heavy != NONE {
             (heavy, true)
@@ -63,7 +63,7 @@ impl Design for Torchestra {
         circ: u32,
         _k: u32,
     ) {
-        Relay::release(&r.conns, &mut r.work, io, &mut run.held);
+        Relay::release(&r.table.conns, &mut r.work, io, &mut run.held);
         Self::classify(r, io, ch, circ, run.now);
     }
 }
@@ -90,8 +90,8 @@ impl Torchestra {
     /// The peer moved a circuit (id `circ_id` on the channel of connection `k`) to its heavy
     /// or light connection: this side's direction follows.
     pub(in crate::relay) fn switched(r: &mut Relay, k: u32, circ_id: u32, heavy: bool) {
-        let ch = r.conns[k as usize].chan;
-        let chan = &r.channels[ch as usize];
+        let ch = r.table.conns[k as usize].chan;
+        let chan = &r.table.channels[ch as usize];
         let target = if heavy {
             chan.multi().heavy
         } else {
@@ -109,7 +109,7 @@ impl Torchestra {
     /// the light and the heavy connection if its EWMA crossed the threshold, and tells the
     /// peer so it moves the circuit's other direction too.
     fn classify(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, circ: u32, now: SimTime) {
-        let chan = &r.channels[ch as usize];
+        let chan = &r.table.channels[ch as usize];
         let (light, heavy) = (chan.multi().light, chan.multi().heavy);
         if light == NONE || heavy == NONE {
             return;
@@ -133,7 +133,7 @@ impl Torchestra {
         // itr.
         if chan.multi().light_run != r.sched.stamp() {
             let circuits = &r.circuits;
-            let Channel { mux, multi, .. } = &mut r.channels[ch as usize];
+            let Channel { mux, multi, .. } = &mut r.table.channels[ch as usize];
             let m = MultiConn::made(multi);
             m.light_counts.clear();
             m.light_counts.extend(mux.values(now).filter(|&(c, value)| {
@@ -146,7 +146,7 @@ impl Torchestra {
             m.light_sum = m.light_counts.iter().map(|e| e.1).sum();
             m.light_run = r.sched.stamp();
         }
-        let m = r.channels[ch as usize].multi();
+        let m = r.table.channels[ch as usize].multi();
         let n = m.light_counts.len();
         if n == 0 {
             // No light circuit carries traffic: nothing to protect, the class stays.
@@ -204,9 +204,9 @@ impl Torchestra {
         side.heavy = heavy;
         side.conn = target;
         if old != NONE {
-            let pinned = &mut r.conns[old as usize].circuits;
+            let pinned = &mut r.table.conns[old as usize].circuits;
             *pinned = pinned.saturating_sub(1);
         }
-        r.conns[target as usize].circuits += 1;
+        r.table.conns[target as usize].circuits += 1;
     }
 }
