@@ -214,9 +214,9 @@ fn live_network_is_listed_checked_and_alone_in_taking_scale_and_variants() {
 
 /// `scripts/live-partial.py` puts back the measurement downloads a run ends with in flight:
 /// they are exactly the ones that the same network, run half a minute longer, finishes after
-/// that moment.
+/// that moment. `scripts/circuit-warmup.py` reads the longer run's circuits.
 #[test]
-fn live_partial_finds_the_downloads_in_flight_at_the_end() {
+fn the_analysis_scripts_find_downloads_in_flight_and_cold_connections() {
     let dir = tmp("partial");
     fs::create_dir_all(&dir).unwrap();
     let net = dir.join("net.yaml");
@@ -278,7 +278,7 @@ fn live_partial_finds_the_downloads_in_flight_at_the_end() {
         (run, perf)
     };
     let (short, finished) = rows("150s");
-    let (_, longer) = rows("3m");
+    let (long_run, longer) = rows("3m");
     // The first 150 seconds are the same run.
     for row in &finished {
         assert!(longer.contains(row), "{row} only in the shorter run");
@@ -310,5 +310,42 @@ fn live_partial_finds_the_downloads_in_flight_at_the_end() {
     );
     assert!(stdout.contains("measured from 90 to 150 s"), "{stdout}");
     assert!(stdout.contains("TTLB 5 MiB, median") && stdout.contains("25.112"));
+
+    // `scripts/circuit-warmup.py` counts every built circuit, and the network warms up: a
+    // larger share of the users' circuits find both relay pairs used before in the last
+    // minute than in the first.
+    let circuits = fs::read_to_string(long_run.join("circuits.csv")).unwrap();
+    let built = circuits
+        .lines()
+        .filter(|r| r.split(',').nth(8) == Some("built"))
+        .count();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/circuit-warmup.py"
+    );
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&long_run)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(": {built} circuits built,")),
+        "expected {built} circuits:\n{stdout}"
+    );
+    let by_minute = stdout.lines().nth(2).unwrap();
+    // "  0: 97% of 445  1: 98% of 482  2: 99% of 476": the share ends every part but the last.
+    let parts: Vec<&str> = by_minute.split("% of").collect();
+    let shares: Vec<u32> = parts[..parts.len() - 1]
+        .iter()
+        .map(|part| part.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(shares.len(), 3, "{by_minute}");
+    assert!(shares[0] < shares[2], "{by_minute}");
     let _ = fs::remove_dir_all(&dir);
 }
