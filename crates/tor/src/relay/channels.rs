@@ -10,15 +10,7 @@ impl Relay {
     }
 
     pub(super) fn stream_of(&self, socket: SocketId) -> Option<u32> {
-        self.stream_by_socket
-            .get(socket.slot as usize)
-            .copied()
-            .filter(|&s| {
-                s != NONE
-                    && self.streams[s]
-                        .as_ref()
-                        .is_some_and(|st| st.socket == socket)
-            })
+        self.streams.of_socket(socket)
     }
 
     pub(super) fn add_channel(&mut self, now: SimTime, peer: HostId, initiator: bool) -> u32 {

@@ -27,6 +27,71 @@ pub(super) struct UploadEdge {
     pub(super) xoff: bool,
 }
 
+/// The exit's streams, each from an exit circuit to a file server (or to the relay's own
+/// directory cache), in reusable slots and found by their server socket.
+pub(super) struct ExitStreams {
+    streams: Slab<ExitStream>,
+    /// Server streams by their socket's slot (directory streams have no socket).
+    by_socket: Vec<u32>,
+}
+
+impl ExitStreams {
+    /// No streams.
+    pub(super) fn new() -> Self {
+        ExitStreams {
+            streams: Slab::new(),
+            by_socket: Vec::new(),
+        }
+    }
+
+    /// Adds `stream`, found by its server socket from now on if it has one.
+    pub(super) fn insert(&mut self, stream: ExitStream) -> u32 {
+        let (socket, server) = (stream.socket, stream.dir_left.is_none());
+        let st = self.streams.insert(stream);
+        if server {
+            map_socket(&mut self.by_socket, socket, st);
+        }
+        st
+    }
+
+    /// The stream whose server socket is `socket`.
+    pub(super) fn of_socket(&self, socket: SocketId) -> Option<u32> {
+        self.by_socket
+            .get(socket.slot as usize)
+            .copied()
+            .filter(|&st| st != NONE && self.get(st).is_some_and(|s| s.socket == socket))
+    }
+
+    /// Stream `st`, if it has not ended.
+    pub(super) fn get(&self, st: u32) -> Option<&ExitStream> {
+        self.streams[st].as_ref()
+    }
+
+    /// Stream `st`, if it has not ended.
+    pub(super) fn get_mut(&mut self, st: u32) -> Option<&mut ExitStream> {
+        self.streams[st].as_mut()
+    }
+
+    /// Ends stream `st`: its slot is free and its socket no longer finds it.
+    pub(super) fn remove(&mut self, st: u32) -> Option<ExitStream> {
+        let s = self.streams.remove(st)?;
+        if s.dir_left.is_none() {
+            self.by_socket[s.socket.slot as usize] = NONE;
+        }
+        Some(s)
+    }
+
+    /// Streams open.
+    pub(super) fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Every open stream.
+    pub(super) fn values(&self) -> impl Iterator<Item = &ExitStream> {
+        self.streams.values()
+    }
+}
+
 impl Relay {
     pub(super) fn exit_circuit(&mut self, circ: u32, now: SimTime) -> &mut ExitCircuit {
         let params = &self.world.params;
@@ -47,8 +112,8 @@ impl Relay {
     pub(super) fn find_stream(&self, circ: u32, stream_id: u16) -> Option<u32> {
         let c = self.circuits[circ].as_ref()?;
         c.exit.as_ref()?.streams.iter().copied().find(|&st| {
-            self.streams[st]
-                .as_ref()
+            self.streams
+                .get(st)
                 .is_some_and(|s| s.stream_id == stream_id)
         })
     }
@@ -75,8 +140,7 @@ impl Relay {
         io.set_auto_read(socket, false);
         self.note_socket_opened();
         let stream = ExitStream::new(&self.world.params, circ, cell.stream_id, Some(socket));
-        let st = self.add_exit_stream(stream);
-        map_socket(&mut self.stream_by_socket, socket, st);
+        let st = self.streams.insert(stream);
         self.exit_circuit(circ, now).streams.push(st);
     }
 
@@ -87,10 +151,6 @@ impl Relay {
         self.work.originate();
         end.arg = 1;
         self.queue_towards(io, circ, false, end);
-    }
-
-    fn add_exit_stream(&mut self, stream: ExitStream) -> u32 {
-        self.streams.insert(stream)
     }
 
     /// A BEGIN_DIR: a stream to this relay's directory cache, which every relay of the model
@@ -107,7 +167,7 @@ impl Relay {
             return;
         }
         let stream = ExitStream::new(&self.world.params, circ, cell.stream_id, None);
-        let st = self.add_exit_stream(stream);
+        let st = self.streams.insert(stream);
         self.exit_circuit(circ, now).streams.push(st);
         let connected = Cell::relay(0, RelayCommand::Connected, hop, cell.stream_id);
         self.work.originate();
@@ -115,7 +175,7 @@ impl Relay {
     }
 
     pub(super) fn server_connected(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
-        let s = self.streams[st].as_mut().unwrap();
+        let s = self.streams.get_mut(st).unwrap();
         s.connected = true;
         let (circ, stream_id, socket, request) = (s.circ, s.stream_id, s.socket, s.request.take());
         let hop = self.circuits[circ].as_ref().unwrap().hop;
@@ -123,7 +183,7 @@ impl Relay {
         self.work.originate();
         self.queue_towards(io, circ, false, connected);
         if let Some(bytes) = request {
-            let upload = self.streams[st].as_ref().unwrap().upload.active;
+            let upload = self.streams.get(st).unwrap().upload.active;
             self.send_request(io, socket, bytes, upload);
         }
     }
@@ -164,7 +224,7 @@ impl Relay {
         let Some(st) = self.find_stream(circ, cell.stream_id) else {
             return;
         };
-        let s = self.streams[st].as_mut().unwrap();
+        let s = self.streams.get_mut(st).unwrap();
         // Counted now, acknowledged once its bytes are on their way (`drain_upload`). A cell
         // beyond the window is the client's protocol violation, which the model's clients
         // never commit.
@@ -209,7 +269,7 @@ impl Relay {
     /// as the socket takes it, then gives the client the stream SENDMEs (or XON/XOFF) that the
     /// bytes left waiting allow.
     fn drain_upload(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
-        let s = self.streams[st].as_mut().unwrap();
+        let s = self.streams.get_mut(st).unwrap();
         if s.connected && s.upload.waiting > 0 {
             let mut wrote = false;
             while s.upload.waiting > 0 {
@@ -275,7 +335,7 @@ impl Relay {
             exit.acked += increment;
         } else if let Some(st) = self.find_stream(circ, cell.stream_id) {
             let increment = self.world.params.stream_sendme_increment as u64;
-            let s = self.streams[st].as_mut().unwrap();
+            let s = self.streams.get_mut(st).unwrap();
             if s.sender.on_sendme() {
                 s.acked += increment;
             }
@@ -353,7 +413,7 @@ impl Relay {
         let c = self.circuits[circ].as_mut().unwrap();
         let hop = c.hop;
         let st = c.exit.as_ref().unwrap().streams[i];
-        let s = self.streams[st].as_mut().unwrap();
+        let s = self.streams.get_mut(st).unwrap();
         if !s.connected || !s.sender.can_send() {
             return Packaged::Nothing;
         }
@@ -417,7 +477,6 @@ impl Relay {
             return;
         };
         if s.dir_left.is_none() {
-            self.stream_by_socket[s.socket.slot as usize] = NONE;
             self.open_sockets -= 1;
             if io.is_open(s.socket) {
                 io.close(s.socket);
@@ -447,4 +506,71 @@ enum Packaged {
     Ended,
     /// The read bucket is empty: packaging waits for its refill.
     OutOfTokens,
+}
+
+#[cfg(test)]
+mod tests {
+    use onionlab_torcore::TorParams;
+
+    use super::*;
+
+    fn server_stream(circ: u32, stream_id: u16, socket: SocketId) -> ExitStream {
+        ExitStream::new(&TorParams::default(), circ, stream_id, Some(socket))
+    }
+
+    #[test]
+    fn a_server_stream_is_found_by_its_socket_until_it_ends() {
+        let mut edge = ExitStreams::new();
+        let s = SocketId {
+            slot: 4,
+            generation: 1,
+        };
+        let st = edge.insert(server_stream(9, 1, s));
+        assert_eq!(edge.of_socket(s), Some(st));
+        assert_eq!(edge.get(st).map(|x| (x.circ, x.stream_id)), Some((9, 1)));
+        let later = SocketId {
+            slot: 4,
+            generation: 2,
+        };
+        assert_eq!(
+            edge.of_socket(later),
+            None,
+            "a later socket in the same slot"
+        );
+        assert_eq!(edge.len(), 1);
+        assert!(edge.remove(st).is_some());
+        assert!(edge.remove(st).is_none(), "ending twice");
+        assert_eq!(edge.of_socket(s), None);
+        assert!(edge.get(st).is_none());
+        // The next stream takes the slot, found by its own socket only.
+        let next = edge.insert(server_stream(10, 2, later));
+        assert_eq!(next, st);
+        assert_eq!(edge.of_socket(later), Some(next));
+        assert_eq!(edge.of_socket(s), None);
+    }
+
+    #[test]
+    fn a_directory_stream_has_no_socket_to_be_found_by() {
+        let mut edge = ExitStreams::new();
+        let dir = edge.insert(ExitStream::new(&TorParams::default(), 3, 1, None));
+        assert!(edge
+            .get(dir)
+            .is_some_and(|s| s.connected && s.dir_left == Some(0)));
+        assert_eq!(edge.of_socket(edge.get(dir).unwrap().socket), None);
+        let s = SocketId {
+            slot: 0,
+            generation: 0,
+        };
+        let server = edge.insert(server_stream(3, 2, s));
+        assert_eq!(edge.of_socket(s), Some(server));
+        edge.get_mut(server).unwrap().upload.waiting = 700;
+        edge.get_mut(dir).unwrap().upload.waiting = 50;
+        assert_eq!(edge.values().map(|s| s.upload.waiting).sum::<u64>(), 750);
+        assert!(edge.remove(dir).is_some());
+        assert_eq!(
+            edge.of_socket(s),
+            Some(server),
+            "ending the directory stream"
+        );
+    }
 }

@@ -31,7 +31,8 @@
 //! - `scheduler.rs`: what a scheduler run does, cell by cell;
 //! - `runs.rs`: the scheduler's own state, `Scheduler`: its work list, and whether it
 //!   is idle, armed or parked;
-//! - `exit.rs`: the exit's streams to servers and the packaging of their data into cells;
+//! - `exit.rs`: the exit edge: its streams to servers (`ExitStreams`, found by socket) and
+//!   the packaging of their data into cells;
 //! - `meter.rs`: what the relay measures, [`RelayMeter`], which the model never reads.
 //!
 //! One relayed cell's path through these files (the hooks of the design in brackets):
@@ -83,6 +84,7 @@ mod scheduler;
 mod table;
 
 use design::{with_design, ConnLoss, Design};
+use exit::ExitStreams;
 pub use meter::RelayMeter;
 use meter::SecondEnd;
 use runs::Scheduler;
@@ -648,8 +650,8 @@ pub struct Relay {
     /// Channels and their connections, and the indexes that find them.
     table: ChannelTable,
     circuits: Slab<Circuit>,
-    streams: Slab<ExitStream>,
-    stream_by_socket: Vec<u32>,
+    /// The exit edge's streams to servers.
+    streams: ExitStreams,
     /// The circuit scheduler's work list and when it runs.
     sched: Scheduler,
     /// Connections with data left unread for lack of read tokens.
@@ -727,8 +729,7 @@ impl Relay {
             world,
             table: ChannelTable::new(),
             circuits: Slab::new(),
-            streams: Slab::new(),
-            stream_by_socket: Vec::new(),
+            streams: ExitStreams::new(),
             sched,
             read_waiting: Vec::new(),
             ended_after_read: Vec::new(),
@@ -809,7 +810,7 @@ impl Relay {
                 if let Some(k) = self.conn_of(socket) {
                     self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
-                    let circ = self.streams[st].as_ref().unwrap().circ;
+                    let circ = self.streams.get(st).unwrap().circ;
                     self.package(io, circ);
                 }
             }
@@ -856,8 +857,8 @@ impl Relay {
                     self.table.conns[k as usize].peer_finished = true;
                     self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
-                    self.streams[st].as_mut().unwrap().server_done = true;
-                    let circ = self.streams[st].as_ref().unwrap().circ;
+                    self.streams.get_mut(st).unwrap().server_done = true;
+                    let circ = self.streams.get(st).unwrap().circ;
                     self.package(io, circ);
                 }
             }
@@ -926,10 +927,10 @@ impl Relay {
         } else if let Some(k) = self.conn_of(socket) {
             self.conn_lost(io, k);
         } else if let Some(st) = self.stream_of(socket) {
-            let done = self.streams[st].as_ref().unwrap().server_done;
+            let done = self.streams.get(st).unwrap().server_done;
             if done {
                 // The server closed after sending everything: package the rest.
-                let circ = self.streams[st].as_ref().unwrap().circ;
+                let circ = self.streams.get(st).unwrap().circ;
                 self.package(io, circ);
             } else {
                 self.end_stream(io, st, true);
@@ -1184,7 +1185,7 @@ impl Relay {
             }
             RelayCommand::Xoff | RelayCommand::Xon => {
                 if let Some(st) = self.find_stream(circ, cell.stream_id) {
-                    let s = self.streams[st].as_mut().unwrap();
+                    let s = self.streams.get_mut(st).unwrap();
                     s.sender.set_xoff(cell.relay == RelayCommand::Xoff);
                     if cell.relay == RelayCommand::Xon {
                         self.package(io, circ);
