@@ -2,7 +2,7 @@
 //! network, runs the sampled networks and writes the comparison with the live data.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn onionlab(args: &[&str]) -> Output {
@@ -10,6 +10,25 @@ fn onionlab(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run onionlab")
+}
+
+/// What `scripts/NAME` printed for `run`; it must succeed.
+fn python_script(name: &str, run: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(name);
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(run)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -292,18 +311,7 @@ fn the_analysis_scripts_find_downloads_in_flight_and_cold_connections() {
         .filter(|r| started_before_end(r) && !finished.contains(r))
         .count();
     assert!(in_flight > 0, "no download in flight at 150 seconds");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/live-partial.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&short)
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = python_script("live-partial.py", &short);
     assert!(
         stdout.contains(&format!(", {in_flight} in flight at the end")),
         "expected {in_flight} in flight:\n{stdout}"
@@ -319,21 +327,7 @@ fn the_analysis_scripts_find_downloads_in_flight_and_cold_connections() {
         .lines()
         .filter(|r| r.split(',').nth(8) == Some("built"))
         .count();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../scripts/circuit-warmup.py"
-    );
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&long_run)
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = python_script("circuit-warmup.py", &long_run);
     assert!(
         stdout.contains(&format!(": {built} circuits built,")),
         "expected {built} circuits:\n{stdout}"

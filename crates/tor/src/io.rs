@@ -325,6 +325,23 @@ pub(crate) mod script {
             due.into_iter().map(|(_, t)| t).collect()
         }
 
+        /// Has `machine` handle what its sockets reported, as the driver hands it an event.
+        pub(crate) fn hand_in(&mut self, machine: &mut impl Machine<Timer = T>) {
+            machine.on_socket_events(self);
+            machine.after_event(self);
+        }
+
+        /// The sockets the machine connected, with the peer and port.
+        pub(crate) fn connects(&self) -> Vec<(SocketId, HostId, u16)> {
+            self.asked
+                .iter()
+                .filter_map(|a| match *a {
+                    Asked::Connect { socket, peer, port } => Some((socket, peer, port)),
+                    _ => None,
+                })
+                .collect()
+        }
+
         /// The messages written on `socket` so far.
         pub(crate) fn written(&self, socket: SocketId) -> Vec<Wire> {
             self.asked

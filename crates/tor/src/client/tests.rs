@@ -6,7 +6,7 @@ use onionlab_netdir::{Consensus, ExitPolicy, RelayFlags};
 use onionlab_torcore::TorParams;
 
 use super::*;
-use crate::io::script::{Asked, ScriptIo};
+use crate::io::script::ScriptIo;
 use crate::world::testing::descriptor;
 
 /// Guard, middle and exit at hosts 0, 1, 2; the client is host 3 and the file server host 4.
@@ -67,23 +67,6 @@ fn client(with_exit: bool) -> (Client, ScriptIo<ClientTimer>) {
     (client, io)
 }
 
-/// The client handles what its sockets reported, as the driver hands it an event.
-fn hand_in(client: &mut Client, io: &mut ScriptIo<ClientTimer>) {
-    client.on_socket_events(io);
-    client.after_event(io);
-}
-
-/// The sockets the client connected, with the peer and port.
-fn connects(io: &ScriptIo<ClientTimer>) -> Vec<(SocketId, HostId, u16)> {
-    io.asked
-        .iter()
-        .filter_map(|a| match *a {
-            Asked::Connect { socket, peer, port } => Some((socket, peer, port)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The cells written on `socket` so far.
 fn cells(io: &ScriptIo<ClientTimer>, socket: SocketId) -> Vec<Cell> {
     io.written(socket)
@@ -97,12 +80,12 @@ fn cells(io: &ScriptIo<ClientTimer>, socket: SocketId) -> Vec<Cell> {
 
 /// The client's one connection, to its guard, established.
 fn connected(client: &mut Client, io: &mut ScriptIo<ClientTimer>) -> SocketId {
-    let opened = connects(io);
+    let opened = io.connects();
     assert_eq!(opened.len(), 1, "{opened:?}");
     let (socket, peer, port) = opened[0];
     assert_eq!((peer, port), (GUARD, OR_PORT));
     io.establish(socket);
-    hand_in(client, io);
+    io.hand_in(client);
     socket
 }
 
@@ -124,7 +107,7 @@ fn answer_every_hop(client: &mut Client, io: &mut ScriptIo<ClientTimer>, socket:
             _ => continue,
         };
         io.deliver(socket, Wire::Cell(reply));
-        hand_in(client, io);
+        io.hand_in(client);
     }
 }
 
@@ -132,7 +115,7 @@ fn answer_every_hop(client: &mut Client, io: &mut ScriptIo<ClientTimer>, socket:
 fn a_client_connects_to_its_guard_and_builds_its_preemptive_circuits_once_connected() {
     let (mut client, mut io) = client(true);
     // One connection to the guard, and nothing written before it is up.
-    let opened = connects(&io);
+    let opened = io.connects();
     assert_eq!(opened.len(), 1);
     assert!(cells(&io, opened[0].0).is_empty());
     let socket = connected(&mut client, &mut io);
@@ -239,7 +222,7 @@ fn a_circuit_still_building_at_the_build_timeout_is_torn_down_and_its_download_m
 fn a_stream_no_path_can_serve_fails_with_no_path_at_its_timeout() {
     let (mut client, mut io) = client(false);
     // Without an exit no circuit can be launched, so no channel is opened either.
-    assert!(connects(&io).is_empty());
+    assert!(io.connects().is_empty());
     // The client keeps trying once a second while the stream waits.
     assert!(io
         .timers

@@ -629,7 +629,8 @@ impl Relay {
     /// new channel in the same slot could repeat). Called once a second.
     pub(super) fn recycle_channels(&mut self) {
         let skins = &self.onion_skins;
-        (self.table).recycle(|ch| skins.iter().any(|&Reverse((_, _, c, _))| c == ch));
+        self.table
+            .recycle(|ch| skins.iter().any(|&Reverse((_, _, c, _))| c == ch));
     }
 }
 

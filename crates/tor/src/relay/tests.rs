@@ -65,12 +65,6 @@ fn started_guard(params: TorParams) -> (Relay, ScriptIo<RelayTimer>) {
     (relay, io)
 }
 
-/// The relay handles what its sockets reported, as `driver::Driven` hands it an event.
-fn hand_in(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>) {
-    relay.on_socket_events(io);
-    relay.after_event(io);
-}
-
 /// The relay handles a timer, as `driver::Driven` hands it one.
 fn fire(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, timer: RelayTimer) {
     relay.on_timer(io, timer);
@@ -79,7 +73,7 @@ fn fire(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, timer: RelayTimer) {
 
 /// Lets the relay handle what is queued, then runs its timers for `ms` simulated ms.
 fn settle(relay: &mut Relay, io: &mut ScriptIo<RelayTimer>, ms: u64) {
-    hand_in(relay, io);
+    io.hand_in(relay);
     let end = io.now + millis(ms);
     while io.now < end {
         io.now += millis(1);
@@ -111,16 +105,6 @@ fn commands(written: &[Wire]) -> Vec<(CellCommand, RelayCommand)> {
         .iter()
         .filter_map(|w| match w {
             Wire::Cell(c) => Some((c.command, c.relay)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn connects(io: &ScriptIo<RelayTimer>) -> Vec<(SocketId, HostId, u16)> {
-    io.asked
-        .iter()
-        .filter_map(|a| match *a {
-            Asked::Connect { socket, peer, port } => Some((socket, peer, port)),
             _ => None,
         })
         .collect()
@@ -169,7 +153,7 @@ fn what_the_peer_sent_before_closing_is_handled_before_the_connection_ends() {
     settle(&mut relay, &mut io, 20);
     // The EXTEND2 (read after the FIN was reported) was acted on: the relay connected to
     // the middle. Then the channel closed, and the circuit with it.
-    let opened = connects(&io);
+    let opened = io.connects();
     assert_eq!(opened.len(), 1, "{:?}", io.asked);
     assert_eq!((opened[0].1, opened[0].2), (MIDDLE, OR_PORT));
     assert!(io.asked.contains(&Asked::Abort(client)), "{:?}", io.asked);
@@ -183,7 +167,7 @@ fn an_extend2_opens_a_channel_to_the_next_relay_and_reports_extended2() {
     io.arrive(client, bytes(), create(5));
     io.arrive(client, bytes(), extend(5, MIDDLE));
     settle(&mut relay, &mut io, 20);
-    let opened = connects(&io);
+    let opened = io.connects();
     assert_eq!(opened.len(), 1);
     let (next, peer, port) = opened[0];
     assert_eq!((peer, port), (MIDDLE, OR_PORT));
@@ -258,7 +242,7 @@ fn a_new_connections_first_cell_waits_for_the_link_handshake() {
         commands(&io.written(client)),
         [(CellCommand::Created2, RelayCommand::None)]
     );
-    let next = connects(&io)[0].0;
+    let next = io.connects()[0].0;
     io.establish(next);
     settle(&mut relay, &mut io, 20);
     // TCP is up: the ClientHello, no cell.
@@ -306,7 +290,7 @@ fn guard_with_circuit(params: TorParams) -> (Relay, ScriptIo<RelayTimer>, [Socke
     io.arrive(client, bytes(), create(5));
     io.arrive(client, bytes(), extend(5, MIDDLE));
     settle(&mut relay, &mut io, 20);
-    let next = connects(&io)[0].0;
+    let next = io.connects()[0].0;
     io.establish(next);
     settle(&mut relay, &mut io, 20);
     let Wire::Cell(onward) = io.written(next)[0] else {
@@ -419,7 +403,7 @@ fn vanilla_shares_one_connection_per_peer_and_pctcp_opens_one_per_circuit() {
             io.arrive(client, bytes(), extend(id, EXIT));
         }
         settle(&mut relay, &mut io, 20);
-        let opened = connects(&io);
+        let opened = io.connects();
         assert_eq!(opened.len(), expected, "{channel:?}: {opened:?}");
         assert!(opened.iter().all(|&(_, peer, _)| peer == EXIT));
     }
@@ -433,7 +417,7 @@ fn at_its_conn_limit_a_relay_refuses_connections_and_fails_the_extend() {
     io.arrive(client, bytes(), create(1));
     io.arrive(client, bytes(), extend(1, MIDDLE));
     settle(&mut relay, &mut io, 20);
-    assert_eq!(connects(&io).len(), 1);
+    assert_eq!(io.connects().len(), 1);
     // A second client is refused at once.
     let late = io.accept(CLIENT + 1, OR_PORT);
     settle(&mut relay, &mut io, 20);
@@ -443,7 +427,7 @@ fn at_its_conn_limit_a_relay_refuses_connections_and_fails_the_extend() {
     io.arrive(client, bytes(), create(2));
     io.arrive(client, bytes(), extend(2, MIDDLE));
     settle(&mut relay, &mut io, 20);
-    assert_eq!(connects(&io).len(), 1);
+    assert_eq!(io.connects().len(), 1);
     let destroy = io.written(client).into_iter().find_map(|w| match w {
         Wire::Cell(c) if c.command == CellCommand::Destroy => Some(c),
         _ => None,
@@ -473,7 +457,7 @@ fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() 
         io.arrive(client, bytes(), extend(id, MIDDLE));
     }
     settle(&mut relay, &mut io, 20);
-    let first = connects(&io)[0].0;
+    let first = io.connects()[0].0;
     io.establish(first);
     settle(&mut relay, &mut io, 20);
     // The middle answers every CREATE2 the guard sent on.
@@ -496,7 +480,7 @@ fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() 
     // A second later the connection manager grows the channel: the middle's connections
     // connect, and the guard only introduces them (Join) until the middle takes them.
     settle(&mut relay, &mut io, 1000);
-    let extra: Vec<SocketId> = connects(&io).iter().skip(1).map(|c| c.0).collect();
+    let extra: Vec<SocketId> = io.connects().iter().skip(1).map(|c| c.0).collect();
     assert!(
         !extra.is_empty(),
         "the channel did not grow: {:?}",
@@ -541,7 +525,7 @@ fn quic_channel(
         io.arrive(client, bytes(), extend(id, MIDDLE));
     }
     settle(relay, io, 20);
-    let opened = connects(io);
+    let opened = io.connects();
     let ports: Vec<(HostId, u16)> = opened.iter().map(|c| (c.1, c.2)).collect();
     assert_eq!(ports, [(MIDDLE, OR_PORT), (MIDDLE, QUIC_PORT)]);
     let (tcp, quic) = (opened[0].0, opened[1].0);
@@ -617,7 +601,7 @@ fn a_quic_channel_without_a_socket_left_for_quic_stays_on_tcp_and_says_so() {
     io.arrive(client, bytes(), create(1));
     io.arrive(client, bytes(), extend(1, MIDDLE));
     settle(&mut relay, &mut io, 20);
-    let opened = connects(&io);
+    let opened = io.connects();
     assert_eq!(
         opened.len(),
         1,
@@ -750,7 +734,7 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     out.length = 498;
     io.now = last + interval + interval / 3;
     io.arrive(client, bytes(), Wire::Cell(out));
-    hand_in(&mut relay, &mut io);
+    io.hand_in(&mut relay);
     assert!(
         relay.sched.is_parked(),
         "the client's socket is not waited on"
@@ -760,7 +744,7 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     // The next hop's socket moves, but its window stays shut: still no room.
     io.now += interval;
     io.set_cwnd(0);
-    hand_in(&mut relay, &mut io);
+    io.hand_in(&mut relay);
     assert!(relay.sched.is_parked(), "a move that gives no room");
     assert!(schedule_timers(&io).is_empty());
 
@@ -768,7 +752,7 @@ fn a_kist_scheduler_without_room_parks_and_wakes_on_its_run_grid() {
     // before it are counted, and the next is armed where it would have been.
     io.now = last + 3 * interval + interval / 2;
     io.set_cwnd(10);
-    hand_in(&mut relay, &mut io);
+    io.hand_in(&mut relay);
     assert!(!relay.sched.is_parked());
     assert_eq!(relay.sched.last_run(), Some(last + 3 * interval));
     assert_eq!(schedule_timers(&io), vec![last + 4 * interval]);
@@ -800,7 +784,7 @@ fn a_channel_that_becomes_pending_wakes_a_parked_scheduler() {
     io.now = last + 2 * interval + interval / 4;
     let other = io.accept(CLIENT + 1, OR_PORT);
     io.arrive(other, bytes(), create(7));
-    hand_in(&mut relay, &mut io);
+    io.hand_in(&mut relay);
     assert!(!relay.sched.is_parked());
     assert_eq!(relay.sched.last_run(), Some(last + 2 * interval));
     assert_eq!(schedule_timers(&io), vec![last + 3 * interval]);
@@ -816,7 +800,7 @@ fn a_parked_schedulers_run_due_at_the_instant_of_an_input_keeps_its_place() {
         io.now = last + 2 * interval;
         // The waited-on socket's window opens.
         io.set_cwnd(10);
-        hand_in(&mut relay, &mut io);
+        io.hand_in(&mut relay);
         if timers_first {
             // The run due now came first, before the window opened, found nothing, and
             // armed the next.
@@ -844,23 +828,23 @@ fn writes_over_time(cpu: bool) -> (Vec<(SimTime, usize)>, u32) {
         io.now += millis(1) / 2;
         let input = step % 7 == 0 || step % 11 == 3 || step % 13 == 5;
         io.timers_first = step % 3 != 0;
-        let hand_in = |relay: &mut Relay, io: &mut ScriptIo<RelayTimer>| {
+        let feed = |relay: &mut Relay, io: &mut ScriptIo<RelayTimer>| {
             if step % 11 == 3 {
                 io.set_cwnd(if io.cwnd == 0 { 2 } else { 0 });
             }
             if step % 7 == 0 {
                 io.arrive(client, bytes(), Wire::Cell(out));
             }
-            hand_in(relay, io);
+            io.hand_in(relay);
         };
         if input && !io.timers_first {
-            hand_in(&mut relay, &mut io);
+            feed(&mut relay, &mut io);
         }
         for timer in io.due() {
             fire(&mut relay, &mut io, timer);
         }
         if input && io.timers_first {
-            hand_in(&mut relay, &mut io);
+            feed(&mut relay, &mut io);
         }
         parked_steps += u32::from(relay.sched.is_parked());
         log.push((io.now, io.written(next).len()));
