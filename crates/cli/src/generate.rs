@@ -398,6 +398,15 @@ fn scenario_text(
         "  # limits as Debian's tor service sets them (LimitNOFILE=65536), not a bare process's 4096."
     );
     let _ = writeln!(w, "  conn_limit: {GENERATED_CONN_LIMIT}");
+    let _ = writeln!(
+        w,
+        "  # The live relays were connected wherever a circuit had passed within their channels' idle"
+    );
+    let _ = writeln!(
+        w,
+        "  # timeout (relay_channel_idle_timeout_s below): relays open those channels as the run starts."
+    );
+    let _ = writeln!(w, "  warm_channels: true");
     for s in period {
         let line = format!("  {}: {}", s.key, s.value);
         let _ = writeln!(w, "{line:<40} # {}", s.source);

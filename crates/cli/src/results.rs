@@ -167,6 +167,7 @@ pub(crate) fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> Transpor
         .unwrap_or_default();
     let mut t = TransportRecord {
         channel,
+        warm_channels: world.warm_channels.iter().map(|w| w.len() as u64).sum(),
         ..TransportRecord::default()
     };
     for id in 0..sim.host_count() {

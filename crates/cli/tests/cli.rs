@@ -1011,6 +1011,59 @@ clients:
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// A warm start (`tor.warm_channels`): the relays open their channels to each other as the
+/// run starts, before any client has built a circuit, and the results are the same on one
+/// and two threads.
+#[test]
+fn warm_channels_open_at_the_start_and_give_identical_results_on_one_and_two_threads() {
+    let dir = tmp("warm");
+    fs::create_dir_all(&dir).unwrap();
+    let scenario = |warm: bool| {
+        let path = dir.join(format!("warm-{warm}.yaml"));
+        fs::write(
+            &path,
+            format!(
+                r#"
+run: {{ seed: 3, stop_time: 90s, bootstrap: 1m }}
+network: {{ graph: builtin, builtin: {{ latency: 20ms, bandwidth: 1 Gbit }} }}
+tor: {{ warm_channels: {warm} }}
+authorities: 1
+relays:
+  generate: {{ guard: 3, exit: 2, guard_exit: 1, middle: 4, bandwidth: {{ fixed: 5 MiB/s }} }}
+servers: [ {{ name: web, count: 3, bandwidth: 1 Gbit }} ]
+clients:
+  - {{ name: users, count: 6, workload: {{ markov: {{ users: 20 }} }}, servers: web, bandwidth: 50 Mbit, start: [20s, 30s] }}
+"#
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let warm = identical_runs(
+        scenario(true).to_str().unwrap(),
+        &[],
+        &[("1", true), ("2", true)],
+        &dir.join("warm"),
+    );
+    let cold = identical_runs(
+        scenario(false).to_str().unwrap(),
+        &[],
+        &[("1", true)],
+        &dir.join("cold"),
+    );
+    // At 10 s the users have not started their sessions (their tor has built its first
+    // circuits). 120 users' circuits over the last hour pass between every pair of relays
+    // that a path may join (here about 24 pairs: a guard and a middle, or a middle and an
+    // exit), and each end of a pair counts a channel.
+    let channels_at_10s = |out: &Path| state_counts(out)[0]["relay_channels"].as_u64().unwrap();
+    let (warm_channels, cold_channels) = (channels_at_10s(&warm[0]), channels_at_10s(&cold[0]));
+    assert!(
+        warm_channels >= 40 && warm_channels > cold_channels,
+        "{warm_channels} relay channel ends at 10 s from a warm start, {cold_channels} from a cold one"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
 /// `generate` writes a scenario that passes `check`, keeps every relay at scale 1, is the same
 /// for the same arguments, and refuses bad flags with exit 2.
 #[test]
@@ -1088,6 +1141,10 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
         "  cbt_num_xm_modes: 3 ",
         "  cbt_min_timeout_ms: 1500 ",
         "  circuit_window: 1000 ",
+        // Relays start connected wherever the load's circuits passed within tor's idle
+        // timeout for relay channels, an hour where the consensus does not set it.
+        "  warm_channels: true",
+        "  relay_channel_idle_timeout_s: 3600 ",
         // OnionPerf's sites of the time, on hosted links.
         "name: perf-5m-hk, count: 1, country: HK, bandwidth_down: 1 Gbit, bandwidth_up: 1 Gbit",
         // Capacities add up to what the relays advertised that day: 415.506 Gbit/s over a

@@ -395,6 +395,10 @@ pub struct DirectoryRecord {
 pub struct TransportRecord {
     /// `tor.channel`.
     pub channel: String,
+    /// Channels between relays opened as the run started (`tor.warm_channels`; absent, zero,
+    /// in results written before warm starts).
+    #[serde(default)]
+    pub warm_channels: u64,
     /// Channels relays opened that moved to QUIC.
     pub quic_channels: u64,
     /// Channels relays opened that stayed on TCP because their QUIC connection was not ready

@@ -98,7 +98,7 @@ fn expected_opt(field: &str) -> Option<String> {
         }
         if matches!(
             tor,
-            "cc_cwnd_full_per_cwnd" | "link_handshake" | "directory_traffic"
+            "cc_cwnd_full_per_cwnd" | "link_handshake" | "warm_channels" | "directory_traffic"
         ) {
             return Some("true or false".into());
         }

@@ -90,6 +90,8 @@ pub struct TorNetwork {
 /// The random stream of clients' directory schedules, apart from the host's main stream so
 /// that switching directory traffic off leaves every other draw as it was.
 const PURPOSE_DIRECTORY: u32 = 0x70_0001;
+/// The random stream that draws the circuits of a warm start (`tor.warm_channels`).
+const PURPOSE_WARM: u32 = 0x70_0002;
 
 /// Why [`build_with`] made no simulation.
 #[derive(Debug, thiserror::Error)]
@@ -145,13 +147,23 @@ pub fn build_with(
     }
     let (relay_hosts, server_groups) = index_hosts(&network.hosts, network.consensus.relays.len())?;
     let names = network.hosts.iter().map(|h| h.name.clone()).collect();
-    let world = Arc::new(TorWorld::new(
+    let mut world = TorWorld::new(
         network.params,
         network.consensus,
         relay_hosts,
         names,
         server_groups,
-    ));
+    );
+    if world.params.warm_channels {
+        world.warm_channels = crate::warm::warm_channels(
+            &world.consensus,
+            &world.selector,
+            &circuit_sources(&network.hosts, &world.params),
+            world.params.relay_channel_idle_timeout_s as f64,
+            &mut onionlab_engine::host_rng(network.seed, 0, PURPOSE_WARM),
+        );
+    }
+    let world = Arc::new(world);
     let mut models = Vec::with_capacity(network.hosts.len());
     // How far ahead of the others each host may run (`Simulation::set_min_delays`): as far as
     // its nearest sender allows, except that relays sharing a machine tell each other their
@@ -189,6 +201,26 @@ pub fn build_with(
         sim.schedule(h as HostId, 0, Ev::Start);
     }
     Ok((sim, world))
+}
+
+/// The circuits the network's clients build, for a warm start: one source per client host.
+fn circuit_sources(hosts: &[HostSpec], params: &TorParams) -> Vec<crate::warm::CircuitSource> {
+    hosts
+        .iter()
+        .filter_map(|h| match &h.role {
+            HostRole::Client {
+                workload, options, ..
+            } => {
+                let dirtiness_s = options
+                    .max_circuit_dirtiness
+                    .map_or(params.max_circuit_dirtiness_s as f64, |d| {
+                        d as f64 / onionlab_engine::time::NANOS_PER_SEC as f64
+                    });
+                Some(crate::warm::CircuitSource::of_client(workload, dirtiness_s))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Which host each consensus relay runs on, and the hosts of each server group (the shared

@@ -54,6 +54,7 @@ pub mod measure;
 pub mod relay;
 pub mod server;
 pub mod transport;
+pub mod warm;
 pub mod wire;
 pub mod world;
 

@@ -29,6 +29,9 @@ pub struct TorWorld {
     pub host_names: Vec<String>,
     /// File servers of each named group.
     pub server_groups: Vec<(String, Vec<HostId>)>,
+    /// For each consensus relay, the relays it opens a channel to at its start
+    /// (`tor.warm_channels`, see [`crate::warm`]); empty lists for a cold start.
+    pub warm_channels: Vec<Vec<u32>>,
 }
 
 impl TorWorld {
@@ -48,7 +51,13 @@ impl TorWorld {
             relay_hosts,
             host_names,
             server_groups,
+            warm_channels: Vec::new(),
         }
+    }
+
+    /// The relays consensus relay `relay` opens a channel to at its start.
+    pub fn warm_channels(&self, relay: usize) -> &[u32] {
+        self.warm_channels.get(relay).map_or(&[], Vec::as_slice)
     }
 
     /// Host `host`'s name, for results.

@@ -209,6 +209,15 @@ pub struct TorParams {
     /// `false` lets cells go as soon as TCP connects (the model before the handshake, for
     /// comparison).
     pub link_handshake: bool,
+    /// Relays start with channels open between the pairs that the run's clients, at their
+    /// circuit rate, would have used within the last `relay_channel_idle_timeout_s` (see
+    /// `onionlab_tor::warm`), as the live network's relays are connected wherever a circuit
+    /// passed lately; `false` starts every relay with no channel, as a fresh network does.
+    pub warm_channels: bool,
+    /// How long, in seconds, tor keeps an idle channel between two relays: 3/4 to 5/4 of it
+    /// at random (the consensus parameter `nf_conntimeout_relays`). The model closes no idle
+    /// channel; this sets how far back `warm_channels` looks.
+    pub relay_channel_idle_timeout_s: u64,
 
     // --- clients ---
     /// Every user's tor fetches consensus diffs and microdescriptors from its directory guard
@@ -301,6 +310,8 @@ impl Default for TorParams {
             conn_limit: 4096,
             tls_overhead_per_cell: 29,
             link_handshake: true,
+            warm_channels: false,
+            relay_channel_idle_timeout_s: 3600,
             directory_traffic: true,
             max_circuit_dirtiness_s: 600,
             new_circuit_period_s: 30,
@@ -598,6 +609,12 @@ impl TorParams {
              2^20 (Linux's default fs.nr_open)"
         ),
         whole!(tls_overhead_per_cell, 0, 514, "at most one cell's own size"),
+        whole!(
+            relay_channel_idle_timeout_s,
+            60,
+            604_800,
+            "tor's range for the consensus parameter nf_conntimeout_relays: 1 minute to 1 week"
+        ),
         // --- clients ---
         whole!(
             max_circuit_dirtiness_s,

@@ -133,8 +133,9 @@ fn flag(v: i64) -> SettingValue {
 /// Parameters every era has. Code defaults from tor's source at the era's tag:
 /// `KIST_SCHED_RUN_INTERVAL_DEFAULT` (scheduler.h), `RELAY_CIRC_CELL_QUEUE_SIZE_DEFAULT`
 /// (relay.c, 50 × 1000), `CMUX_PRIORITY_HALFLIFE_MSEC_DEFAULT` (circuitmux_ewma.c),
-/// `DFLT_N_PRIMARY_GUARDS_TO_USE` (entrynodes.h), `CIRCWINDOW_START` (or.h) and the
-/// `CBT_DEFAULT_*` values (circuitstats.h).
+/// `DFLT_N_PRIMARY_GUARDS_TO_USE` (entrynodes.h), `CIRCWINDOW_START` (or.h), the
+/// `CBT_DEFAULT_*` values (circuitstats.h) and `CONNTIMEOUT_RELAYS_DFLT` (channelpadding.c,
+/// an hour since channel padding came in 0.3.1).
 const COMMON: &[Mapping] = &[
     Mapping {
         param: "circ_max_cell_queue_size",
@@ -197,6 +198,13 @@ const COMMON: &[Mapping] = &[
         key: "cbt_min_circuits_to_observe",
         default_045: Some(100),
         default_046: 100,
+        convert: whole,
+    },
+    Mapping {
+        param: "nf_conntimeout_relays",
+        key: "relay_channel_idle_timeout_s",
+        default_045: Some(3600),
+        default_046: 3600,
         convert: whole,
     },
 ];
@@ -574,6 +582,10 @@ mod tests {
             .source
             .starts_with("CircuitPriority"));
         assert_eq!(get(&s, "num_primary_guards").value, SettingValue::Whole(1));
+        assert_eq!(
+            get(&s, "relay_channel_idle_timeout_s").value,
+            SettingValue::Whole(3600)
+        );
         assert_eq!(get(&s, "cbt_num_xm_modes").value, SettingValue::Whole(3));
         assert_eq!(
             get(&s, "cbt_close_quantile").value,

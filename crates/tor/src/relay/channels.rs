@@ -591,6 +591,21 @@ impl Relay {
         Some(ch)
     }
 
+    /// Opens, at the relay's start, the channels a live relay would have had open
+    /// (`tor.warm_channels`, see [`crate::warm`]), as it opens any channel for an extend.
+    pub(super) fn open_warm_channels(&mut self, io: &mut impl Io<RelayTimer>) {
+        let world = self.world.clone();
+        for &peer in world.warm_channels(self.relay) {
+            if self
+                .channel_to(io, world.relay_hosts[peer as usize])
+                .is_none()
+            {
+                // At the socket limit: the rest would be refused too.
+                break;
+            }
+        }
+    }
+
     pub(super) fn close_channel(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
         if !self.table.close(ch) {
             return;

@@ -1444,6 +1444,7 @@ impl Machine for Relay {
             .expect("a fresh relay has its OR port free");
         io.arm_in(NANOS_PER_SEC, RelayTimer::Sample);
         with_design!(self.design, D => D::start(self, io));
+        self.open_warm_channels(io);
     }
 
     fn on_timer(&mut self, io: &mut impl Io<RelayTimer>, timer: RelayTimer) {
