@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """How far a run's circuits paid for connections that a long-running network would have open.
 
-A simulated network starts cold: no relay has a channel to another, and no client to its
-first hop. Each extend to a relay that its circuit's previous hop has no channel to waits for
-a TCP connection and a link handshake between them, and a circuit whose client has no channel
-to its first hop waits for one more. tor keeps a channel between relays 45 to 75 minutes
-after its last circuit (`nf_conntimeout_relays`), so on the live network the relays that
-carried a circuit in the last hour are connected; the model never closes one, so a pair of
-relays is connected in a run from the first circuit that passed between them.
+From a cold start (`tor.warm_channels: false`) no relay has a channel to another, and no
+client to its first hop. Each extend to a relay that its circuit's previous hop has no
+channel to waits for a TCP connection and a link handshake between them, and a circuit whose
+client has no channel to its first hop waits for one more. tor keeps a channel between relays
+45 to 75 minutes after its last circuit (`nf_conntimeout_relays`), so on the live network the
+relays that carried a circuit in the last hour are connected; the model never closes one, so
+a pair of relays is connected in a run from the first circuit that passed between them. From
+a warm start the relays are also connected where the run's load would have passed a circuit
+within that timeout, so there a pair that no earlier circuit used may still have a channel:
+compare the build times by new pairs with a cold run of the same network to see what the
+warm start saved.
 
 For the circuits in `circuits.csv` that were built, in order of their start, this counts how
 many of their two relay pairs (first and second hop, second and third) no earlier circuit had
