@@ -89,6 +89,8 @@ pub fn warm_channels<R: Rng + ?Sized>(
             let Some([guard, middle, exit]) =
                 selector.choose_path(consensus, &[], HTTP_PORT, false, rng)
             else {
+                // No path exists at all (no exit, say): the clients build no circuit either,
+                // so nothing would have warmed the relays.
                 return vec![Vec::new(); consensus.relays.len()];
             };
             for (from, to) in [(guard, middle), (middle, exit)] {
