@@ -84,7 +84,7 @@ pub(crate) struct ReproduceArgs {
     #[arg(long, value_name = "F")]
     pub scale: Option<f64>,
     /// live-network only: run only these of its variants, comma-separated (as-generated,
-    /// internet-2018, vegas, random-placement; default: all four).
+    /// internet-2018, vegas, random-placement, token-bucket; default: all five).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub variants: Option<Vec<String>>,
     #[command(flatten)]

@@ -418,7 +418,7 @@ fn scenario_text(
         (Some(per), Some(advertised)) => {
             let _ = writeln!(
                 w,
-                "# Relay capacity: BandwidthRate = consensus weight x {per} B/s, so that the whole network's"
+                "# Relay capacity: rate = consensus weight x {per} B/s, so that the whole network's"
             );
             let _ = writeln!(
                 w,
@@ -433,11 +433,19 @@ fn scenario_text(
         _ => {
             let _ = writeln!(
                 w,
-                "# Relay capacity: BandwidthRate = consensus weight read as kB/s (the advertised bandwidth"
+                "# Relay capacity: rate = consensus weight read as kB/s (the advertised bandwidth"
             );
             let _ = writeln!(w, "# of {day} does not ship with onionlab).");
         }
     }
+    let _ = writeln!(
+        w,
+        "# The rate is each relay's link, both ways (limit: link): most of the live relays' capacity"
+    );
+    let _ = writeln!(
+        w,
+        "# was on relays whose BandwidthRate, if any, lay above what they were observed to carry."
+    );
     let geoip = onionlab_scenario::nearest_geoip(valid_after);
     let _ = writeln!(
         w,
@@ -451,7 +459,7 @@ fn scenario_text(
     let rate = rate_per_weight.map_or(String::new(), |per| format!(", rate_per_weight: {per}"));
     let _ = writeln!(
         w,
-        "  sample: {{ consensus: {consensus}, count: {relays}{rate}, place: address, geoip: {geoip} }}"
+        "  sample: {{ consensus: {consensus}, count: {relays}{rate}, limit: link, place: address, geoip: {geoip} }}"
     );
     let _ = writeln!(w, "servers:");
     for (country, n) in SERVER_COUNTRIES.iter().zip(&by_server_country) {

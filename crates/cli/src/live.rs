@@ -5,7 +5,7 @@
 //! The steps are the commands a user would run by hand: `generate` writes
 //! `<out>/network.yaml` (the period's Tor parameters, the geographic graph,
 //! OnionPerf-like clients where OnionPerf measured from); an experiment (`<out>/live-network.yaml`)
-//! runs it as generated and with three of those choices undone, each as K sampled networks, into
+//! runs it as generated and with four of those choices undone, each as K sampled networks, into
 //! `<out>/<variant>/` (so a second run keeps the networks already complete); and the comparison
 //! (`onionlab_report::write_live_page`) writes `<out>/index.html` and `<out>/live.csv`.
 
@@ -25,7 +25,8 @@ pub(crate) const NAME: &str = "live-network";
 pub(crate) const ABOUT: &str = "networks generated from the 2019 consensus \
     (consensus-2019-microdesc) at --scale (default 0.1) and the live load, as generated, on \
     internet-2018's latencies instead of geographic ones, with Vegas instead of the period's \
-    SENDME windows, and with relays placed at random instead of by address, 3 sampled \
+    SENDME windows, with relays placed at random instead of by address, and with relays held \
+    to their rates by tor's token buckets instead of their links, 3 sampled \
     networks of 8 simulated minutes each, against Tor Metrics' 2019 OnionPerf measurements: \
     time to last byte per size, circuit build times, round trips, throughput and errors as \
     means over networks with 95% intervals; index.html draws the distributions beside the \
@@ -37,9 +38,9 @@ const DEFAULT_SCALE: f64 = 0.1;
 const NETWORK_FILE: &str = "network.yaml";
 const EXPERIMENT_FILE: &str = "live-network.yaml";
 
-/// The experiment: the generated network and three of its choices undone, one at a
+/// The experiment: the generated network and four of its choices undone, one at a
 /// time, so the page shows what each is worth.
-const VARIANTS: [(&str, &str); 4] = [
+const VARIANTS: [(&str, &str); 5] = [
     ("as-generated", ""),
     (
         "internet-2018",
@@ -50,6 +51,7 @@ const VARIANTS: [(&str, &str); 4] = [
         "random-placement",
         "relays.sample.place: random, relays.sample.geoip: null",
     ),
+    ("token-bucket", "relays.sample.limit: bucket"),
 ];
 
 /// The variants `--variants` names (all of them without it), in the order of [`VARIANTS`].

@@ -1149,8 +1149,9 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
         "name: perf-5m-hk, count: 1, country: HK, bandwidth_down: 1 Gbit, bandwidth_up: 1 Gbit",
         // Capacities add up to what the relays advertised that day: 415.506 Gbit/s over a
         // weight sum of 72,116,976 is 720 B/s per unit. Relays sit where their addresses
-        // say, by the country table nearest 2019-12-15.
-        "count: 32, rate_per_weight: 720, place: address, geoip: geoip-2021 }",
+        // say, by the country table nearest 2019-12-15. Each relay's link, not a token
+        // bucket, holds it to its rate.
+        "count: 32, rate_per_weight: 720, limit: link, place: address, geoip: geoip-2021 }",
         // OnionPerf's own server at each site.
         "name: perf-hk, count: 1, country: HK, bandwidth: 1 Gbit, dedicated: true }",
         "servers: perf-hk,",
@@ -1162,7 +1163,7 @@ fn generate_writes_checked_scenarios_and_refuses_bad_flags() {
     // No advertised bandwidth ships for 2023: weights are read as kB/s.
     assert!(!text.contains("rate_per_weight"), "{text}");
     assert!(
-        text.contains("place: address, geoip: geoip-2023 }"),
+        text.contains("limit: link, place: address, geoip: geoip-2023 }"),
         "{text}"
     );
     assert!(

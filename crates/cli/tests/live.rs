@@ -53,7 +53,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         "--threads",
         "2",
         "--variants",
-        "as-generated,vegas,random-placement",
+        "as-generated,vegas,random-placement,token-bucket",
         "--quiet",
         "-o",
         d,
@@ -73,11 +73,11 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         "{network}"
     );
     assert!(
-        network.contains("place: address, geoip: geoip-2021"),
+        network.contains("limit: link, place: address, geoip: geoip-2021"),
         "{network}"
     );
     assert!(network.contains("servers: perf-hk") && network.contains("dedicated: true"));
-    for variant in ["as-generated", "vegas", "random-placement"] {
+    for variant in ["as-generated", "vegas", "random-placement", "token-bucket"] {
         for trial in ["trial-1", "trial-2"] {
             let run = dir.join(variant).join(trial);
             assert!(run.join("downloads.csv").is_file(), "{}", run.display());
@@ -109,7 +109,7 @@ fn live_network_compares_sampled_networks_with_the_live_data() {
         rows[0],
         "variant,statistic,networks,model_mean,model_ci_low,model_ci_high,live,difference_pct"
     );
-    assert_eq!(rows.len(), 1 + 3 * (3 * 2 + 2 + 2 + 2 + 1), "{csv}");
+    assert_eq!(rows.len(), 1 + 4 * (3 * 2 + 2 + 2 + 2 + 1), "{csv}");
     // Every network's measurements have request times, so the round trip has a value.
     let round_trip = rows
         .iter()

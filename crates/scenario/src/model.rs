@@ -552,10 +552,11 @@ pub struct SampleRelays {
     pub consensus: String,
     /// How many relays to sample (at most the consensus's relay count).
     pub count: u32,
-    /// Replaces every sampled relay's `BandwidthRate` (default: its consensus weight).
+    /// Replaces every sampled relay's rate (default: from its consensus weight).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_rate: Option<Rate>,
-    /// Bytes per second of `BandwidthRate` per unit of consensus weight (default 1000: the
+    /// Bytes per second of each relay's rate (its `BandwidthRate`, or its link under
+    /// `limit: link`) per unit of consensus weight (default 1000: the
     /// weight read as kB/s). `generate` sets it so that the relays' rates add up to the
     /// bandwidth the live relays advertised on the consensus's day, where that is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -571,6 +572,9 @@ pub struct SampleRelays {
     /// Link rate of every sampled relay, both directions; `None`: derived from its rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<Rate>,
+    /// What holds each sampled relay to its rate (default `bucket`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<RelayLimit>,
     /// Puts every sampled relay in this country.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub country: Option<String>,
@@ -582,6 +586,23 @@ pub struct SampleRelays {
     /// `/usr/share/tor/geoip`, say). Default: the shipped table nearest the consensus's day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub geoip: Option<String>,
+}
+
+/// What holds a sampled relay to its rate. A live relay either configures a `BandwidthRate`
+/// that tor's token buckets enforce, on a machine that could send faster, or configures none
+/// and forwards as fast as its machine and link allow; its descriptor's observed bandwidth is
+/// then the most it sustained. The two differ in bursts: a bucket lets a relay send at its
+/// link's speed while tokens last, a link never lets it pass its rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelayLimit {
+    /// tor's token buckets at the rate (`BandwidthBurst` = rate × `burst_factor`), on a link
+    /// of twice the rate: a relay whose operator set `BandwidthRate`.
+    Bucket,
+    /// The host's link at the rate, both ways, and tor's buckets at tor's default (1 GiB/s):
+    /// a relay that sets no rate and is held by its machine, as tornettools models every
+    /// relay (its link at the observed bandwidth of its descriptor).
+    Link,
 }
 
 /// Where `relays.sample` puts its relays on the graph.

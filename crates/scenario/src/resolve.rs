@@ -1103,7 +1103,8 @@ impl Resolver<'_> {
                     let per = sm.rate_per_weight.unwrap_or(DEFAULT_RATE_PER_WEIGHT);
                     relay_rate_in_range((r.bandwidth as f64 * per).round() as u64)
                 });
-            let link = sm.link.map_or_else(|| derived_link(rate), |l| l.0);
+            let limit = SampledLimit::of(sm);
+            let link = limit.link(rate);
             let name = if seen.get(&r.nickname).copied().unwrap_or(0) > 1 {
                 // Numbered within tor's 19 characters; a number that makes the name of
                 // another relay (a shorter stem plus a longer number, or a nickname that
@@ -1130,8 +1131,8 @@ impl Resolver<'_> {
                 link_down_bps: link,
                 flags: r.flags,
                 consensus_weight: r.bandwidth,
-                bandwidth_rate: rate,
-                bandwidth_burst: burst_of(rate, sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR)),
+                bandwidth_rate: limit.bucket_rate(rate),
+                bandwidth_burst: limit.bucket_burst(rate),
                 relay_bandwidth_rate: None,
                 relay_bandwidth_burst: None,
                 conn_limit: None,
@@ -1156,22 +1157,71 @@ impl Resolver<'_> {
         sigma: f64,
         sm: &SampleRelays,
     ) {
-        let before: f64 = relays.iter().map(|r| r.bandwidth_rate as f64).sum();
-        let spread: Vec<f64> = (relays.iter().enumerate())
-            .map(|(i, r)| {
+        let limit = SampledLimit::of(sm);
+        let rates: Vec<u64> = relays.iter().map(|r| limit.rate_of(r)).collect();
+        let before: f64 = rates.iter().map(|&r| r as f64).sum();
+        let spread: Vec<f64> = (rates.iter().enumerate())
+            .map(|(i, &rate)| {
                 let mut rng = host_rng(self.seed, first_host + i as u32, PURPOSE_SPREAD);
-                r.bandwidth_rate as f64 * (sigma * standard_normal(&mut rng)).exp()
+                rate as f64 * (sigma * standard_normal(&mut rng)).exp()
             })
             .collect();
         let scale = before / spread.iter().sum::<f64>();
         for (r, x) in relays.iter_mut().zip(spread) {
             let rate = relay_rate_in_range((x * scale).round() as u64);
-            r.bandwidth_rate = rate;
-            r.bandwidth_burst = burst_of(rate, sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR));
-            if sm.link.is_none() {
-                r.link_up_bps = derived_link(rate);
-                r.link_down_bps = r.link_up_bps;
-            }
+            r.bandwidth_rate = limit.bucket_rate(rate);
+            r.bandwidth_burst = limit.bucket_burst(rate);
+            r.link_up_bps = limit.link(rate);
+            r.link_down_bps = r.link_up_bps;
+        }
+    }
+}
+
+/// How `relays.sample.limit` (with `link` and `burst_factor`) turns a sampled relay's rate
+/// into its token buckets and its links.
+#[derive(Clone, Copy)]
+struct SampledLimit {
+    limit: RelayLimit,
+    link: Option<u64>,
+    burst_factor: f64,
+}
+
+impl SampledLimit {
+    fn of(sm: &SampleRelays) -> Self {
+        SampledLimit {
+            limit: sm.limit.unwrap_or(RelayLimit::Bucket),
+            link: sm.link.map(|l| l.0),
+            burst_factor: sm.burst_factor.unwrap_or(DEFAULT_BURST_FACTOR),
+        }
+    }
+
+    /// Both links, in bits per second: the rate itself when the host limits the relay.
+    fn link(self, rate: u64) -> u64 {
+        match self.limit {
+            RelayLimit::Bucket => self.link.unwrap_or_else(|| derived_link(rate)),
+            RelayLimit::Link => rate.saturating_mul(8),
+        }
+    }
+
+    fn bucket_rate(self, rate: u64) -> u64 {
+        match self.limit {
+            RelayLimit::Bucket => rate,
+            RelayLimit::Link => TOR_DEFAULT_RATE,
+        }
+    }
+
+    fn bucket_burst(self, rate: u64) -> u64 {
+        match self.limit {
+            RelayLimit::Bucket => burst_of(rate, self.burst_factor),
+            RelayLimit::Link => TOR_DEFAULT_RATE,
+        }
+    }
+
+    /// The rate a planned relay was given, wherever it was put.
+    fn rate_of(self, r: &PlannedRelay) -> u64 {
+        match self.limit {
+            RelayLimit::Bucket => r.bandwidth_rate,
+            RelayLimit::Link => r.link_up_bps / 8,
         }
     }
 }

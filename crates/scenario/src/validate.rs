@@ -860,6 +860,25 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
             }
             burst_factor(cx, "relays.sample.burst_factor", sm.burst_factor)?;
             link_rate(cx, "relays.sample.link".into(), sm.link)?;
+            if sm.limit == Some(RelayLimit::Link) {
+                // The rate is the link under `limit: link`; a second link or a burst for
+                // buckets that never bind would be set and then silently ignored.
+                for (key, set) in [
+                    ("link", sm.link.is_some()),
+                    ("burst_factor", sm.burst_factor.is_some()),
+                ] {
+                    if set {
+                        return Err(cx.err(
+                            format!("relays.sample.{key}"),
+                            format!(
+                                "expected no {key} with `limit: link`, where each relay's \
+                                 link runs at its rate and tor's token buckets at tor's \
+                                 default; use `limit: bucket` to set it"
+                            ),
+                        ));
+                    }
+                }
+            }
             country(cx, s, "relays.sample.country".into(), &sm.country)?;
             sample_placement(cx, s, sm)?;
         }

@@ -920,6 +920,68 @@ fn sampled_relays_rates_spread_around_their_weights_and_keep_the_total() {
     }
 }
 
+#[test]
+fn sampled_relays_limited_by_their_links_run_them_at_their_rates() {
+    let path = example("consensus-2023");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let with = |line: &str| with_sample_lines(&text, line);
+    let graph = load_graph(&parse(&text, &path).unwrap()).unwrap();
+    let bucket = resolve(&parse(&text, &path).unwrap(), &graph).unwrap();
+    let s = parse(&with("    limit: link\n"), &path).unwrap();
+    let link = resolve(&s, &graph).unwrap();
+    assert_eq!(
+        resolve(&parse(&with("    limit: bucket\n"), &path).unwrap(), &graph).unwrap(),
+        bucket,
+        "bucket is the default"
+    );
+    for (b, l) in bucket.relays.iter().zip(&link.relays) {
+        // The bucket's rate becomes the link's, both ways; tor's buckets stay at its
+        // default of 1 GiB/s, as on a relay that configures no rate.
+        assert_eq!(l.link_up_bps, b.bandwidth_rate * 8, "{}", l.name);
+        assert_eq!(l.link_down_bps, l.link_up_bps);
+        assert_eq!((l.bandwidth_rate, l.bandwidth_burst), (1 << 30, 1 << 30));
+        // Under a bucket the link is twice the rate, or 10 Mbit/s, and the burst 1.67 times.
+        assert_eq!(b.link_up_bps, (b.bandwidth_rate * 16).max(10_000_000));
+        assert!(b.bandwidth_burst > b.bandwidth_rate);
+        assert_eq!(
+            (l.name.as_str(), l.consensus_weight),
+            (b.name.as_str(), b.consensus_weight)
+        );
+    }
+    // A spread moves the links, and keeps the network's total.
+    let spread = resolve(
+        &parse(&with("    limit: link\n    rate_spread: 0.5\n"), &path).unwrap(),
+        &graph,
+    )
+    .unwrap();
+    let total = |p: &onionlab_scenario::Plan| p.relays.iter().map(|r| r.link_up_bps).sum::<u64>();
+    let (a, b) = (total(&link) as f64, total(&spread) as f64);
+    assert!((b / a - 1.0).abs() < 0.02, "{a} against {b}");
+    assert!(spread
+        .relays
+        .iter()
+        .zip(&link.relays)
+        .any(|(s, l)| s.link_up_bps != l.link_up_bps));
+    assert!(spread.relays.iter().all(|r| r.bandwidth_rate == 1 << 30));
+    for (line, key) in [
+        ("    limit: link\n    link: 1 Gbit\n", "relays.sample.link"),
+        (
+            "    limit: link\n    burst_factor: 2\n",
+            "relays.sample.burst_factor",
+        ),
+    ] {
+        let err = parse(&with(line), &path).unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains("limit: link"), "{err}");
+    }
+    let err = parse(&with("    limit: nic\n"), &path)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("relays.sample.limit") && err.contains("bucket"),
+        "{err}"
+    );
+}
+
 /// Names identify relays' rows in every output, so a sample's numbering of repeated nicknames
 /// must never make two relays' names the same: not when a 19-character nickname repeats so
 /// often that its numbers grow a digit (the stem shortens), nor when another relay's own
