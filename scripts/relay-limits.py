@@ -25,18 +25,20 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../data/relays/
 NEAR = 1.2
 
 
-def report(name, relays):
-    """relays: (observed, rate) pairs in one unit."""
+def report(name, relays, default_rate):
+    """relays: (observed, rate) pairs in one unit; default_rate: tor's 1 GiB/s in that unit."""
     total = sum(o for o, _ in relays)
     held = [(o, r) for o, r in relays if r <= NEAR * o]
     share = sum(o for o, _ in held) / total
+    default = sum(o for o, r in relays if r >= default_rate) / total
     print(f"{name}: {len(relays)} relays; held by tor's token bucket (rate <= {NEAR} x observed): "
           f"{len(held)} relays, {100 * share:.0f}% of the observed capacity; by their machine: "
-          f"{len(relays) - len(held)} relays, {100 * (1 - share):.0f}%")
+          f"{len(relays) - len(held)} relays, {100 * (1 - share):.0f}% "
+          f"({100 * default:.0f}% on relays with tor's default rate)")
 
 
 rows = [(float(r["MaxObserved(KiB/s)"]), float(r["Rate(KiB/s)"])) for r in csv.DictReader(open(PATH))]
-report("relays-2018", [(o, r) for o, r in rows if o > 0])
+report("relays-2018", [(o, r) for o, r in rows if o > 0], 1024 * 1024)
 
 HOST = re.compile(r'<host id="relay[^"]*"[^>]*bandwidthup="(\d+)"[^>]*>\s*<process[^>]*'
                   r'--BandwidthRate (\d+) --BandwidthBurst \d+')
@@ -44,4 +46,4 @@ for path in sys.argv[1:]:
     relays = [(int(up) * 1024.0, float(rate)) for up, rate in HOST.findall(open(path).read())]
     if not relays:
         sys.exit(f"{path}: no relay hosts with a link and a BandwidthRate")
-    report(path, relays)
+    report(path, relays, 1 << 30)
