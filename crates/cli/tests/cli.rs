@@ -1064,6 +1064,58 @@ clients:
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// A generated network, whose relays are held by links at their rates, gives byte-identical
+/// results on one and two threads, and differs from the same network with token buckets.
+#[test]
+fn relays_held_by_their_links_give_identical_results_on_one_and_two_threads() {
+    let dir = tmp("link-limit");
+    fs::create_dir_all(&dir).unwrap();
+    let net = dir.join("net.yaml");
+    let out = onionlab(&[
+        "generate",
+        "--consensus",
+        "consensus-2019-microdesc",
+        "--scale",
+        "0.003",
+        "--stop-time",
+        "90s",
+        "-o",
+        net.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = fs::read_to_string(&net).unwrap();
+    assert!(text.contains(", limit: link,"), "{text}");
+    let link = identical_runs(
+        net.to_str().unwrap(),
+        &[],
+        &[("1", true), ("2", true)],
+        &dir.join("link"),
+    );
+    let bucket_net = dir.join("bucket.yaml");
+    fs::write(
+        &bucket_net,
+        text.replace(", limit: link,", ", limit: bucket,"),
+    )
+    .unwrap();
+    let bucket = identical_runs(
+        bucket_net.to_str().unwrap(),
+        &[],
+        &[("1", true)],
+        &dir.join("bucket"),
+    );
+    let relays = |out: &Path| fs::read(out.join("relays.csv")).unwrap();
+    assert_ne!(
+        relays(&link[0]),
+        relays(&bucket[0]),
+        "the limit changed nothing"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
 /// `generate` writes a scenario that passes `check`, keeps every relay at scale 1, is the same
 /// for the same arguments, and refuses bad flags with exit 2.
 #[test]
