@@ -1,66 +1,189 @@
-//! A table of entries under small integer ids, whose freed ids are reused.
+//! A table of entries under typed, generation-checked ids whose slots are reused.
 //!
-//! A model's circuits, streams and downloads come and go by the million over a run, and the
-//! ids that name them travel in events and in other tables. A [`Slab`] gives each new entry
-//! the most recently freed id (or a new one at the end), so its table is as large as the most
-//! entries alive at once rather than all entries ever made, and an id is a plain index. The
-//! order in which ids are reused is part of a run's determinism: it is always last freed,
-//! first reused.
+//! A model's circuits, streams, connections and sockets come and go by the million over a run,
+//! and the ids that name them travel in events, timers and other tables. A [`Slab`] gives each
+//! new entry the most recently freed slot (or a new one at the end), so it is as large as the
+//! most entries alive at once rather than all entries ever made. The order in which slots are
+//! reused is part of a run's determinism: always last freed, first reused.
 //!
-//! A slot is read as an `Option`: `slab[id]` is `None` once the entry is removed, which is how
-//! the models tell an id whose entry has gone from a live one.
+//! An id names a slot *and* the occupant it was given to: each slot counts its occupants (its
+//! generation), and an id whose generation is not the slot's current one finds nothing. So an
+//! id kept in a timer or a list after its entry went can never reach a stranger that took the
+//! slot since, without any check of the caller's own.
+//!
+//! Each table has its own id type, declared with [`slab_key!`], so a connection's id cannot be
+//! used where a circuit's is meant; [`Slab::new`] takes the key type as its first parameter.
 
+use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
 use crate::heap::push_growing_by_eighths;
 
-/// Entries under reusable `u32` ids; see the module doc.
-#[derive(Clone, Debug)]
-pub struct Slab<T> {
-    slots: Vec<Option<T>>,
-    /// Freed ids, the last freed on top.
-    free: Vec<u32>,
-    live: u32,
+/// An id into a [`Slab`]: a slot and the generation of the entry it was given to. Declare
+/// one with [`slab_key!`].
+pub trait Key: Copy {
+    /// The id of generation `generation` in slot `slot`.
+    fn from_parts(slot: u32, generation: u32) -> Self;
+    /// Its slot, which also indexes any side table kept per slot.
+    fn slot(self) -> u32;
+    /// Which occupant of the slot it names.
+    fn generation(self) -> u32;
 }
 
-impl<T> Default for Slab<T> {
+/// Declares a [`Key`] type: a copyable id of a slot and a generation, ordered by slot first.
+///
+/// ```
+/// onionlab_engine::slab_key! {
+///     /// A widget's id.
+///     pub struct WidgetId;
+/// }
+/// let mut widgets = onionlab_engine::slab::Slab::<WidgetId, &str>::new();
+/// let w = widgets.insert("sprocket");
+/// assert_eq!(widgets[w], "sprocket");
+/// ```
+#[macro_export]
+macro_rules! slab_key {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident;) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        $vis struct $name {
+            slot: u32,
+            generation: u32,
+        }
+
+        impl $crate::slab::Key for $name {
+            #[inline]
+            fn from_parts(slot: u32, generation: u32) -> Self {
+                $name { slot, generation }
+            }
+            #[inline]
+            fn slot(self) -> u32 {
+                self.slot
+            }
+            #[inline]
+            fn generation(self) -> u32 {
+                self.generation
+            }
+        }
+    };
+}
+
+/// `repr(C)`: the generation first, in the cache line where the entry starts, since every
+/// lookup reads it before the entry.
+#[repr(C)]
+#[derive(Clone, Debug)]
+struct Slot<T> {
+    generation: u32,
+    value: Option<T>,
+}
+
+/// Entries of type `T` under ids of type `K`; see the module doc.
+#[derive(Clone, Debug)]
+pub struct Slab<K, T> {
+    slots: Vec<Slot<T>>,
+    /// Freed slots, the last freed on top.
+    free: Vec<u32>,
+    live: u32,
+    key: PhantomData<K>,
+}
+
+impl<K: Key, T> Default for Slab<K, T> {
     fn default() -> Self {
         Slab {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
+            key: PhantomData,
         }
     }
 }
 
-impl<T> Slab<T> {
+impl<K: Key, T> Slab<K, T> {
     /// An empty table, which allocates nothing until the first insert.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Stores `value` under the most recently freed id, or a new one; returns the id.
-    pub fn insert(&mut self, value: T) -> u32 {
+    /// Stores `value` in the most recently freed slot, or a new one; returns its id.
+    pub fn insert(&mut self, value: T) -> K {
         self.live += 1;
-        match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = Some(value);
-                id
-            }
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
             None => {
-                push_growing_by_eighths(&mut self.slots, Some(value));
+                push_growing_by_eighths(
+                    &mut self.slots,
+                    Slot {
+                        generation: 0,
+                        value: None,
+                    },
+                );
                 (self.slots.len() - 1) as u32
             }
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.value = Some(value);
+        K::from_parts(slot, entry.generation)
+    }
+
+    /// Takes the entry of `id` out and frees its slot for a new generation; `None` (and
+    /// nothing freed) if `id` names no live entry.
+    pub fn remove(&mut self, id: K) -> Option<T> {
+        let entry = self.slots.get_mut(id.slot() as usize)?;
+        if entry.generation != id.generation() {
+            return None;
+        }
+        let value = entry.value.take()?;
+        entry.generation = entry.generation.wrapping_add(1);
+        self.free.push(id.slot());
+        self.live -= 1;
+        Some(value)
+    }
+
+    /// The entry of `id`, unless it has been removed.
+    #[inline]
+    pub fn get(&self, id: K) -> Option<&T> {
+        let entry = self.slots.get(id.slot() as usize)?;
+        if entry.generation == id.generation() {
+            entry.value.as_ref()
+        } else {
+            None
         }
     }
 
-    /// Takes the entry under `id` out and frees the id; `None` (and nothing freed) if there
-    /// is none.
-    pub fn remove(&mut self, id: u32) -> Option<T> {
-        let value = self.slots.get_mut(id as usize)?.take()?;
-        self.free.push(id);
-        self.live -= 1;
-        Some(value)
+    /// The entry of `id` to change in place, unless it has been removed.
+    #[inline]
+    pub fn get_mut(&mut self, id: K) -> Option<&mut T> {
+        let entry = self.slots.get_mut(id.slot() as usize)?;
+        if entry.generation == id.generation() {
+            entry.value.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Whether `id` names a live entry.
+    #[inline]
+    pub fn contains(&self, id: K) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// The id of the entry now in slot `slot`, if one is: to walk the table by slot while
+    /// changing it.
+    #[inline]
+    pub fn id_at(&self, slot: u32) -> Option<K> {
+        let entry = self.slots.get(slot as usize)?;
+        entry
+            .value
+            .as_ref()
+            .map(|_| K::from_parts(slot, entry.generation))
+    }
+
+    /// Asks the cache for the slot of `id`, all of its entry, ahead of a lookup.
+    #[inline]
+    pub fn prefetch(&self, id: K) {
+        if let Some(entry) = self.slots.get(id.slot() as usize) {
+            crate::prefetch(entry as *const Slot<T>, std::mem::size_of::<Slot<T>>());
+        }
     }
 
     /// Entries alive.
@@ -73,32 +196,66 @@ impl<T> Slab<T> {
         self.live == 0
     }
 
-    /// Every slot in id order, the free ones `None`.
-    pub fn slots(&self) -> &[Option<T>] {
-        &self.slots
+    /// Slots allocated, live or free: every live id's slot is below this.
+    pub fn slots(&self) -> u32 {
+        self.slots.len() as u32
     }
 
-    /// The live entries in id order.
+    /// The live entries with their ids, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+        self.slots.iter().enumerate().filter_map(|(slot, entry)| {
+            let value = entry.value.as_ref()?;
+            Some((K::from_parts(slot as u32, entry.generation), value))
+        })
+    }
+
+    /// The live entries with their ids, in slot order, to change in place.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (K, &mut T)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(slot, entry)| {
+                let generation = entry.generation;
+                let value = entry.value.as_mut()?;
+                Some((K::from_parts(slot as u32, generation), value))
+            })
+    }
+
+    /// The live entries in slot order.
     pub fn values(&self) -> impl Iterator<Item = &T> {
-        self.slots.iter().flatten()
+        self.slots.iter().filter_map(|entry| entry.value.as_ref())
+    }
+
+    /// The ids of the live entries in slot order.
+    pub fn ids(&self) -> impl Iterator<Item = K> + '_ {
+        self.iter().map(|(id, _)| id)
     }
 }
 
-impl<T> Index<u32> for Slab<T> {
-    type Output = Option<T>;
-    /// The slot of `id`: `None` if its entry was removed. Panics for an id never given out.
+impl<K: Key, T> Index<K> for Slab<K, T> {
+    type Output = T;
+    /// The entry of `id`. Panics if it has been removed: a caller that may hold an id whose
+    /// entry went uses [`Slab::get`].
     #[inline]
-    fn index(&self, id: u32) -> &Option<T> {
-        &self.slots[id as usize]
+    #[track_caller]
+    fn index(&self, id: K) -> &T {
+        match self.get(id) {
+            Some(value) => value,
+            None => panic!("slab id in slot {} names no live entry", id.slot()),
+        }
     }
 }
 
-impl<T> IndexMut<u32> for Slab<T> {
-    /// The slot of `id`, to change its entry in place. Use [`Slab::remove`] to free it:
-    /// emptying the slot through here would leave its id out of reuse.
+impl<K: Key, T> IndexMut<K> for Slab<K, T> {
+    /// The entry of `id`, to change in place. Panics if it has been removed.
     #[inline]
-    fn index_mut(&mut self, id: u32) -> &mut Option<T> {
-        &mut self.slots[id as usize]
+    #[track_caller]
+    fn index_mut(&mut self, id: K) -> &mut T {
+        let slot = id.slot();
+        match self.get_mut(id) {
+            Some(value) => value,
+            None => panic!("slab id in slot {slot} names no live entry"),
+        }
     }
 }
 
@@ -106,21 +263,81 @@ impl<T> IndexMut<u32> for Slab<T> {
 mod tests {
     use super::*;
 
+    crate::slab_key! {
+        /// A test id.
+        struct Id;
+    }
+
+    fn slot_of(id: Id) -> u32 {
+        id.slot()
+    }
+
     #[test]
-    fn freed_ids_are_reused_last_freed_first() {
-        let mut s = Slab::new();
-        let ids: Vec<u32> = (0..4).map(|i| s.insert(i * 10)).collect();
-        assert_eq!(ids, [0, 1, 2, 3]);
-        assert_eq!(s.remove(1), Some(10));
-        assert_eq!(s.remove(3), Some(30));
-        assert_eq!(s.remove(3), None, "removed already: nothing freed twice");
+    fn freed_slots_are_reused_last_freed_first() {
+        let mut s = Slab::<Id, u32>::new();
+        let ids: Vec<Id> = (0..4).map(|i| s.insert(i * 10)).collect();
+        assert_eq!(
+            ids.iter().map(|&i| slot_of(i)).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(s.remove(ids[1]), Some(10));
+        assert_eq!(s.remove(ids[3]), Some(30));
+        assert_eq!(
+            s.remove(ids[3]),
+            None,
+            "removed already: nothing freed twice"
+        );
         assert_eq!(s.len(), 2);
-        assert_eq!(s[1], None);
-        assert_eq!(s.insert(99), 3);
-        assert_eq!(s.insert(98), 1);
-        assert_eq!(s.insert(97), 4);
+        assert_eq!(s.get(ids[1]), None);
+        let a = s.insert(99);
+        let b = s.insert(98);
+        let c = s.insert(97);
+        assert_eq!((slot_of(a), slot_of(b), slot_of(c)), (3, 1, 4));
         assert_eq!(s.values().copied().collect::<Vec<_>>(), [0, 98, 20, 99, 97]);
-        assert_eq!(s.slots().len(), 5);
-        assert_eq!(s.remove(17), None, "an id never given out");
+        assert_eq!(s.slots(), 5);
+        assert_eq!(
+            s.remove(Id::from_parts(17, 0)),
+            None,
+            "an id never given out"
+        );
+    }
+
+    #[test]
+    fn an_id_whose_entry_went_never_finds_the_slots_next_occupant() {
+        let mut s = Slab::<Id, &str>::new();
+        let old = s.insert("old");
+        s.remove(old);
+        let new = s.insert("new");
+        assert_eq!(slot_of(old), slot_of(new), "the slot is reused");
+        assert_ne!(old, new, "under a new generation");
+        assert_eq!(s.get(old), None);
+        assert!(!s.contains(old));
+        assert_eq!(s.remove(old), None, "a stale id frees nothing");
+        assert_eq!(s[new], "new");
+        assert_eq!(s.id_at(slot_of(new)), Some(new));
+        assert_eq!(s.iter().collect::<Vec<_>>(), [(new, &"new")]);
+        *s.get_mut(new).unwrap() = "newer";
+        assert_eq!(s.ids().collect::<Vec<_>>(), [new]);
+        assert_eq!(s[new], "newer");
+        s.remove(new);
+        assert_eq!(s.id_at(slot_of(new)), None);
+        assert!(s.is_empty());
+    }
+
+    /// A lookup reads the generation and then the entry: both in the slot's first cache line.
+    #[test]
+    fn a_slots_generation_sits_before_its_entry() {
+        use std::mem::offset_of;
+        assert_eq!(offset_of!(Slot<[u64; 60]>, generation), 0);
+        assert!(offset_of!(Slot<[u64; 60]>, value) <= 8);
+    }
+
+    #[test]
+    #[should_panic(expected = "names no live entry")]
+    fn indexing_with_a_stale_id_panics() {
+        let mut s = Slab::<Id, u8>::new();
+        let id = s.insert(1);
+        s.remove(id);
+        let _ = s[id];
     }
 }

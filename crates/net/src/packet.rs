@@ -112,6 +112,21 @@ pub struct SocketAddr {
     pub generation: u32,
 }
 
+impl onionlab_engine::slab::Key for SocketAddr {
+    #[inline]
+    fn from_parts(slot: u32, generation: u32) -> Self {
+        SocketAddr { slot, generation }
+    }
+    #[inline]
+    fn slot(self) -> u32 {
+        self.slot
+    }
+    #[inline]
+    fn generation(self) -> u32 {
+        self.generation
+    }
+}
+
 /// A QUIC packet in a UDP datagram, addressed connection to connection: each side's slot
 /// stands in for the connection IDs that real QUIC puts in its headers (and counts in the
 /// packet's size), so the receiving stack needs no lookup table.

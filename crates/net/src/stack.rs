@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use onionlab_engine::heap::push_growing_by_eighths;
+use onionlab_engine::slab::Slab;
 use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, HostId};
 use onionlab_tcp::{
@@ -262,16 +262,6 @@ enum Socket<M> {
     Stream(StreamSocket<M>),
 }
 
-/// `repr(C)`: the generation first, in the cache line where the socket starts. Every packet
-/// and timer looks its socket up by checking the generation; in Rust's own order it sat at the
-/// slot's end, 488 bytes from the socket's start, one more cache miss per lookup on a network
-/// too large for the cache.
-#[repr(C)]
-struct Slot<M> {
-    generation: u32,
-    socket: Option<Socket<M>>,
-}
-
 const FIRST_EPHEMERAL_PORT: u16 = 49152;
 
 /// One host's network stack. `M` is the application's message descriptor type.
@@ -280,8 +270,8 @@ pub struct NetStack<M> {
     net: Arc<Network>,
     up: Link,
     down: Link,
-    slots: Vec<Slot<M>>,
-    free: Vec<u32>,
+    /// The sockets, under ids that never find a later socket in the same slot.
+    sockets: Slab<SocketId, Socket<M>>,
     listeners: Vec<u16>,
     /// Ports accepting QUIC connections.
     quic_ports: Vec<u16>,
@@ -309,8 +299,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             up: Link::new(links.up_bps, cfg.up_queue_bytes),
             down: Link::new(links.down_bps, links.down_queue_bytes),
             net,
-            slots: Vec::new(),
-            free: Vec::new(),
+            sockets: Slab::new(),
             listeners: Vec::new(),
             quic_ports: Vec::new(),
             udp_ports: Vec::new(),
@@ -332,7 +321,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// Open sockets, and the slots allocated for them (open or free for reuse): what the
     /// stack's sockets take in memory, for a census of a run's state.
     pub fn socket_counts(&self) -> (usize, usize) {
-        (self.slots.len() - self.free.len(), self.slots.len())
+        (self.sockets.len(), self.sockets.slots() as usize)
     }
 
     /// The host's traffic counters so far, link drops and every socket's retransmissions
@@ -341,7 +330,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let mut s = self.stats.clone();
         s.up_drops = self.up.drops;
         s.down_drops = self.down.drops;
-        for socket in self.slots.iter().filter_map(|slot| slot.socket.as_ref()) {
+        for socket in self.sockets.values() {
             match socket {
                 Socket::Tcp(socket) => {
                     let info = socket.conn.info();
@@ -446,42 +435,18 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         port
     }
 
+    /// A slot holds a TCP socket inline (hundreds of bytes): a client holds one or two
+    /// sockets, a big relay thousands.
     fn insert(&mut self, socket: Socket<M>) -> SocketId {
-        let slot = match self.free.pop() {
-            Some(s) => s,
-            None => {
-                // A slot holds a TCP socket inline (hundreds of bytes): a client holds one
-                // or two sockets, a big relay thousands.
-                push_growing_by_eighths(
-                    &mut self.slots,
-                    Slot {
-                        generation: 0,
-                        socket: None,
-                    },
-                );
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let entry = &mut self.slots[slot as usize];
-        entry.socket = Some(socket);
-        SocketAddr {
-            slot,
-            generation: entry.generation,
-        }
+        self.sockets.insert(socket)
     }
 
     fn any(&self, id: SocketId) -> Option<&Socket<M>> {
-        let s = self.slots.get(id.slot as usize)?;
-        (s.generation == id.generation).then_some(s.socket.as_ref()?)
+        self.sockets.get(id)
     }
 
     fn any_mut(&mut self, id: SocketId) -> Option<&mut Socket<M>> {
-        let s = self.slots.get_mut(id.slot as usize)?;
-        if s.generation == id.generation {
-            s.socket.as_mut()
-        } else {
-            None
-        }
+        self.sockets.get_mut(id)
     }
 
     fn socket(&self, id: SocketId) -> Option<&TcpSocket<M>> {
@@ -515,9 +480,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             ..
         }) = &packet.body
         {
-            if let Some(slot) = self.slots.get(addr.slot as usize) {
-                onionlab_engine::prefetch(slot as *const Slot<M>, std::mem::size_of::<Slot<M>>());
-            }
+            self.sockets.prefetch(*addr);
         }
     }
 
@@ -713,7 +676,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             return 0;
         }
         let events = &mut self.events;
-        let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_ref() else {
+        let Some(Socket::Tcp(s)) = self.sockets.get(id) else {
             unreachable!()
         };
         events.push_back(SocketEvent::Data {
@@ -1046,7 +1009,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let now = ctx.now();
         let limit = self.net.config.up_tcp_backlog;
         // Under segmentation offload, the most segments one packet takes now.
-        let offload = match self.slots[id.slot as usize].socket.as_ref() {
+        let offload = match self.sockets.get(id) {
             Some(Socket::Tcp(s)) if self.net.config.segment_offload => {
                 s.conn.offload_segments(MAX_OFFLOAD_SEGMENTS)
             }
@@ -1056,7 +1019,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         // first and how many.
         let mut gathered: Option<(TcpSegment, u16)> = None;
         loop {
-            let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() else {
+            let Some(Socket::Tcp(s)) = self.sockets.get_mut(id) else {
                 unreachable!("slot {} holds no TCP socket", id.slot)
             };
             if s.waiting_for_link {
@@ -1115,7 +1078,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         first: TcpSegment,
         n: u16,
     ) {
-        let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_ref() else {
+        let Some(Socket::Tcp(s)) = self.sockets.get(id) else {
             unreachable!("slot {} holds no TCP socket", id.slot)
         };
         let loss = s.path.loss;
@@ -1156,7 +1119,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         n: u16,
         rolled: bool,
     ) {
-        let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() else {
+        let Some(Socket::Tcp(s)) = self.sockets.get_mut(id) else {
             unreachable!("slot {} holds no TCP socket", id.slot)
         };
         let body = PacketBody::Tcp(TcpPacket {
@@ -1182,7 +1145,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             ..self.packet(peer, wire_bytes, body)
         };
         if let Sent::Arrives(at) = self.transmit(ctx, path, packet, after) {
-            if let Some(Socket::Tcp(s)) = self.slots[id.slot as usize].socket.as_mut() {
+            if let Some(Socket::Tcp(s)) = self.sockets.get_mut(id) {
                 s.last_arrival = at;
             }
         }
@@ -1209,12 +1172,8 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
 
     /// Empties a slot for reuse under a new generation; returns what it held.
     fn free_slot(&mut self, id: SocketId) -> Option<Socket<M>> {
-        let slot = &mut self.slots[id.slot as usize];
-        let socket = slot.socket.take();
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(id.slot);
         self.half_open.retain(|(_, _, ours)| *ours != id);
-        socket
+        self.sockets.remove(id)
     }
 
     /// A packet from this host to `dst` of `wire_bytes` on the wire, saying nothing of
@@ -1291,16 +1250,15 @@ pub(crate) enum Sent {
 
 #[cfg(test)]
 mod tests {
-    /// A socket lookup reads the generation and then the socket: both in one cache line.
+    /// A socket lookup reads the slot's generation and then the socket (the slab keeps them
+    /// in one cache line); the stack's fields of a TCP socket come before its TCP state.
     #[test]
-    fn a_slots_generation_sits_beside_its_socket() {
+    fn a_sockets_own_fields_come_first() {
         use std::mem::offset_of;
-        assert_eq!(offset_of!(super::Slot<u32>, generation), 0);
-        assert!(offset_of!(super::Slot<u32>, socket) <= 8);
         // The stack's fields of a TCP socket come before its (448-byte) TCP state.
         assert!(offset_of!(super::TcpSocket<u32>, waiting_for_link) < 48);
         assert!(
-            std::mem::size_of::<super::Slot<u32>>() <= 520,
+            std::mem::size_of::<Option<super::Socket<u32>>>() <= 512,
             "the layout added padding"
         );
     }

@@ -11,21 +11,19 @@ use std::collections::VecDeque;
 
 use crate::wire::INITIATOR_BIT;
 
-const NONE: u32 = u32::MAX;
-
 /// The circuits of one channel by id, both the ids this side chose and those the peer chose.
 /// The side that opened the channel's TLS link (the initiator) sets `INITIATOR_BIT` in the ids
-/// it chooses, so the two never collide.
+/// it chooses, so the two never collide. `K` is the id of a circuit in its owner's table.
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelCircuits {
+pub(crate) struct ChannelCircuits<K> {
     initiator: bool,
     /// Freed ids of ours are given out again, the last freed first. Off for channels whose
     /// cells may overtake each other (see the module comment).
     pub reuse_ids: bool,
     /// Circuits by the id the peer chose (without the initiator bit).
-    theirs: CircIdTable,
+    theirs: CircIdTable<K>,
     /// Circuits by the id this side chose.
-    ours: CircIdTable,
+    ours: CircIdTable<K>,
     /// Ids of ours that may be given out again.
     ours_free: Vec<u32>,
     /// The lowest id of ours never given out.
@@ -34,7 +32,7 @@ pub(crate) struct ChannelCircuits {
     count: u32,
 }
 
-impl ChannelCircuits {
+impl<K: Copy> ChannelCircuits<K> {
     pub(crate) fn new(initiator: bool) -> Self {
         ChannelCircuits {
             initiator,
@@ -53,7 +51,7 @@ impl ChannelCircuits {
     }
 
     /// The circuit a cell's id names.
-    pub(crate) fn lookup(&self, circ_id: u32) -> Option<u32> {
+    pub(crate) fn lookup(&self, circ_id: u32) -> Option<K> {
         let table = if self.is_ours(circ_id) {
             &self.ours
         } else {
@@ -63,7 +61,7 @@ impl ChannelCircuits {
     }
 
     /// Binds the id the peer chose in its CREATE2 to `circ`; false if that id is taken.
-    pub(crate) fn bind_theirs(&mut self, circ_id: u32, circ: u32) -> bool {
+    pub(crate) fn bind_theirs(&mut self, circ_id: u32, circ: K) -> bool {
         let i = circ_id & !INITIATOR_BIT;
         if !self.theirs.is_free(i) {
             return false;
@@ -74,7 +72,7 @@ impl ChannelCircuits {
     }
 
     /// A new id of ours for `circ`, with the initiator bit if we are the initiator.
-    pub(crate) fn allocate(&mut self, circ: u32) -> u32 {
+    pub(crate) fn allocate(&mut self, circ: K) -> u32 {
         let i = match self.ours_free.pop() {
             Some(i) if self.reuse_ids => i,
             _ => {
@@ -112,24 +110,33 @@ impl ChannelCircuits {
     }
 
     /// The channel's circuits: ours in id order, then theirs.
-    pub(crate) fn all(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn all(&self) -> impl Iterator<Item = K> + '_ {
         self.ours.circuits().chain(self.theirs.circuits())
     }
 }
 
-#[derive(Clone, Debug, Default)]
-struct CircIdTable {
+#[derive(Clone, Debug)]
+struct CircIdTable<K> {
     /// The id of `slots[0]`.
     base: u32,
-    /// Circuit index per id, `NONE` where no circuit has the id.
-    slots: VecDeque<u32>,
+    /// The circuit of each id, `None` where no circuit has the id.
+    slots: VecDeque<Option<K>>,
 }
 
-impl CircIdTable {
+impl<K> Default for CircIdTable<K> {
+    fn default() -> Self {
+        CircIdTable {
+            base: 0,
+            slots: VecDeque::new(),
+        }
+    }
+}
+
+impl<K: Copy> CircIdTable<K> {
     /// The circuit with id `i`.
-    pub(crate) fn get(&self, i: u32) -> Option<u32> {
+    pub(crate) fn get(&self, i: u32) -> Option<K> {
         let off = i.checked_sub(self.base)?;
-        self.slots.get(off as usize).copied().filter(|&c| c != NONE)
+        self.slots.get(off as usize).copied().flatten()
     }
 
     /// Whether id `i` names no circuit.
@@ -138,19 +145,19 @@ impl CircIdTable {
     }
 
     /// Gives id `i` to circuit `circ`, widening the window as needed.
-    pub(crate) fn set(&mut self, i: u32, circ: u32) {
+    pub(crate) fn set(&mut self, i: u32, circ: K) {
         if self.slots.is_empty() {
             self.base = i;
         }
         while i < self.base {
-            self.slots.push_front(NONE);
+            self.slots.push_front(None);
             self.base -= 1;
         }
         let off = (i - self.base) as usize;
         if off >= self.slots.len() {
-            self.slots.resize(off + 1, NONE);
+            self.slots.resize(off + 1, None);
         }
-        self.slots[off] = circ;
+        self.slots[off] = Some(circ);
     }
 
     /// Frees id `i`; true if a circuit had it. The window drops freed ids at either end.
@@ -161,21 +168,20 @@ impl CircIdTable {
         let Some(slot) = self.slots.get_mut(off as usize) else {
             return false;
         };
-        let had = *slot != NONE;
-        *slot = NONE;
-        while self.slots.front() == Some(&NONE) {
+        let had = slot.take().is_some();
+        while matches!(self.slots.front(), Some(None)) {
             self.slots.pop_front();
             self.base += 1;
         }
-        while self.slots.back() == Some(&NONE) {
+        while matches!(self.slots.back(), Some(None)) {
             self.slots.pop_back();
         }
         had
     }
 
     /// The circuits, in id order.
-    pub(crate) fn circuits(&self) -> impl Iterator<Item = u32> + '_ {
-        self.slots.iter().copied().filter(|&c| c != NONE)
+    pub(crate) fn circuits(&self) -> impl Iterator<Item = K> + '_ {
+        self.slots.iter().copied().flatten()
     }
 
     /// Ids the window spans (live or freed in between).

@@ -127,8 +127,8 @@ impl CircuitEwma {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Entry {
-    circ: u32,
+struct Entry<C> {
+    circ: C,
     ewma: CircuitEwma,
 }
 
@@ -142,17 +142,19 @@ struct Entry {
 /// `repr(C)` with the active list first: "has it anything queued?" is the first thing a
 /// scheduler run asks of a channel, and this puts the answer in the channel's first cache line
 /// (see the relay's `Channel`).
+///
+/// `C` names a circuit in its owner's table; ties go to the lower id.
 #[derive(Clone, Debug)]
 #[repr(C)]
-pub struct CircuitMux {
-    active: Vec<Entry>,
+pub struct CircuitMux<C = u32> {
+    active: Vec<Entry<C>>,
     /// The tick all active counts are referenced to.
     ref_tick: u64,
     clock: EwmaClock,
-    idle: Vec<Entry>,
+    idle: Vec<Entry<C>>,
 }
 
-impl CircuitMux {
+impl<C: Copy + Ord> CircuitMux<C> {
     /// A mux with no circuits, using `clock`, its reference tick `now`'s.
     pub fn new(clock: &EwmaClock, now: SimTime) -> Self {
         Self {
@@ -163,12 +165,12 @@ impl CircuitMux {
         }
     }
 
-    fn active_pos(&self, circ: u32) -> Option<usize> {
+    fn active_pos(&self, circ: C) -> Option<usize> {
         self.active.iter().position(|e| e.circ == circ)
     }
 
     /// The circuit now has cells queued. Unknown circuits start with a count of zero.
-    pub fn add_active(&mut self, circ: u32) {
+    pub fn add_active(&mut self, circ: C) {
         if self.active_pos(circ).is_some() {
             return;
         }
@@ -187,7 +189,7 @@ impl CircuitMux {
     }
 
     /// The circuit's queue is empty: it leaves the active set but keeps its history.
-    pub fn remove(&mut self, circ: u32) {
+    pub fn remove(&mut self, circ: C) {
         if let Some(i) = self.active_pos(circ) {
             let entry = self.active.swap_remove(i);
             self.insert_idle(entry);
@@ -195,7 +197,7 @@ impl CircuitMux {
     }
 
     /// The circuit is gone from the channel: forget it entirely.
-    pub fn detach(&mut self, circ: u32) {
+    pub fn detach(&mut self, circ: C) {
         if let Some(i) = self.active_pos(circ) {
             self.active.swap_remove(i);
         } else if let Ok(i) = self.idle.binary_search_by_key(&circ, |e| e.circ) {
@@ -203,7 +205,7 @@ impl CircuitMux {
         }
     }
 
-    fn insert_idle(&mut self, entry: Entry) {
+    fn insert_idle(&mut self, entry: Entry<C>) {
         match self.idle.binary_search_by_key(&entry.circ, |e| e.circ) {
             Ok(i) => self.idle[i] = entry,
             Err(i) => self.idle.insert(i, entry),
@@ -212,12 +214,12 @@ impl CircuitMux {
 
     /// The active circuit to send from next: lowest count, ties to the lowest circuit id.
     /// `now` does not change the order, since all active counts share one reference tick.
-    pub fn best(&self, _now: SimTime) -> Option<u32> {
+    pub fn best(&self, _now: SimTime) -> Option<C> {
         self.best_entry().map(|e| e.circ)
     }
 
-    fn best_entry(&self) -> Option<&Entry> {
-        let mut best: Option<&Entry> = None;
+    fn best_entry(&self) -> Option<&Entry<C>> {
+        let mut best: Option<&Entry<C>> = None;
         for e in &self.active {
             best = match best {
                 None => Some(e),
@@ -239,7 +241,7 @@ impl CircuitMux {
     /// comparing channels with each other (KIST picks the channel whose best circuit is
     /// quietest). A scheduler run has the weight at hand, so a cell written costs neither a
     /// division for the tick nor a second search for the circuit.
-    pub fn best_at(&self, weight: &CellWeight) -> Option<(u32, f64)> {
+    pub fn best_at(&self, weight: &CellWeight) -> Option<(C, f64)> {
         let e = self.best_entry()?;
         Some((
             e.circ,
@@ -248,13 +250,13 @@ impl CircuitMux {
     }
 
     /// Records `n` cells sent from `circ` at `now`.
-    pub fn note_sent(&mut self, circ: u32, n: u32, now: SimTime) {
+    pub fn note_sent(&mut self, circ: C, n: u32, now: SimTime) {
         self.note_sent_weighted(circ, n, self.clock.cell_weight(now));
     }
 
     /// As [`CircuitMux::note_sent`], with the instant's weight already worked out by the
     /// clock this mux was made with.
-    pub fn note_sent_weighted(&mut self, circ: u32, n: u32, weight: CellWeight) {
+    pub fn note_sent_weighted(&mut self, circ: C, n: u32, weight: CellWeight) {
         let tick = weight.tick;
         if tick != self.ref_tick {
             let f = self.clock.scale(self.ref_tick, tick);
@@ -280,7 +282,7 @@ impl CircuitMux {
     }
 
     /// A circuit's count at `now` (active or idle), in units of the current tick.
-    pub fn value(&self, circ: u32, now: SimTime) -> Option<f64> {
+    pub fn value(&self, circ: C, now: SimTime) -> Option<f64> {
         let e = match self.active_pos(circ) {
             Some(i) => &self.active[i],
             None => {
@@ -292,7 +294,7 @@ impl CircuitMux {
     }
 
     /// Every circuit the mux knows (active or idle) with its count at `now`.
-    pub fn values(&self, now: SimTime) -> impl Iterator<Item = (u32, f64)> + '_ {
+    pub fn values(&self, now: SimTime) -> impl Iterator<Item = (C, f64)> + '_ {
         self.active
             .iter()
             .chain(self.idle.iter())
@@ -304,7 +306,7 @@ impl CircuitMux {
     /// rank (IMUX's EWMA mapping); linear in the circuits of the channel, so the model ranks
     /// them all at once with [`ranks`](Self::ranks) and this states what a rank is.
     #[cfg(test)]
-    pub fn rank(&self, circ: u32, now: SimTime) -> Option<(usize, usize)> {
+    pub fn rank(&self, circ: C, now: SimTime) -> Option<(usize, usize)> {
         let own = self.value(circ, now)?;
         let all = self.active.iter().chain(self.idle.iter());
         let quieter = all
@@ -318,7 +320,7 @@ impl CircuitMux {
     /// quietest first), as `(circuit, circuits quieter than it)` sorted by circuit, into
     /// `out`; `scratch` is working space. O(n log n) for the channel, where ranking its
     /// circuits one by one costs O(n²).
-    pub fn ranks(&self, now: SimTime, scratch: &mut Vec<(f64, u32)>, out: &mut Vec<(u32, u32)>) {
+    pub fn ranks(&self, now: SimTime, scratch: &mut Vec<(f64, C)>, out: &mut Vec<(C, u32)>) {
         scratch.clear();
         scratch.extend(
             self.active
@@ -339,7 +341,7 @@ impl CircuitMux {
     }
 
     /// Whether `circ` has cells queued (is in the active set).
-    pub fn is_active(&self, circ: u32) -> bool {
+    pub fn is_active(&self, circ: C) -> bool {
         self.active_pos(circ).is_some()
     }
 

@@ -338,7 +338,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             socket: id,
             bytes: n,
         });
-        let Some(Socket::Stream(st)) = self.slots[id.slot as usize].socket.as_ref() else {
+        let Some(Socket::Stream(st)) = self.sockets.get(id) else {
             unreachable!()
         };
         let events = &mut self.events;
@@ -581,7 +581,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             let Some(&socket) = q.closing.get(i) else {
                 return;
             };
-            let Some(Socket::Stream(st)) = self.slots[socket.slot as usize].socket.as_ref() else {
+            let Some(Socket::Stream(st)) = self.sockets.get(socket) else {
                 unreachable!("a closing stream keeps its slot until released here")
             };
             let stream = st.stream;
@@ -602,7 +602,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let limit = self.net.config.up_tcp_backlog;
         loop {
             let backlog = self.up.backlog_bytes(now);
-            let Some(Socket::Quic(q)) = self.slots[id.slot as usize].socket.as_mut() else {
+            let Some(Socket::Quic(q)) = self.sockets.get_mut(id) else {
                 return;
             };
             if q.waiting_for_link {
@@ -632,7 +632,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             let packet = self.packet(peer, bytes, body);
             let sent = self.transmit(ctx, path, packet, after);
             if let Sent::Arrives(at) = sent {
-                if let Some(Socket::Quic(q)) = self.slots[id.slot as usize].socket.as_mut() {
+                if let Some(Socket::Quic(q)) = self.sockets.get_mut(id) {
                     q.last_arrival = at;
                 }
             }

@@ -67,10 +67,10 @@ impl Client {
     pub(super) fn send_on_circuit(
         &mut self,
         io: &mut impl Io<ClientTimer>,
-        circ: u32,
+        circ: OriginCircId,
         mut cell: Cell,
     ) {
-        let c = self.circuits[circ].as_ref().unwrap();
+        let c = &self.circuits[circ];
         cell.circ_id = c.circ_id;
         let ch = c.chan as usize;
         self.send_cell(io, ch, cell);
@@ -126,7 +126,7 @@ impl Client {
         let Some(circ) = self.channels[ch].circs.lookup(cell.circ_id) else {
             return;
         };
-        if self.circuits[circ].is_none() {
+        if !self.circuits.contains(circ) {
             return;
         }
         match (cell.command, cell.relay) {
@@ -143,14 +143,14 @@ impl Client {
             (_, RelayCommand::Sendme) => self.sendme(io, circ, cell.stream_id),
             (_, RelayCommand::Xoff | RelayCommand::Xon) => {
                 if let Some(dl) = self.download_on(circ, cell.stream_id) {
-                    let d = self.downloads[dl].as_mut().unwrap();
+                    let d = &mut self.downloads[dl];
                     d.sender.set_xoff(cell.relay == RelayCommand::Xoff);
                     self.package_uploads(io, circ);
                 }
             }
             (_, RelayCommand::End) => {
                 if let Some(dl) = self.download_on(circ, cell.stream_id) {
-                    let d = self.downloads[dl].as_ref().unwrap();
+                    let d = &self.downloads[dl];
                     if d.received < d.expected() {
                         let reason = if d.state == DlState::Connecting {
                             "refused by exit"
@@ -166,7 +166,7 @@ impl Client {
     }
 
     pub(super) fn channel_failed(&mut self, io: &mut impl Io<ClientTimer>, ch: usize) {
-        let circuits: Vec<u32> = self.channels[ch].circs.all().collect();
+        let circuits: Vec<OriginCircId> = self.channels[ch].circs.all().collect();
         // The channel is gone: forget it so new circuits open a fresh one, and close our end
         // (after the guard's FIN the socket would otherwise stay half open for the run).
         self.channels[ch].relay = usize::MAX;

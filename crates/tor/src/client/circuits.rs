@@ -23,7 +23,7 @@ impl Client {
         &mut self,
         io: &mut impl Io<ClientTimer>,
         dir_user: Option<u32>,
-    ) -> Result<u32, NoCircuit> {
+    ) -> Result<OriginCircId, NoCircuit> {
         match dir_user {
             Some(user) => self.launch_dir_circuit(io, user),
             None => self.launch_circuit(io),
@@ -42,7 +42,7 @@ impl Client {
     pub(super) fn launch_circuit(
         &mut self,
         io: &mut impl Io<ClientTimer>,
-    ) -> Result<u32, NoCircuit> {
+    ) -> Result<OriginCircId, NoCircuit> {
         if self.too_many_pending() {
             return Err(NoCircuit::TooManyPending);
         }
@@ -65,7 +65,7 @@ impl Client {
         &mut self,
         io: &mut impl Io<ClientTimer>,
         user: u32,
-    ) -> Result<u32, NoCircuit> {
+    ) -> Result<OriginCircId, NoCircuit> {
         if self.too_many_pending() {
             return Err(NoCircuit::TooManyPending);
         }
@@ -89,14 +89,12 @@ impl Client {
         ch: usize,
         path: [usize; 3],
         hops: u8,
-    ) -> u32 {
+    ) -> OriginCircId {
         let now = io.now();
         let world = self.world.clone();
-        self.circuit_generation += 1;
         self.next_circuit_id += 1;
         let circuit = Circuit {
             id: self.next_circuit_id,
-            generation: self.circuit_generation,
             chan: ch as u32,
             circ_id: 0,
             path,
@@ -117,7 +115,7 @@ impl Client {
         };
         let idx = self.circuits.insert(circuit);
         let circ_id = self.channels[ch].circs.allocate(idx);
-        self.circuits[idx].as_mut().unwrap().circ_id = circ_id;
+        self.circuits[idx].circ_id = circ_id;
         let mut create = Cell::new(circ_id, CellCommand::Create2);
         create.hop = 1;
         // Idealised Torchestra: the client tells its relays the circuit's traffic class.
@@ -130,17 +128,19 @@ impl Client {
         self.send_cell(io, ch, create);
         io.arm_in(
             self.cbt.timeout(),
-            ClientTimer::BuildTimeout {
-                circuit: idx,
-                generation: self.circuit_generation,
-            },
+            ClientTimer::BuildTimeout { circuit: idx },
         );
         idx
     }
 
-    pub(super) fn hop_built(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, hops: u8) {
+    pub(super) fn hop_built(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        circ: OriginCircId,
+        hops: u8,
+    ) {
         let now = io.now();
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         if c.state != (CircState::Building { hops: hops - 1 }) {
             return;
         }
@@ -172,7 +172,7 @@ impl Client {
     pub(super) fn close_circuit(
         &mut self,
         io: &mut impl Io<ClientTimer>,
-        circ: u32,
+        circ: OriginCircId,
         outcome: CircuitOutcome,
         send_destroy: bool,
     ) {
@@ -203,7 +203,7 @@ impl Client {
             });
         }
         for (dl, _) in c.downloads {
-            let Some(d) = self.downloads[dl].as_mut() else {
+            let Some(d) = self.downloads.get_mut(dl) else {
                 continue;
             };
             if d.received == 0 && !d.request_sent {

@@ -60,12 +60,11 @@ impl Client {
             }
             d.failed(user, now);
             // The fetch starts over: its other requests still out are abandoned.
-            let others: Vec<u32> = (0..self.downloads.slots().len() as u32)
-                .filter(|&i| {
-                    self.downloads[i]
-                        .as_ref()
-                        .is_some_and(|x| x.dir.is_some_and(|p| p.user() == user))
-                })
+            let others: Vec<DownloadId> = self
+                .downloads
+                .iter()
+                .filter(|(_, x)| x.dir.is_some_and(|p| p.user() == user))
+                .map(|(i, _)| i)
                 .collect();
             for dl in others {
                 self.finish(io, dl, DownloadOutcome::Error("directory fetch failed"));

@@ -65,44 +65,48 @@ mod workload;
 #[cfg(test)]
 mod tests;
 
-/// Timers of a client. Those naming a download or circuit carry its slot and the generation
-/// it had when armed: a timer that outlived its download or circuit, whose slot a newer one
-/// may hold, is ignored.
+onionlab_engine::slab_key! {
+    /// One of a client's circuits (tor's origin circuits): its slot in the client's table and
+    /// which occupant of the slot, so that an id outliving its circuit finds nothing. Not
+    /// tor's CircID, which names the circuit on its channel.
+    pub struct OriginCircId;
+}
+
+onionlab_engine::slab_key! {
+    /// One of a client's downloads (a stream, with what the workload asked of it): its slot
+    /// and which occupant of the slot.
+    pub struct DownloadId;
+}
+
+/// Timers of a client. Those naming a download or circuit carry its id: a timer that
+/// outlived its download or circuit, whose slot a newer one may hold, finds nothing.
 #[derive(Clone, Copy, Debug)]
 pub enum ClientTimer {
     /// The workload asked to be woken at this time.
     Wake(SimTime),
     /// A download's time is up (its workload's `timeout`): it fails if still running.
     DownloadTimeout {
-        /// Its slot among the client's downloads.
-        download: u32,
-        /// Its generation when armed.
-        generation: u32,
+        /// The download.
+        download: DownloadId,
     },
     /// A circuit still building after the circuit build timeout is abandoned.
     BuildTimeout {
-        /// Its slot among the client's circuits.
-        circuit: u32,
-        /// Its generation when armed.
-        generation: u32,
+        /// The circuit.
+        circuit: OriginCircId,
     },
     /// Try again to attach the streams waiting without a circuit.
     RetryPending,
     /// A stream's BEGIN has had no answer for tor's retry timeout: try another circuit.
     BeginTimeout {
-        /// The stream's download slot.
-        download: u32,
-        /// Its generation when armed.
-        generation: u32,
+        /// The download.
+        download: DownloadId,
         /// Its retries when armed: a later BEGIN of the same stream re-arms with one more.
         retries: u8,
     },
     /// The circuit has been dirty for `MaxCircuitDirtiness`: close it once no stream uses it.
     Expire {
-        /// Its slot among the client's circuits.
-        circuit: u32,
-        /// Its generation when armed.
-        generation: u32,
+        /// The circuit.
+        circuit: OriginCircId,
     },
     /// A user's directory fetch is due (see `directory.rs`).
     Directory(SimTime),
@@ -144,7 +148,7 @@ struct Channel {
     out: VecDeque<Cell>,
     /// Its circuits by id: the client is the initiating side, like a relay that opened a
     /// channel.
-    circs: ChannelCircuits,
+    circs: ChannelCircuits<OriginCircId>,
     /// Uploads stopped packaging because `out` was full; they resume when it drains.
     uploads_blocked: bool,
 }
@@ -160,7 +164,6 @@ enum CircState {
 
 struct Circuit {
     id: u64,
-    generation: u32,
     chan: u32,
     circ_id: u32,
     path: [usize; 3],
@@ -175,7 +178,7 @@ struct Circuit {
     /// id once begun on this circuit (0 before: ids start at 1). The id sits here rather than
     /// only in the download so that finding a cell's stream reads this list alone, not every
     /// download of the circuit (a `markov` user's circuit carries many at once).
-    downloads: Vec<(u32, u16)>,
+    downloads: Vec<(DownloadId, u16)>,
     /// The isolation key of the streams it carries, taken from the first one attached (a
     /// clean circuit takes any), as tor binds a circuit to its first stream's isolation.
     isolation: Option<u32>,
@@ -206,11 +209,10 @@ enum DlState {
 }
 
 struct Download {
-    generation: u32,
     size: u64,
     server: HostId,
     start: SimTime,
-    circ: Option<u32>,
+    circ: Option<OriginCircId>,
     stream_id: u16,
     receiver: StreamReceiver,
     received: u64,
@@ -308,11 +310,9 @@ pub struct Client {
     /// The channel last opened on each socket slot of the host's stack (`u32::MAX`: none), so
     /// that each cell finds its channel at once: a `markov` host has a channel per user.
     channel_by_slot: Vec<u32>,
-    circuits: Slab<Circuit>,
-    circuit_generation: u32,
+    circuits: Slab<OriginCircId, Circuit>,
     next_circuit_id: u64,
-    downloads: Slab<Download>,
-    download_generation: u32,
+    downloads: Slab<DownloadId, Download>,
     cbt: BuildTimeEstimator,
     /// Every transfer that ended, in the order they ended (`downloads.csv`).
     pub finished: Vec<DownloadLog>,
@@ -376,10 +376,8 @@ impl Client {
             channels: Vec::new(),
             channel_by_slot: Vec::new(),
             circuits: Slab::new(),
-            circuit_generation: 0,
             next_circuit_id: 0,
             downloads: Slab::new(),
-            download_generation: 0,
             cbt,
             world,
             finished: Vec::new(),
@@ -534,20 +532,14 @@ impl Machine for Client {
                     self.run_workload(io);
                 }
             }
-            ClientTimer::DownloadTimeout {
-                download,
-                generation,
-            } => {
-                let outcome = self.downloads[download]
-                    .as_ref()
-                    .filter(|d| d.generation == generation)
-                    .map(|d| {
-                        if d.circ.is_none() && d.no_path {
-                            DownloadOutcome::Error("no path")
-                        } else {
-                            DownloadOutcome::Timeout
-                        }
-                    });
+            ClientTimer::DownloadTimeout { download } => {
+                let outcome = self.downloads.get(download).map(|d| {
+                    if d.circ.is_none() && d.no_path {
+                        DownloadOutcome::Error("no path")
+                    } else {
+                        DownloadOutcome::Timeout
+                    }
+                });
                 if let Some(outcome) = outcome {
                     self.finish(io, download, outcome);
                 }
@@ -556,40 +548,31 @@ impl Machine for Client {
                 self.retry_armed = false;
                 self.attach_pending(io);
             }
-            ClientTimer::BeginTimeout {
-                download,
-                generation,
-                retries,
-            } => {
-                let waiting = self.downloads[download].as_ref().is_some_and(|d| {
-                    d.generation == generation
-                        && d.retries == retries
-                        && d.state == DlState::Connecting
-                });
+            ClientTimer::BeginTimeout { download, retries } => {
+                let waiting = self
+                    .downloads
+                    .get(download)
+                    .is_some_and(|d| d.retries == retries && d.state == DlState::Connecting);
                 if waiting {
                     self.retry_stream(io, download);
                 }
             }
-            ClientTimer::Expire {
-                circuit,
-                generation,
-            } => {
-                let idle = self.circuits[circuit]
-                    .as_ref()
-                    .is_some_and(|c| c.generation == generation && c.downloads.is_empty());
+            ClientTimer::Expire { circuit } => {
+                let idle = self
+                    .circuits
+                    .get(circuit)
+                    .is_some_and(|c| c.downloads.is_empty());
                 if idle {
                     self.close_circuit(io, circuit, CircuitOutcome::Built, true);
                 }
             }
-            ClientTimer::BuildTimeout {
-                circuit,
-                generation,
-            } => {
-                let building = self.circuits[circuit].as_ref().is_some_and(|c| {
-                    c.generation == generation && matches!(c.state, CircState::Building { .. })
-                });
+            ClientTimer::BuildTimeout { circuit } => {
+                let building = self
+                    .circuits
+                    .get(circuit)
+                    .is_some_and(|c| matches!(c.state, CircState::Building { .. }));
                 if building {
-                    if self.circuits[circuit].as_ref().unwrap().hops == 3 {
+                    if self.circuits[circuit].hops == 3 {
                         self.cbt.add_timeout();
                     }
                     self.close_circuit(io, circuit, CircuitOutcome::Timeout, true);

@@ -9,10 +9,10 @@ impl Client {
     /// Puts a waiting download on a circuit: an open one young enough, one being built, or a
     /// new one. If none can be launched the download stays pending (no circuit) and is tried
     /// again within a second; it never fails here.
-    pub(super) fn attach(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
+    pub(super) fn attach(&mut self, io: &mut impl Io<ClientTimer>, dl: DownloadId) {
         let now = io.now();
         let dirtiness = self.dirtiness();
-        let d = self.downloads[dl].as_ref().unwrap();
+        let d = &self.downloads[dl];
         let (key, dir_user) = (d.isolation, d.dir.map(DirPart::user));
         let channels = &self.channels;
         // A directory request goes on its user's one-hop circuit to the directory guard; a
@@ -26,31 +26,32 @@ impl Client {
                 .is_none_or(|t| now < t.saturating_add(dirtiness))
                 && fits(c)
         };
-        let open = self.circuits.slots().iter().position(|c| {
-            c.as_ref()
-                .is_some_and(|c| c.state == CircState::Open && usable(c))
-        });
+        let open = self
+            .circuits
+            .iter()
+            .find(|(_, c)| c.state == CircState::Open && usable(c))
+            .map(|(id, _)| id);
         let building = || {
-            self.circuits.slots().iter().position(|c| {
-                c.as_ref()
-                    .is_some_and(|c| matches!(c.state, CircState::Building { .. }) && fits(c))
-            })
+            self.circuits
+                .iter()
+                .find(|(_, c)| matches!(c.state, CircState::Building { .. }) && fits(c))
+                .map(|(id, _)| id)
         };
         let circ = match open.or_else(building) {
-            Some(c) => c as u32,
+            Some(c) => c,
             None => match self.launch(io, dir_user) {
                 Ok(c) => c,
                 Err(why) => {
-                    self.downloads[dl].as_mut().unwrap().no_path = why == NoCircuit::NoPath;
+                    self.downloads[dl].no_path = why == NoCircuit::NoPath;
                     self.arm_retry(io);
                     return;
                 }
             },
         };
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         c.downloads.push((dl, 0));
         c.isolation.get_or_insert(key);
-        let d = self.downloads[dl].as_mut().unwrap();
+        let d = &mut self.downloads[dl];
         d.circ = Some(circ);
         d.no_path = false;
         if c.state == CircState::Open {
@@ -60,11 +61,12 @@ impl Client {
 
     /// Tries again to attach every download that is waiting without a circuit.
     pub(super) fn attach_pending(&mut self, io: &mut impl Io<ClientTimer>) {
-        for dl in 0..self.downloads.slots().len() as u32 {
-            if self.downloads[dl]
-                .as_ref()
-                .is_some_and(|d| d.circ.is_none())
-            {
+        // By slot, since attaching may change the table.
+        for slot in 0..self.downloads.slots() {
+            let Some(dl) = self.downloads.id_at(slot) else {
+                continue;
+            };
+            if self.downloads[dl].circ.is_none() {
                 self.attach(io, dl);
             }
         }
@@ -77,20 +79,22 @@ impl Client {
         }
     }
 
-    pub(super) fn begin(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, dl: u32) {
+    pub(super) fn begin(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        circ: OriginCircId,
+        dl: DownloadId,
+    ) {
         let now = io.now();
         let dirtiness = self.dirtiness();
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         let was_clean = c.first_used.is_none();
         c.first_used.get_or_insert(now);
         if was_clean {
             // Tor closes a circuit dirty for longer than MaxCircuitDirtiness once its last
             // stream is gone (circuit_expire_old_circuits_clientside); without this PCTCP
             // relays would keep a connection for every circuit a client ever used.
-            let expire = ClientTimer::Expire {
-                circuit: circ,
-                generation: c.generation,
-            };
+            let expire = ClientTimer::Expire { circuit: circ };
             let at = now.saturating_add(dirtiness);
             io.arm_at(at, expire);
         }
@@ -100,7 +104,7 @@ impl Client {
         if let Some(entry) = c.downloads.iter_mut().find(|(x, _)| *x == dl) {
             entry.1 = stream_id;
         }
-        let d = self.downloads[dl].as_mut().unwrap();
+        let d = &mut self.downloads[dl];
         d.stream_id = stream_id;
         d.state = DlState::Connecting;
         let (command, hop) = match d.dir {
@@ -116,7 +120,6 @@ impl Client {
         };
         let timer = ClientTimer::BeginTimeout {
             download: dl,
-            generation: d.generation,
             retries: d.retries,
         };
         io.arm_in(wait, timer);
@@ -129,20 +132,20 @@ impl Client {
     /// A stream's BEGIN went unanswered for tor's retry timeout
     /// (`connection_ap_expire_beginning`): end it on its circuit, make the circuit take no new
     /// streams (those on it may still finish), and attach the stream anew, to another circuit.
-    pub(super) fn retry_stream(&mut self, io: &mut impl Io<ClientTimer>, dl: u32) {
+    pub(super) fn retry_stream(&mut self, io: &mut impl Io<ClientTimer>, dl: DownloadId) {
         let now = io.now();
         let dirtiness = self.dirtiness();
-        let d = self.downloads[dl].as_mut().unwrap();
+        let d = &mut self.downloads[dl];
         let stream_id = d.stream_id;
         d.retries = (d.retries + 1).min(MAX_BEGIN_RETRIES);
         d.state = DlState::Waiting;
         let Some(circ) = d.circ.take() else {
             return;
         };
-        let hops = self.circuits[circ].as_ref().unwrap().hops;
+        let hops = self.circuits[circ].hops;
         let end = Cell::relay(0, RelayCommand::End, hops, stream_id);
         self.send_on_circuit(io, circ, end);
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         c.downloads.retain(|&(x, _)| x != dl);
         // Dirty for the whole MaxCircuitDirtiness already, as tor's
         // `mark_circuit_unusable_for_new_conns` makes it.
@@ -153,8 +156,8 @@ impl Client {
         self.attach(io, dl);
     }
 
-    pub(super) fn download_on(&self, circ: u32, stream_id: u16) -> Option<u32> {
-        let c = self.circuits[circ].as_ref()?;
+    pub(super) fn download_on(&self, circ: OriginCircId, stream_id: u16) -> Option<DownloadId> {
+        let c = self.circuits.get(circ)?;
         // A download begun on this circuit is no longer waiting: it waits again only when
         // the circuit closes and it moves to another, where it starts over at 0.
         c.downloads
@@ -163,11 +166,16 @@ impl Client {
             .map(|&(dl, _)| dl)
     }
 
-    pub(super) fn connected(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, stream_id: u16) {
+    pub(super) fn connected(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        circ: OriginCircId,
+        stream_id: u16,
+    ) {
         let Some(dl) = self.download_on(circ, stream_id) else {
             return;
         };
-        let d = self.downloads[dl].as_mut().unwrap();
+        let d = &mut self.downloads[dl];
         if d.upload {
             d.state = DlState::Sending;
             self.package_uploads(io, circ);
@@ -175,16 +183,16 @@ impl Client {
         }
         d.state = DlState::Receiving;
         d.request = Some(io.now());
-        let hops = self.circuits[circ].as_ref().unwrap().hops;
+        let hops = self.circuits[circ].hops;
         let mut request = Cell::relay(0, RelayCommand::Data, hops, stream_id);
         request.length = REQUEST_BYTES as u16;
         request.arg = d.size.min(u32::MAX as u64) as u32;
         self.send_on_circuit(io, circ, request);
     }
 
-    pub(super) fn data(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, cell: Cell) {
+    pub(super) fn data(&mut self, io: &mut impl Io<ClientTimer>, circ: OriginCircId, cell: Cell) {
         let now = io.now();
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         let hops = c.hops;
         match c.receiver.on_data() {
             Ok(true) => {
@@ -197,7 +205,7 @@ impl Client {
         let Some(dl) = self.download_on(circ, cell.stream_id) else {
             return;
         };
-        let d = self.downloads[dl].as_mut().unwrap();
+        let d = &mut self.downloads[dl];
         d.received += cell.length as u64;
         if !d.upload {
             d.first_byte.get_or_insert(now);
@@ -211,7 +219,7 @@ impl Client {
             Ok(false) => {}
             Err(_) => self.window_violations += 1,
         }
-        let d = self.downloads[dl].as_ref().unwrap();
+        let d = &self.downloads[dl];
         if d.received >= d.expected() {
             self.finish(io, dl, DownloadOutcome::Ok);
         }

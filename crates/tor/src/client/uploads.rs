@@ -9,11 +9,11 @@ impl Client {
     /// window), its streams' windows (or XOFF), the bytes left and the channel allow, serving
     /// its streams in turn. The request goes first: `arg` says the size, `upload` that a body
     /// follows.
-    pub(super) fn package_uploads(&mut self, io: &mut impl Io<ClientTimer>, circ: u32) {
+    pub(super) fn package_uploads(&mut self, io: &mut impl Io<ClientTimer>, circ: OriginCircId) {
         let now = io.now();
         let high = self.world.params.circuit_queue_high_cells as usize;
         loop {
-            let Some(c) = self.circuits[circ].as_mut() else {
+            let Some(c) = self.circuits.get_mut(circ) else {
                 return;
             };
             if c.state != CircState::Open {
@@ -36,7 +36,7 @@ impl Client {
             let mut next = None;
             for k in 0..n {
                 let i = (c.turn + k) % n;
-                let d = self.downloads[c.downloads[i].0].as_ref().unwrap();
+                let d = &self.downloads[c.downloads[i].0];
                 if d.state == DlState::Sending && d.sender.can_send() {
                     next = Some(i);
                     break;
@@ -47,7 +47,7 @@ impl Client {
             };
             c.turn = (i + 1) % n;
             let dl = c.downloads[i].0;
-            let d = self.downloads[dl].as_mut().unwrap();
+            let d = &mut self.downloads[dl];
             let mut cell = Cell::relay(0, RelayCommand::Data, 3, d.stream_id);
             if d.request_sent {
                 let n = (d.size - d.sent).min(u64::from(RELAY_DATA_BYTES));
@@ -72,7 +72,7 @@ impl Client {
                     .max_stream_in_flight
                     .max(in_flight.min(u32::MAX as u64) as u32);
             }
-            let c = self.circuits[circ].as_mut().unwrap();
+            let c = &mut self.circuits[circ];
             c.sender.as_mut().unwrap().on_sent(now);
             c.packaged += 1;
             let in_flight = c.packaged.saturating_sub(c.acked);
@@ -85,11 +85,16 @@ impl Client {
 
     /// A SENDME from the exit for upload cells: circuit level (stream 0) or for one stream.
     /// Download clients get circuit SENDMEs for their requests too, and need none of them.
-    pub(super) fn sendme(&mut self, io: &mut impl Io<ClientTimer>, circ: u32, stream_id: u16) {
+    pub(super) fn sendme(
+        &mut self,
+        io: &mut impl Io<ClientTimer>,
+        circ: OriginCircId,
+        stream_id: u16,
+    ) {
         let now = io.now();
         let params = &self.world.params;
         if stream_id == 0 {
-            let c = self.circuits[circ].as_mut().unwrap();
+            let c = &mut self.circuits[circ];
             let Some(sender) = c.sender.as_mut() else {
                 return;
             };
@@ -107,7 +112,7 @@ impl Client {
             let Some(dl) = self.download_on(circ, stream_id) else {
                 return;
             };
-            let d = self.downloads[dl].as_mut().unwrap();
+            let d = &mut self.downloads[dl];
             if !d.upload {
                 return;
             }
@@ -128,11 +133,13 @@ impl Client {
             return;
         }
         chan.uploads_blocked = false;
-        for circ in 0..self.circuits.slots().len() as u32 {
-            let uploading = self.circuits[circ]
-                .as_ref()
-                .is_some_and(|c| c.chan as usize == ch && c.sender.is_some());
-            if uploading {
+        // By slot, since packaging may change the table.
+        for slot in 0..self.circuits.slots() {
+            let Some(circ) = self.circuits.id_at(slot) else {
+                continue;
+            };
+            let c = &self.circuits[circ];
+            if c.chan as usize == ch && c.sender.is_some() {
                 self.package_uploads(io, circ);
             }
         }

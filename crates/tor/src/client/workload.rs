@@ -60,10 +60,8 @@ impl Client {
         timeout: SimDuration,
         isolation: u32,
         dir: Option<DirPart>,
-    ) -> u32 {
-        self.download_generation += 1;
+    ) -> DownloadId {
         let d = Download {
-            generation: self.download_generation,
             size,
             server,
             start: io.now(),
@@ -87,20 +85,14 @@ impl Client {
             dir,
         };
         let idx = self.downloads.insert(d);
-        io.arm_in(
-            timeout,
-            ClientTimer::DownloadTimeout {
-                download: idx,
-                generation: self.download_generation,
-            },
-        );
+        io.arm_in(timeout, ClientTimer::DownloadTimeout { download: idx });
         idx
     }
 
     pub(super) fn finish(
         &mut self,
         io: &mut impl Io<ClientTimer>,
-        dl: u32,
+        dl: DownloadId,
         outcome: DownloadOutcome,
     ) {
         let now = io.now();
@@ -112,7 +104,7 @@ impl Client {
         let mut circuit = None;
         let dirtiness = self.dirtiness();
         if let Some(circ) = d.circ {
-            if let Some(c) = self.circuits[circ].as_mut() {
+            if let Some(c) = self.circuits.get_mut(circ) {
                 c.downloads.retain(|&(x, _)| x != dl);
                 path = Some(c.path);
                 build = c.build;

@@ -9,7 +9,7 @@ impl Relay {
         self.table.conn_of(socket)
     }
 
-    pub(super) fn stream_of(&self, socket: SocketId) -> Option<u32> {
+    pub(super) fn stream_of(&self, socket: SocketId) -> Option<ExitStreamId> {
         self.streams.of_socket(socket)
     }
 
@@ -406,7 +406,7 @@ impl Relay {
                 let chan = &self.table.channels[ch as usize];
                 let mut pinned = Vec::new();
                 for circ in chan.circs.all() {
-                    if let Some(c) = self.circuits[circ].as_mut() {
+                    if let Some(c) = self.circuits.get_mut(circ) {
                         if c.side_for(ch).conn == k {
                             pinned.push((circ, c.prev.chan == ch));
                         }
@@ -526,8 +526,8 @@ impl Relay {
         let Some(circ) = self.table.channels[ch as usize].circs.lookup(circ_id) else {
             return 0;
         };
-        self.circuits[circ]
-            .as_mut()
+        self.circuits
+            .get_mut(circ)
             .and_then(|c| c.side_on(ch, circ_id))
             .map_or(0, |s| s.seq_in)
     }
@@ -536,8 +536,9 @@ impl Relay {
         let Some(circ) = self.table.channels[ch as usize].circs.lookup(circ_id) else {
             return;
         };
-        if let Some(side) = self.circuits[circ]
-            .as_mut()
+        if let Some(side) = self
+            .circuits
+            .get_mut(circ)
             .and_then(|c| c.side_on(ch, circ_id))
         {
             side.seq_in += 1;
@@ -547,8 +548,8 @@ impl Relay {
     /// Pins a circuit's side on its channel to a connection where the design pins circuits
     /// (`Design::pin`): the only one in vanilla. `arrived_on` is the connection its CREATE2
     /// came on, or the one made for it.
-    pub(super) fn assign_conn(&mut self, circ: u32, forward: bool, arrived_on: u32) {
-        let c = self.circuits[circ].as_ref().unwrap();
+    pub(super) fn assign_conn(&mut self, circ: CircuitId, forward: bool, arrived_on: u32) {
+        let c = &self.circuits[circ];
         let bulk = c.declared_heavy;
         let ch = if forward {
             c.next.as_ref().unwrap().chan
@@ -556,7 +557,7 @@ impl Relay {
             c.prev.chan
         };
         let (conn, heavy) = with_design!(self.design, D => D::pin(self, ch, bulk, arrived_on));
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         let side = if forward {
             c.next.as_mut().unwrap()
         } else {
@@ -611,7 +612,7 @@ impl Relay {
             return;
         }
         let chan = &mut self.table.channels[ch as usize];
-        let circuits: Vec<u32> = chan.circs.all().collect();
+        let circuits: Vec<CircuitId> = chan.circs.all().collect();
         let conns = std::mem::take(&mut chan.conns);
         let quic = chan.quic;
         let mut sockets = Vec::with_capacity(conns.len());
@@ -620,7 +621,7 @@ impl Relay {
             self.drop_conn(k);
         }
         for circ in circuits {
-            let from_prev = self.circuits[circ].as_ref().map(|c| c.prev.chan == ch);
+            let from_prev = self.circuits.get(circ).map(|c| c.prev.chan == ch);
             if let Some(from_prev) = from_prev {
                 self.destroy_circuit(io, circ, Some(from_prev));
             }
@@ -640,12 +641,11 @@ impl Relay {
 
     /// Makes the slots of closed channels reusable once nothing can name them: neither the
     /// scheduler's pending list (emptied by its next run) nor an onion skin the worker
-    /// threads are still handling (whose answer checks the circuit's channel and id, which a
-    /// new channel in the same slot could repeat). Called once a second.
+    /// threads are still handling for a circuit that came on it. Called once a second.
     pub(super) fn recycle_channels(&mut self) {
         let skins = &self.onion_skins;
         self.table
-            .recycle(|ch| skins.iter().any(|&Reverse((_, _, c, _))| c == ch));
+            .recycle(|ch| skins.iter().any(|&Reverse((_, _, c))| c == ch));
     }
 }
 

@@ -30,9 +30,9 @@ pub(super) struct UploadEdge {
 /// The exit's streams, each from an exit circuit to a file server (or to the relay's own
 /// directory cache), in reusable slots and found by their server socket.
 pub(super) struct ExitStreams {
-    streams: Slab<ExitStream>,
+    streams: Slab<ExitStreamId, ExitStream>,
     /// Server streams by their socket's slot (directory streams have no socket).
-    by_socket: Vec<u32>,
+    by_socket: Vec<Option<ExitStreamId>>,
 }
 
 impl ExitStreams {
@@ -45,7 +45,7 @@ impl ExitStreams {
     }
 
     /// Adds `stream`, found by its server socket from now on if it has one.
-    pub(super) fn insert(&mut self, stream: ExitStream) -> u32 {
+    pub(super) fn insert(&mut self, stream: ExitStream) -> ExitStreamId {
         let (socket, server) = (stream.socket, stream.dir_left.is_none());
         let st = self.streams.insert(stream);
         if server {
@@ -55,28 +55,29 @@ impl ExitStreams {
     }
 
     /// The stream whose server socket is `socket`.
-    pub(super) fn of_socket(&self, socket: SocketId) -> Option<u32> {
+    pub(super) fn of_socket(&self, socket: SocketId) -> Option<ExitStreamId> {
         self.by_socket
             .get(socket.slot as usize)
             .copied()
-            .filter(|&st| st != NONE && self.get(st).is_some_and(|s| s.socket == socket))
+            .flatten()
+            .filter(|&st| self.get(st).is_some_and(|s| s.socket == socket))
     }
 
     /// Stream `st`, if it has not ended.
-    pub(super) fn get(&self, st: u32) -> Option<&ExitStream> {
-        self.streams[st].as_ref()
+    pub(super) fn get(&self, st: ExitStreamId) -> Option<&ExitStream> {
+        self.streams.get(st)
     }
 
     /// Stream `st`, if it has not ended.
-    pub(super) fn get_mut(&mut self, st: u32) -> Option<&mut ExitStream> {
-        self.streams[st].as_mut()
+    pub(super) fn get_mut(&mut self, st: ExitStreamId) -> Option<&mut ExitStream> {
+        self.streams.get_mut(st)
     }
 
     /// Ends stream `st`: its slot is free and its socket no longer finds it.
-    pub(super) fn remove(&mut self, st: u32) -> Option<ExitStream> {
+    pub(super) fn remove(&mut self, st: ExitStreamId) -> Option<ExitStream> {
         let s = self.streams.remove(st)?;
         if s.dir_left.is_none() {
-            self.by_socket[s.socket.slot as usize] = NONE;
+            self.by_socket[s.socket.slot as usize] = None;
         }
         Some(s)
     }
@@ -93,9 +94,9 @@ impl ExitStreams {
 }
 
 impl Relay {
-    pub(super) fn exit_circuit(&mut self, circ: u32, now: SimTime) -> &mut ExitCircuit {
+    pub(super) fn exit_circuit(&mut self, circ: CircuitId, now: SimTime) -> &mut ExitCircuit {
         let params = &self.world.params;
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         c.exit.get_or_insert_with(|| {
             Box::new(ExitCircuit {
                 sender: CircuitSender::new(params, now),
@@ -109,8 +110,8 @@ impl Relay {
         })
     }
 
-    pub(super) fn find_stream(&self, circ: u32, stream_id: u16) -> Option<u32> {
-        let c = self.circuits[circ].as_ref()?;
+    pub(super) fn find_stream(&self, circ: CircuitId, stream_id: u16) -> Option<ExitStreamId> {
+        let c = self.circuits.get(circ)?;
         c.exit.as_ref()?.streams.iter().copied().find(|&st| {
             self.streams
                 .get(st)
@@ -118,9 +119,9 @@ impl Relay {
         })
     }
 
-    pub(super) fn begin(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+    pub(super) fn begin(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, cell: Cell) {
         let relay = &self.world.consensus.relays[self.relay];
-        let c = self.circuits[circ].as_ref().unwrap();
+        let c = &self.circuits[circ];
         if c.next.is_some() || !relay.exit_policy.allows_port(HTTP_PORT) {
             self.refuse_stream(io, circ, cell.stream_id);
             return;
@@ -145,8 +146,8 @@ impl Relay {
     }
 
     /// Answers a BEGIN (or BEGIN_DIR) this relay will not serve with an END.
-    fn refuse_stream(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, stream_id: u16) {
-        let hop = self.circuits[circ].as_ref().unwrap().hop;
+    fn refuse_stream(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, stream_id: u16) {
+        let hop = self.circuits[circ].hop;
         let mut end = Cell::relay(0, RelayCommand::End, hop, stream_id);
         self.work.originate();
         end.arg = 1;
@@ -158,9 +159,9 @@ impl Relay {
     /// packaged like a server's but from the cache, without the read bucket, since tor does
     /// not rate-limit its linked directory connections (the cells still leave through the
     /// rate-limited channel).
-    pub(super) fn begin_dir(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+    pub(super) fn begin_dir(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, cell: Cell) {
         let now = io.now();
-        let c = self.circuits[circ].as_ref().unwrap();
+        let c = &self.circuits[circ];
         let hop = c.hop;
         if c.next.is_some() {
             self.refuse_stream(io, circ, cell.stream_id);
@@ -174,11 +175,11 @@ impl Relay {
         self.queue_towards(io, circ, false, connected);
     }
 
-    pub(super) fn server_connected(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
+    pub(super) fn server_connected(&mut self, io: &mut impl Io<RelayTimer>, st: ExitStreamId) {
         let s = self.streams.get_mut(st).unwrap();
         s.connected = true;
         let (circ, stream_id, socket, request) = (s.circ, s.stream_id, s.socket, s.request.take());
-        let hop = self.circuits[circ].as_ref().unwrap().hop;
+        let hop = self.circuits[circ].hop;
         let connected = Cell::relay(0, RelayCommand::Connected, hop, stream_id);
         self.work.originate();
         self.queue_towards(io, circ, false, connected);
@@ -208,9 +209,9 @@ impl Relay {
     }
 
     /// A DATA cell from the client: a stream's request (the first), or a piece of an upload.
-    pub(super) fn exit_data(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+    pub(super) fn exit_data(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, cell: Cell) {
         let now = io.now();
-        let hop = self.circuits[circ].as_ref().unwrap().hop;
+        let hop = self.circuits[circ].hop;
         if self
             .exit_circuit(circ, now)
             .receiver
@@ -261,14 +262,14 @@ impl Relay {
     }
 
     /// The server connection can take more: write the upload's waiting bytes.
-    pub(super) fn upload_writable(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
+    pub(super) fn upload_writable(&mut self, io: &mut impl Io<RelayTimer>, st: ExitStreamId) {
         self.drain_upload(io, st);
     }
 
     /// Writes what waits of an upload to the server socket, a cell's payload at a time, as far
     /// as the socket takes it, then gives the client the stream SENDMEs (or XON/XOFF) that the
     /// bytes left waiting allow.
-    fn drain_upload(&mut self, io: &mut impl Io<RelayTimer>, st: u32) {
+    fn drain_upload(&mut self, io: &mut impl Io<RelayTimer>, st: ExitStreamId) {
         let s = self.streams.get_mut(st).unwrap();
         if s.connected && s.upload.waiting > 0 {
             let mut wrote = false;
@@ -304,11 +305,11 @@ impl Relay {
                 flow = Some(RelayCommand::Xon);
             }
         }
-        let hop = self.circuits[circ].as_ref().unwrap().hop;
+        let hop = self.circuits[circ].hop;
         let replies = std::iter::repeat_n(RelayCommand::Sendme, sendmes).chain(flow);
         for command in replies {
             // A full circuit queue destroys the circuit, and with it the stream.
-            if self.circuits[circ].is_none() {
+            if !self.circuits.contains(circ) {
                 return;
             }
             self.work.originate();
@@ -316,11 +317,16 @@ impl Relay {
         }
     }
 
-    pub(super) fn exit_sendme(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+    pub(super) fn exit_sendme(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        circ: CircuitId,
+        cell: Cell,
+    ) {
         let now = io.now();
         if cell.stream_id == 0 {
             let blocked = {
-                let c = self.circuits[circ].as_ref().unwrap();
+                let c = &self.circuits[circ];
                 c.prev.conn != NONE && self.table.conns[c.prev.conn as usize].blocked
             };
             let increment = match self.world.params.flow_control {
@@ -347,7 +353,7 @@ impl Relay {
     /// the data waiting and the read bucket allow, serving the circuit's streams in turn.
     /// Each call that packages anything reads its streams' sockets once (one system call, as
     /// tor reads a socket's waiting bytes at once).
-    pub(super) fn package(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
+    pub(super) fn package(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId) {
         let before = self.work.cells;
         self.package_cells(io, circ);
         if self.work.cells > before {
@@ -357,10 +363,10 @@ impl Relay {
 
     /// Packages one cell at a time, from the next stream in turn that has data, until the
     /// circuit's window or queue, the streams or the read bucket stop it.
-    fn package_cells(&mut self, io: &mut impl Io<RelayTimer>, circ: u32) {
+    fn package_cells(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId) {
         let now = io.now();
         loop {
-            let Some(c) = self.circuits[circ].as_mut() else {
+            let Some(c) = self.circuits.get_mut(circ) else {
                 return;
             };
             let Some(exit) = c.exit.as_mut() else {
@@ -397,8 +403,8 @@ impl Relay {
     }
 
     /// The exit state of a circuit known to be an exit circuit.
-    fn exit_of(&mut self, circ: u32) -> &mut ExitCircuit {
-        self.circuits[circ].as_mut().unwrap().exit.as_mut().unwrap()
+    fn exit_of(&mut self, circ: CircuitId) -> &mut ExitCircuit {
+        self.circuits[circ].exit.as_mut().unwrap()
     }
 
     /// Packages one DATA cell from the circuit's `i`th stream, if it may send and has data;
@@ -406,11 +412,11 @@ impl Relay {
     fn package_from(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        circ: u32,
+        circ: CircuitId,
         i: usize,
         now: SimTime,
     ) -> Packaged {
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         let hop = c.hop;
         let st = c.exit.as_ref().unwrap().streams[i];
         let s = self.streams.get_mut(st).unwrap();
@@ -472,7 +478,12 @@ impl Relay {
         Packaged::Cell
     }
 
-    pub(super) fn end_stream(&mut self, io: &mut impl Io<RelayTimer>, st: u32, failed: bool) {
+    pub(super) fn end_stream(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        st: ExitStreamId,
+        failed: bool,
+    ) {
         let Some(s) = self.streams.remove(st) else {
             return;
         };
@@ -482,7 +493,7 @@ impl Relay {
                 io.close(s.socket);
             }
         }
-        let Some(c) = self.circuits[s.circ].as_mut() else {
+        let Some(c) = self.circuits.get_mut(s.circ) else {
             return;
         };
         let hop = c.hop;
@@ -510,11 +521,16 @@ enum Packaged {
 
 #[cfg(test)]
 mod tests {
+    use onionlab_engine::slab::Key;
     use onionlab_torcore::TorParams;
 
     use super::*;
 
-    fn server_stream(circ: u32, stream_id: u16, socket: SocketId) -> ExitStream {
+    fn circ(slot: u32) -> CircuitId {
+        CircuitId::from_parts(slot, 0)
+    }
+
+    fn server_stream(circ: CircuitId, stream_id: u16, socket: SocketId) -> ExitStream {
         ExitStream::new(&TorParams::default(), circ, stream_id, Some(socket))
     }
 
@@ -525,9 +541,12 @@ mod tests {
             slot: 4,
             generation: 1,
         };
-        let st = edge.insert(server_stream(9, 1, s));
+        let st = edge.insert(server_stream(circ(9), 1, s));
         assert_eq!(edge.of_socket(s), Some(st));
-        assert_eq!(edge.get(st).map(|x| (x.circ, x.stream_id)), Some((9, 1)));
+        assert_eq!(
+            edge.get(st).map(|x| (x.circ, x.stream_id)),
+            Some((circ(9), 1))
+        );
         let later = SocketId {
             slot: 4,
             generation: 2,
@@ -543,8 +562,12 @@ mod tests {
         assert_eq!(edge.of_socket(s), None);
         assert!(edge.get(st).is_none());
         // The next stream takes the slot, found by its own socket only.
-        let next = edge.insert(server_stream(10, 2, later));
-        assert_eq!(next, st);
+        let next = edge.insert(server_stream(circ(10), 2, later));
+        assert_eq!(next.slot(), st.slot());
+        assert!(
+            edge.get(st).is_none(),
+            "the ended stream's id finds nothing"
+        );
         assert_eq!(edge.of_socket(later), Some(next));
         assert_eq!(edge.of_socket(s), None);
     }
@@ -552,7 +575,7 @@ mod tests {
     #[test]
     fn a_directory_stream_has_no_socket_to_be_found_by() {
         let mut edge = ExitStreams::new();
-        let dir = edge.insert(ExitStream::new(&TorParams::default(), 3, 1, None));
+        let dir = edge.insert(ExitStream::new(&TorParams::default(), circ(3), 1, None));
         assert!(edge
             .get(dir)
             .is_some_and(|s| s.connected && s.dir_left == Some(0)));
@@ -561,7 +584,7 @@ mod tests {
             slot: 0,
             generation: 0,
         };
-        let server = edge.insert(server_stream(3, 2, s));
+        let server = edge.insert(server_stream(circ(3), 2, s));
         assert_eq!(edge.of_socket(s), Some(server));
         edge.get_mut(server).unwrap().upload.waiting = 700;
         edge.get_mut(dir).unwrap().upload.waiting = 50;

@@ -121,6 +121,19 @@ pub struct RelayLimits {
     pub conn_limit: Option<u32>,
 }
 
+onionlab_engine::slab_key! {
+    /// A circuit through this relay: its slot in the relay's table and which occupant of the
+    /// slot, so that an id kept after its circuit closed finds nothing. Not tor's CircID, which
+    /// names the circuit on one channel (each side of a circuit has its own).
+    pub struct CircuitId;
+}
+
+onionlab_engine::slab_key! {
+    /// A stream of this relay's exit edge (to a server, or a BEGIN_DIR stream to its own
+    /// directory cache): its slot and which occupant of the slot.
+    pub struct ExitStreamId;
+}
+
 const NONE: u32 = u32::MAX;
 /// A socket id that names no socket.
 const NO_SOCKET: SocketId = SocketId {
@@ -229,7 +242,7 @@ impl Circuit {
 struct ExitCircuit {
     sender: CircuitSender,
     receiver: CircuitReceiver,
-    streams: Vec<u32>,
+    streams: Vec<ExitStreamId>,
     /// Round-robin position among streams when packaging.
     turn: usize,
     /// Packaging stopped because the circuit's queue reached the high watermark.
@@ -244,7 +257,7 @@ struct ExitCircuit {
 
 /// An exit's stream: a TCP connection to a file server, relayed as DATA cells.
 struct ExitStream {
-    circ: u32,
+    circ: CircuitId,
     stream_id: u16,
     socket: SocketId,
     sender: StreamSender,
@@ -270,7 +283,7 @@ impl ExitStream {
     /// stream to the relay's own cache (connected at once).
     fn new(
         params: &onionlab_torcore::TorParams,
-        circ: u32,
+        circ: CircuitId,
         stream_id: u16,
         socket: Option<SocketId>,
     ) -> Self {
@@ -447,11 +460,11 @@ struct Channel {
     /// for every pending channel, and a separate allocation would be one more cache miss.
     conns: SmallVec<[u32; 4]>,
     /// Circuits with cells queued for this channel.
-    mux: CircuitMux,
+    mux: CircuitMux<CircuitId>,
     /// Circuits whose connection could take no cell in this scheduler run.
-    parked: Vec<u32>,
+    parked: Vec<CircuitId>,
     /// Its circuits by id (ids are reused on single-connection channels only).
-    circs: ChannelCircuits,
+    circs: ChannelCircuits<CircuitId>,
     /// What only channels of several connections keep (see [`MultiConn`]); `None` until the
     /// design first writes to it, so a vanilla channel never has one.
     multi: Option<Box<MultiConn>>,
@@ -487,10 +500,10 @@ struct MultiConn {
     ranking: Vec<(f64, u32)>,
     ranking_tick: u64,
     rank_dirty: Vec<u32>,
-    circ_ranks: Vec<(u32, u32)>,
+    circ_ranks: Vec<(CircuitId, u32)>,
     /// Torchestra: the light connection's circuits that carry traffic, with their EWMA counts
     /// (by circuit) and the sum of those, taken once per scheduler run, and that run.
-    light_counts: Vec<(u32, f64)>,
+    light_counts: Vec<(CircuitId, f64)>,
     light_sum: f64,
     peer_hold_until: SimTime,
     /// Torchestra's light and heavy connections (`NONE` until they exist).
@@ -649,7 +662,7 @@ pub struct Relay {
     conn_limit: u32,
     /// Channels and their connections, and the indexes that find them.
     table: ChannelTable,
-    circuits: Slab<Circuit>,
+    circuits: Slab<CircuitId, Circuit>,
     /// The exit edge's streams to servers.
     streams: ExitStreams,
     /// The circuit scheduler's work list and when it runs.
@@ -665,7 +678,7 @@ pub struct Relay {
     /// most of them idle, and a connection gains unsent bytes only by being written to.
     unsent_watch: Vec<u32>,
     /// Exit circuits that could not package for lack of read tokens.
-    package_waiting: Vec<u32>,
+    package_waiting: Vec<CircuitId>,
     refill_armed: bool,
     queued_cells: u64,
     open_sockets: u32,
@@ -674,8 +687,9 @@ pub struct Relay {
     /// What the relay has done, for a CPU model to price.
     work: Work,
     /// CREATE2 cells whose onion skin the worker threads are handling, by when they are
-    /// done: (done, circuit, its channel and id towards the client, to tell a reused slot).
-    onion_skins: BinaryHeap<Reverse<(SimTime, u32, u32, u32)>>,
+    /// done: (done, circuit, its channel towards the client, whose slot stays out of reuse
+    /// until then: see `recycle_channels`).
+    onion_skins: BinaryHeap<Reverse<(SimTime, CircuitId, u32)>>,
 }
 
 /// One channel as tests and diagnostics see it.
@@ -966,7 +980,7 @@ impl Relay {
         let Some(circ) = self.table.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return false;
         };
-        let c = self.circuits[circ].as_ref().unwrap();
+        let c = &self.circuits[circ];
         let forward = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
         let side = if forward {
             match &c.next {
@@ -1079,7 +1093,7 @@ impl Relay {
         }
     }
 
-    fn new_circuit(&mut self, circuit: Circuit) -> u32 {
+    fn new_circuit(&mut self, circuit: Circuit) -> CircuitId {
         self.circuits.insert(circuit)
     }
 
@@ -1091,7 +1105,7 @@ impl Relay {
         let Some(circ) = self.table.channels[ch as usize].circs.lookup(cell.circ_id) else {
             return;
         };
-        let c = self.circuits[circ].as_ref().unwrap();
+        let c = &self.circuits[circ];
         let from_prev = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
         if matches!(cell.command, CellCommand::Relay | CellCommand::RelayEarly) {
             // One layer off (towards the exit) or on (towards the client); the hop a cell is
@@ -1144,8 +1158,7 @@ impl Relay {
         let done = io.onion_skin();
         if done > io.now() {
             // A worker thread answers it; the CREATED2 waits for that.
-            self.onion_skins
-                .push(Reverse((done, circ, ch, cell.circ_id)));
+            self.onion_skins.push(Reverse((done, circ, ch)));
             io.arm_at(done, RelayTimer::OnionSkin);
             return;
         }
@@ -1156,22 +1169,20 @@ impl Relay {
     /// Answers the CREATE2 cells whose onion skins the workers have finished.
     fn onion_skins_done(&mut self, io: &mut impl Io<RelayTimer>) {
         let now = io.now();
-        while let Some(&Reverse((done, circ, ch, circ_id))) = self.onion_skins.peek() {
+        while let Some(&Reverse((done, circ, _))) = self.onion_skins.peek() {
             if done > now {
                 break;
             }
             self.onion_skins.pop();
-            let alive = self.circuits[circ]
-                .as_ref()
-                .is_some_and(|c| c.prev.chan == ch && c.prev.circ_id == circ_id);
-            if alive {
+            // A circuit destroyed meanwhile is gone (its id finds no later circuit).
+            if self.circuits.contains(circ) {
                 let reply = Cell::new(0, CellCommand::Created2);
                 self.queue_towards(io, circ, false, reply);
             }
         }
     }
 
-    fn relay_cell_for_us(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, cell: Cell) {
+    fn relay_cell_for_us(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, cell: Cell) {
         match cell.relay {
             RelayCommand::Extend2 => self.extend(io, circ, cell.arg as HostId),
             RelayCommand::Begin => self.begin(io, circ, cell),
@@ -1196,8 +1207,8 @@ impl Relay {
         }
     }
 
-    fn extend(&mut self, io: &mut impl Io<RelayTimer>, circ: u32, target: HostId) {
-        if self.circuits[circ].as_ref().unwrap().next.is_some() {
+    fn extend(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, target: HostId) {
+        if self.circuits[circ].next.is_some() {
             return;
         }
         let Some(ch) = self.channel_to(io, target) else {
@@ -1209,7 +1220,7 @@ impl Relay {
             return;
         };
         let circ_id = self.table.channels[ch as usize].circs.allocate(circ);
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         c.next = Some(Side::new(ch, circ_id, 0));
         let mut create = Cell::new(0, CellCommand::Create2);
         create.hop = c.hop + 1;
@@ -1222,7 +1233,7 @@ impl Relay {
     fn queue_towards(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        circ: u32,
+        circ: CircuitId,
         forward: bool,
         cell: Cell,
     ) {
@@ -1234,13 +1245,13 @@ impl Relay {
     fn queue_run_towards(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        circ: u32,
+        circ: CircuitId,
         forward: bool,
         mut cell: Cell,
         count: u32,
     ) {
         let cap = self.world.params.max_circuit_queue_cells as usize;
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         let side = if forward {
             c.next.as_mut().unwrap()
         } else {
@@ -1267,7 +1278,7 @@ impl Relay {
     fn destroy_circuit(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        circ: u32,
+        circ: CircuitId,
         came_from_prev: Option<bool>,
     ) {
         self.destroy_circuit_because(io, circ, came_from_prev, 0);
@@ -1278,7 +1289,7 @@ impl Relay {
     fn destroy_circuit_because(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        circ: u32,
+        circ: CircuitId,
         came_from_prev: Option<bool>,
         reason: u32,
     ) {

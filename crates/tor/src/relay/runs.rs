@@ -28,6 +28,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::CircuitId;
 use onionlab_engine::time::{SimDuration, SimTime};
 use onionlab_net::SocketId;
 
@@ -52,7 +53,7 @@ pub(super) struct SchedScratch {
     /// Connections written in this run, to flush at its end.
     pub touched: Vec<u32>,
     /// Exit circuits whose queue fell low enough to read from their streams again.
-    pub unblocked: Vec<u32>,
+    pub unblocked: Vec<CircuitId>,
     /// The pending channels this run started with.
     pub pending: Vec<u32>,
 }
@@ -79,7 +80,7 @@ pub(super) struct Scheduler {
     /// The run's working lists, kept empty between runs (see `Relay::run_scheduler`).
     pub scratch: SchedScratch,
     /// Reused by IMUX's EWMA mapping to rank a channel's circuits in each run.
-    pub rank_scratch: Vec<(f64, u32)>,
+    pub rank_scratch: Vec<(f64, CircuitId)>,
 }
 
 impl Scheduler {

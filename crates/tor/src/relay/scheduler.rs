@@ -16,7 +16,7 @@ pub(super) enum Requeued {
     /// Back in the heap.
     Queued,
     /// Not in the heap: it is the next to write, from this circuit (its quietest).
-    First(u32),
+    First(CircuitId),
 }
 
 /// One scheduler run: what it reads for every cell, taken once at its start, and what it
@@ -41,7 +41,7 @@ pub(super) struct Run {
 struct CellToWrite {
     /// Its channel, circuit and connection.
     ch: u32,
-    circ: u32,
+    circ: CircuitId,
     k: u32,
     /// Its size on the wire.
     bytes: u64,
@@ -193,10 +193,10 @@ impl Relay {
         &mut self,
         io: &impl Io<RelayTimer>,
         ch: u32,
-        circ: u32,
+        circ: CircuitId,
         cell_bytes: u64,
     ) -> Option<u32> {
-        let pinned = self.circuits[circ].as_mut().unwrap().side_for(ch).conn;
+        let pinned = self.circuits[circ].side_for(ch).conn;
         with_design!(self.design, D => D::pick_conn(self, io, ch, circ, pinned, cell_bytes))
     }
 
@@ -368,12 +368,13 @@ impl Relay {
         io: &mut impl Io<RelayTimer>,
         run: &Run,
         ch: u32,
-        circ: u32,
+        circ: CircuitId,
         cell_bytes: u64,
         scratch: &mut SchedScratch,
     ) -> Option<u32> {
-        let empty = self.circuits[circ]
-            .as_mut()
+        let empty = self
+            .circuits
+            .get_mut(circ)
             .unwrap()
             .side_for(ch)
             .queue
@@ -416,7 +417,7 @@ impl Relay {
             bytes: cell_bytes,
             on_quic,
         } = cell;
-        let c = self.circuits[circ].as_mut().unwrap();
+        let c = &mut self.circuits[circ];
         let side = c.side_for(ch);
         let cell = side.queue.pop_front().unwrap();
         let message = if self.table.channels[ch as usize].sequenced {

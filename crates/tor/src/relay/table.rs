@@ -39,7 +39,7 @@ pub(super) struct ChannelTable {
     pub(super) conns: Vec<Conn>,
     free_conns: Vec<u32>,
     /// Connections by their socket's slot.
-    conn_by_socket: Vec<u32>,
+    conn_by_socket: Vec<Option<u32>>,
     /// Connections ever added: each one's `created` stamp, its age for IMUX's rules.
     conns_created: u64,
     /// The channel an extend to a peer takes.
@@ -47,16 +47,16 @@ pub(super) struct ChannelTable {
     /// Channels opened by a peer, by (peer, the peer's token for the channel).
     by_token: HashMap<(HostId, u32), u32>,
     /// Channels by the socket slot of their QUIC connection.
-    by_quic: Vec<u32>,
+    by_quic: Vec<Option<u32>>,
 }
 
-/// Sets `table[socket's slot] = value`, growing the table (with `NONE`) to hold the slot.
-pub(super) fn map_socket(table: &mut Vec<u32>, socket: SocketId, value: u32) {
+/// Sets `table[socket's slot] = value`, growing the table (with `None`) to hold the slot.
+pub(super) fn map_socket<V: Copy>(table: &mut Vec<Option<V>>, socket: SocketId, value: V) {
     let i = socket.slot as usize;
     if table.len() <= i {
-        table.resize(i + 1, NONE);
+        table.resize(i + 1, None);
     }
-    table[i] = value;
+    table[i] = Some(value);
 }
 
 impl ChannelTable {
@@ -124,12 +124,13 @@ impl ChannelTable {
         self.conn_by_socket
             .get(socket.slot as usize)
             .copied()
-            .filter(|&k| k != NONE && self.conns[k as usize].socket == socket)
+            .flatten()
+            .filter(|&k| self.conns[k as usize].socket == socket)
     }
 
     /// Frees connection `k`'s slot; `socket` was its socket, which no longer finds it.
     pub(super) fn free_conn(&mut self, k: u32, socket: SocketId) {
-        self.conn_by_socket[socket.slot as usize] = NONE;
+        self.conn_by_socket[socket.slot as usize] = None;
         self.free_conns.push(k);
     }
 
@@ -210,7 +211,8 @@ impl ChannelTable {
         self.by_quic
             .get(socket.slot as usize)
             .copied()
-            .filter(|&ch| ch != NONE && self.channels[ch as usize].quic == socket)
+            .flatten()
+            .filter(|&ch| self.channels[ch as usize].quic == socket)
     }
 
     /// Makes `quic` channel `ch`'s QUIC connection.
@@ -223,7 +225,7 @@ impl ChannelTable {
     pub(super) fn unbind_quic(&mut self, quic: SocketId) -> Option<u32> {
         let ch = self.chan_of_quic(quic)?;
         self.channels[ch as usize].quic = super::NO_SOCKET;
-        self.by_quic[quic.slot as usize] = NONE;
+        self.by_quic[quic.slot as usize] = None;
         Some(ch)
     }
 }

@@ -123,7 +123,7 @@ impl Design for Imux {
         r: &mut Relay,
         io: &impl Io<RelayTimer>,
         ch: u32,
-        circ: u32,
+        circ: CircuitId,
         pinned: u32,
         cell_bytes: u64,
     ) -> Option<u32> {
@@ -156,7 +156,7 @@ impl Design for Imux {
         _io: &mut impl Io<RelayTimer>,
         run: &mut Run,
         ch: u32,
-        _circ: u32,
+        _circ: CircuitId,
         k: u32,
     ) {
         let conn = &mut r.table.conns[k as usize];
@@ -252,7 +252,7 @@ impl Design for Imux {
 impl Imux {
     /// Round robin: the circuit's pinned connection while it is alive, else the next active
     /// one in turn, pinned from now on; `None` if the channel has no active connection.
-    fn round_robin(r: &mut Relay, ch: u32, circ: u32, pinned: u32) -> Option<u32> {
+    fn round_robin(r: &mut Relay, ch: u32, circ: CircuitId, pinned: u32) -> Option<u32> {
         // A freed slot has no socket; a reused one may sit on another channel.
         let alive = pinned != NONE && {
             let c = &r.table.conns[pinned as usize];
@@ -271,7 +271,7 @@ impl Imux {
         let multi = MultiConn::made(&mut chan.multi);
         multi.turn = (multi.turn + 1) % active;
         let k = *chan.conns.iter().filter(is_active).nth(multi.turn).unwrap();
-        let side = r.circuits[circ].as_mut().unwrap().side_for(ch);
+        let side = r.circuits[circ].side_for(ch);
         side.conn = k;
         r.table.conns[k as usize].circuits += 1;
         Some(k)

@@ -171,7 +171,7 @@ pub(super) trait Design {
         r: &mut Relay,
         io: &impl Io<RelayTimer>,
         _ch: u32,
-        _circ: u32,
+        _circ: CircuitId,
         pinned: u32,
         cell_bytes: u64,
     ) -> Option<u32> {
@@ -184,7 +184,7 @@ pub(super) trait Design {
         _io: &mut impl Io<RelayTimer>,
         _run: &mut Run,
         _ch: u32,
-        _circ: u32,
+        _circ: CircuitId,
         _k: u32,
     ) {
     }

@@ -191,16 +191,14 @@ impl Relay {
         self.table.channels[ch as usize].carrier = Carrier::Quic;
         self.meter.channels.quic_channels += 1;
         let tcp = self.table.channels[ch as usize].conns.clone();
-        let circuits: Vec<u32> = self.table.channels[ch as usize].circs.all().collect();
+        let circuits: Vec<CircuitId> = self.table.channels[ch as usize].circs.all().collect();
         for circ in circuits {
             let Some(k) = self.open_stream_conn(io, ch) else {
-                let from_prev = self.circuits[circ]
-                    .as_ref()
-                    .is_some_and(|c| c.prev.chan == ch);
+                let from_prev = self.circuits.get(circ).is_some_and(|c| c.prev.chan == ch);
                 self.destroy_circuit_because(io, circ, Some(from_prev), DESTROY_CONNECT_FAILED);
                 continue;
             };
-            let Some(c) = self.circuits[circ].as_mut() else {
+            let Some(c) = self.circuits.get_mut(circ) else {
                 continue;
             };
             let side = c.side_for(ch);

@@ -60,7 +60,7 @@ impl Design for Torchestra {
         io: &mut impl Io<RelayTimer>,
         run: &mut Run,
         ch: u32,
-        circ: u32,
+        circ: CircuitId,
         _k: u32,
     ) {
         Relay::release(&r.table.conns, &mut r.work, io, &mut run.held);
@@ -108,7 +108,13 @@ impl Torchestra {
     /// After a cell of `circ` left on channel `ch`, moves the circuit between
     /// the light and the heavy connection if its EWMA crossed the threshold, and tells the
     /// peer so it moves the circuit's other direction too.
-    fn classify(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, circ: u32, now: SimTime) {
+    fn classify(
+        r: &mut Relay,
+        io: &mut impl Io<RelayTimer>,
+        ch: u32,
+        circ: CircuitId,
+        now: SimTime,
+    ) {
         let chan = &r.table.channels[ch as usize];
         let (light, heavy) = (chan.multi().light, chan.multi().heavy);
         if light == NONE || heavy == NONE {
@@ -117,8 +123,9 @@ impl Torchestra {
         let Some(ewma) = chan.mux.value(circ, now) else {
             return;
         };
-        let was_heavy = r.circuits[circ]
-            .as_ref()
+        let was_heavy = r
+            .circuits
+            .get(circ)
             .is_some_and(|c| c.side_on_chan(ch).heavy);
         if !was_heavy && ewma < transport::TORCHESTRA_MIN_HEAVY_CELLS {
             // Checked before the scan below: most cells are of circuits that stay light.
@@ -138,8 +145,8 @@ impl Torchestra {
             m.light_counts.clear();
             m.light_counts.extend(mux.values(now).filter(|&(c, value)| {
                 value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
-                    && circuits[c]
-                        .as_ref()
+                    && circuits
+                        .get(c)
                         .is_some_and(|cc| cc.side_on_chan(ch).conn == light)
             }));
             m.light_counts.sort_unstable_by_key(|e| e.0);
@@ -164,7 +171,7 @@ impl Torchestra {
         if heavy_now == was_heavy {
             return;
         }
-        let side = r.circuits[circ].as_mut().unwrap().side_for(ch);
+        let side = r.circuits[circ].side_for(ch);
         let circ_id = side.circ_id;
         let target = if heavy_now { heavy } else { light };
         Self::move_circuit(r, circ, ch, circ_id, heavy_now, target);
@@ -189,9 +196,17 @@ impl Torchestra {
 
     /// Moves a circuit's side on channel `ch` (id `circ_id` there) to connection `target`,
     /// travelling as heavy traffic or not.
-    fn move_circuit(r: &mut Relay, circ: u32, ch: u32, circ_id: u32, heavy: bool, target: u32) {
-        let Some(side) = r.circuits[circ]
-            .as_mut()
+    fn move_circuit(
+        r: &mut Relay,
+        circ: CircuitId,
+        ch: u32,
+        circ_id: u32,
+        heavy: bool,
+        target: u32,
+    ) {
+        let Some(side) = r
+            .circuits
+            .get_mut(circ)
             .and_then(|c| c.side_on(ch, circ_id))
         else {
             return;
