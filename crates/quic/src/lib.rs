@@ -75,9 +75,10 @@
 //! `tests/handshake.rs` (the one-round-trip handshake and recovery of lost handshake packets),
 //! `tests/streams.rs` (exactly-once in-order delivery under loss and reordering, flow control,
 //! loss detection, head-of-line independence, determinism, memory) and `tests/performance.rs`
-//! (throughput, loss response and fairness, also against the TCP model on the same link), on a
-//! simulated link in `tests/harness/`. Unit tests sit in `ack`, `conn`, `flow`, `packet`,
-//! `ranges`, `rtt` and `stream`. `crates/net/tests/quic_streams.rs` checks streams as sockets
+//! (throughput, loss response and fairness, also against the TCP model on the same link), on the
+//! small simulated network both transports are tested on, `onionlab-transport-testkit`
+//! (`crates/transport-testkit`). Unit tests sit in `ack`, `conn`, `flow`, `packet`, `ranges`,
+//! `rtt` and `stream`. `crates/net/tests/quic_streams.rs` checks streams as sockets
 //! on the full network model.
 
 mod ack;

@@ -1,10 +1,8 @@
 //! The handshake: one round trip for the client, one and a half for the server, and recovery
 //! of lost handshake packets by PTO.
 
-mod harness;
-
-use harness::*;
 use onionlab_quic::{QuicConfig, QuicEvent, Space};
+use onionlab_transport_testkit::*;
 
 fn link() -> (LinkConfig, LinkConfig) {
     (
@@ -158,10 +156,7 @@ fn idle_timeout_and_close() {
     let mut s = Sim::quic(QuicConfig::default(), fwd, rev, 1);
     s.start();
     s.run_until(SEC);
-    match s.eps[0].conn.as_mut() {
-        Some(Conn::Quic(c)) => c.close(SEC),
-        _ => unreachable!(),
-    }
+    s.quic_conn_mut(0).close(SEC);
     s.pump(0);
     s.run_until(2 * SEC);
     assert!(s.has_event(0, QuicEvent::Closed));

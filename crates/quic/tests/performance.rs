@@ -2,11 +2,9 @@
 //! TCP model on the same link. Figures are printed so that `cargo test -- --nocapture` shows
 //! what was measured.
 
-mod harness;
-
-use harness::*;
 use onionlab_quic::{CongestionControl, QuicConfig};
 use onionlab_tcp::TcpConfig;
+use onionlab_transport_testkit::*;
 use std::sync::Arc;
 
 /// One bulk flow per protocol, clients sending; returns bytes delivered per flow between
@@ -24,7 +22,7 @@ fn bulk(
     for (f, p) in protos.iter().enumerate() {
         match p {
             Proto::Quic(_) => s.eps[2 * f].app.open = vec![(u64::MAX, false)],
-            Proto::Tcp(_) => s.eps[2 * f].app.tcp_to_send = u64::MAX,
+            Proto::Tcp(_) => s.eps[2 * f].app.to_send = u64::MAX,
         }
     }
     s.start();

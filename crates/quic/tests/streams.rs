@@ -2,10 +2,8 @@
 //! PTOs; flow control; loss detection by the packet and time thresholds; head-of-line
 //! independence between streams; determinism; memory.
 
-mod harness;
-
-use harness::*;
 use onionlab_quic::{Frames, QuicConfig, QuicConnection, QuicEvent, StreamId};
+use onionlab_transport_testkit::*;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -364,11 +362,7 @@ fn sizes() {
     s.run_until(SEC);
     let idle = s.quic_conn(0).heap_bytes();
     let idle_server = s.quic_conn(1).heap_bytes();
-    let c = match s.eps[0].conn.as_mut() {
-        Some(Conn::Quic(c)) => c,
-        _ => unreachable!(),
-    };
-    let id = c.open_stream().unwrap();
+    let id = s.quic_conn_mut(0).open_stream().unwrap();
     s.eps[0].streams.entry(id.0).or_default().to_send = 100;
     s.pump(0);
     s.run_until(2 * SEC);

@@ -54,8 +54,9 @@
 //! `tests/basic.rs` (lifecycle, timers, flow control), `tests/robustness.rs` (every byte once
 //! and in order under adverse conditions, the recovery path taken) and `tests/performance.rs`
 //! (throughput, loss response and fairness; `cargo test -- --nocapture` prints the figures),
-//! on a simulated link in `tests/harness/`. Unit tests sit in `conn`, `recv`, `rtt`, `segment`,
-//! `send` and `lazy_vec`. `crates/net/tests/tcp_behaviour.rs` checks the model over the full
+//! on the small simulated network both transports are tested on, `onionlab-transport-testkit`
+//! (`crates/transport-testkit`). Unit tests sit in `conn`, `recv`, `rtt`, `segment`, `send` and
+//! `lazy_vec`. `crates/net/tests/tcp_behaviour.rs` checks the model over the full
 //! network model, and the emulator's `linux_tcp` example (`crates/emulate/examples/`) measures
 //! Linux's own TCP on the same link for comparison.
 

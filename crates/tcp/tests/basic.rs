@@ -1,23 +1,14 @@
 //! Connection lifecycle, timers and flow control on a simple symmetric path.
 
-mod harness;
-
-use harness::*;
 use onionlab_tcp::{TcpConfig, TcpEvent, TcpFlags, TcpState};
+use onionlab_transport_testkit::*;
 
 fn path(rate: u64, one_way_ms: u64) -> LinkConfig {
     LinkConfig::new(rate, one_way_ms * MS, 1 << 20)
 }
 
 fn sim(cfg: &TcpConfig, rate: u64, one_way_ms: u64) -> Sim {
-    Sim::new(
-        cfg,
-        cfg,
-        1,
-        path(rate, one_way_ms),
-        path(rate, one_way_ms),
-        1,
-    )
+    Sim::tcp(cfg, 1, path(rate, one_way_ms), path(rate, one_way_ms), 1)
 }
 
 #[test]
@@ -41,11 +32,11 @@ fn handshake_transfer_and_orderly_close() {
     assert!(s.has_event(0, TcpEvent::Writable));
     assert!(s.has_event(1, TcpEvent::Readable));
     // The client closed first, so it went through TIME_WAIT; both are Closed by now.
-    assert_eq!(s.state(0), Some(TcpState::Closed));
-    assert_eq!(s.state(1), Some(TcpState::Closed));
+    assert_eq!(s.tcp_state(0), Some(TcpState::Closed));
+    assert_eq!(s.tcp_state(1), Some(TcpState::Closed));
     assert!(s.has_event(0, TcpEvent::Closed));
     assert!(s.has_event(1, TcpEvent::Closed));
-    let info = s.conn(0).info();
+    let info = s.tcp_conn(0).info();
     assert_eq!(info.bytes_acked, 100_000);
     assert_eq!(info.retransmits, 0);
     // Handshake RTT: 20 ms plus serialization.
@@ -66,12 +57,12 @@ fn time_wait_lasts_sixty_seconds() {
     };
     s.start();
     s.run_until(5 * SEC);
-    assert_eq!(s.state(0), Some(TcpState::TimeWait));
-    assert_eq!(s.state(1), Some(TcpState::Closed));
+    assert_eq!(s.tcp_state(0), Some(TcpState::TimeWait));
+    assert_eq!(s.tcp_state(1), Some(TcpState::Closed));
     s.run_until(59 * SEC);
-    assert_eq!(s.state(0), Some(TcpState::TimeWait));
+    assert_eq!(s.tcp_state(0), Some(TcpState::TimeWait));
     s.run_until(70 * SEC);
-    assert_eq!(s.state(0), Some(TcpState::Closed));
+    assert_eq!(s.tcp_state(0), Some(TcpState::Closed));
 }
 
 #[test]
@@ -81,13 +72,13 @@ fn simultaneous_close_goes_through_closing() {
     s.start();
     s.run_until(SEC);
     let now = s.now;
-    s.conn_mut(0).close(now);
-    s.conn_mut(1).close(now);
+    s.tcp_conn_mut(0).close(now);
+    s.tcp_conn_mut(1).close(now);
     s.pump(0);
     s.pump(1);
     s.run_until(2 * SEC);
-    assert_eq!(s.state(0), Some(TcpState::TimeWait));
-    assert_eq!(s.state(1), Some(TcpState::TimeWait));
+    assert_eq!(s.tcp_state(0), Some(TcpState::TimeWait));
+    assert_eq!(s.tcp_state(1), Some(TcpState::TimeWait));
 }
 
 #[test]
@@ -98,11 +89,11 @@ fn abort_sends_reset() {
     s.start();
     s.run_until(SEC);
     let now = s.now;
-    s.conn_mut(1).abort(now);
+    s.tcp_conn_mut(1).abort(now);
     s.pump(1);
-    assert_eq!(s.state(1), Some(TcpState::Closed));
+    assert_eq!(s.tcp_state(1), Some(TcpState::Closed));
     s.run_until(2 * SEC);
-    assert_eq!(s.state(0), Some(TcpState::Closed));
+    assert_eq!(s.tcp_state(0), Some(TcpState::Closed));
     assert!(s.has_event(0, TcpEvent::Reset));
     assert!(!s.has_event(1, TcpEvent::Reset));
 }
@@ -113,7 +104,8 @@ fn lost_syn_is_retransmitted_with_backoff() {
     let mut s = sim(&cfg, 10_000_000, 10);
     s.eps[0].record = true;
     let mut syns = 0;
-    s.drop = Some(Box::new(move |from, seg, _| {
+    s.drop = Some(Box::new(move |from, p, _| {
+        let Pkt::Tcp(seg) = p else { return false };
         if from == 0 && seg.flags.contains(TcpFlags::SYN) && syns < 2 {
             syns += 1;
             return true;
@@ -123,15 +115,14 @@ fn lost_syn_is_retransmitted_with_backoff() {
     s.start();
     s.run_until(10 * SEC);
     let syn_times: Vec<u64> = s.eps[0]
-        .sent
-        .iter()
+        .tcp_sent()
         .filter(|(_, seg)| seg.flags.contains(TcpFlags::SYN))
-        .map(|&(t, _)| t)
+        .map(|(t, _)| t)
         .collect();
     assert_eq!(syn_times, vec![0, SEC, 3 * SEC]);
-    assert_eq!(s.state(0), Some(TcpState::Established));
+    assert_eq!(s.tcp_state(0), Some(TcpState::Established));
     // Karn: the handshake RTT was not measured from a retransmitted SYN.
-    assert_eq!(s.conn(0).info().srtt, 0);
+    assert_eq!(s.tcp_conn(0).info().srtt, 0);
 }
 
 #[test]
@@ -141,13 +132,8 @@ fn syn_retries_exhausted_times_out() {
     s.drop = Some(Box::new(|_, _, _| true));
     s.start();
     s.run_until(200 * SEC);
-    assert_eq!(s.state(0), Some(TcpState::Closed));
-    let t = s.eps[0]
-        .events
-        .iter()
-        .find(|e| e.1 == TcpEvent::TimedOut)
-        .expect("timed out")
-        .0;
+    assert_eq!(s.tcp_state(0), Some(TcpState::Closed));
+    let t = s.event_time(0, TcpEvent::TimedOut).expect("timed out");
     // Linux: 1+2+4+8+16+32+64 = 127 s with 6 retries.
     assert_eq!(t, 127 * SEC);
 }
@@ -164,14 +150,14 @@ fn rto_backs_off_exponentially_and_recovers() {
     }));
     s.start();
     s.run_until(SEC);
-    let rto = s.conn(0).info().rto;
-    let srtt_before = s.conn(0).info().srtt;
+    let rto = s.tcp_conn(0).info().rto;
+    let srtt_before = s.tcp_conn(0).info().srtt;
     assert!(rto >= 200 * MS);
     s.run_until(60 * SEC);
     assert_eq!(s.delivered(1), 2_000_000);
     // Retransmissions of the oldest outstanding byte during the outage.
     let una_rtx: Vec<u64> = {
-        let sent = &s.eps[0].sent;
+        let sent: Vec<_> = s.eps[0].tcp_sent().collect();
         let first_lost = sent
             .iter()
             .find(|(t, seg)| *t >= SEC && seg.len > 0)
@@ -180,7 +166,7 @@ fn rto_backs_off_exponentially_and_recovers() {
         let _ = first_lost;
         let mut seen = std::collections::HashMap::new();
         let mut times = vec![];
-        for (t, seg) in sent {
+        for (t, seg) in &sent {
             if seg.len == 0 {
                 continue;
             }
@@ -193,7 +179,7 @@ fn rto_backs_off_exponentially_and_recovers() {
         times
     };
     assert!(una_rtx.len() >= 3, "{una_rtx:?}");
-    let info = s.conn(0).info();
+    let info = s.tcp_conn(0).info();
     assert!(info.rto_count >= 3, "{info:?}");
     let gaps: Vec<u64> = una_rtx.windows(2).map(|w| w[1] - w[0]).collect();
     println!(
@@ -230,7 +216,7 @@ fn delayed_ack_timing() {
     let base = s.eps[1].sent.len();
     // One small segment: acknowledged only by the 40 ms delayed-ACK timer.
     let t0 = s.now;
-    s.conn_mut(0).send(100);
+    s.tcp_conn_mut(0).send(100);
     s.pump(0);
     s.run_until(2 * SEC);
     let acks: Vec<u64> = s.eps[1].sent[base..].iter().map(|&(t, _)| t - t0).collect();
@@ -244,7 +230,7 @@ fn delayed_ack_timing() {
     // Two full segments: acknowledged as soon as the second arrives.
     let base = s.eps[1].sent.len();
     let t0 = s.now;
-    s.conn_mut(0).send(2 * 1448);
+    s.tcp_conn_mut(0).send(2 * 1448);
     s.pump(0);
     s.run_until(3 * SEC);
     let acks: Vec<u64> = s.eps[1].sent[base..].iter().map(|&(t, _)| t - t0).collect();
@@ -266,7 +252,7 @@ fn the_first_segments_are_acknowledged_at_once() {
     for i in 0..17 {
         let base = s.eps[1].sent.len();
         let t0 = s.now;
-        s.conn_mut(0).send(100);
+        s.tcp_conn_mut(0).send(100);
         s.pump(0);
         // 60 ms apart: shorter than the RTO, so no silence grants quick ACKs anew, and long
         // enough for a delayed ACK.
@@ -296,15 +282,14 @@ fn zero_window_stalls_sender_and_persist_probe_resumes() {
     s.run_until(3 * SEC);
     let stalled = s.delivered(1);
     assert_eq!(stalled, cfg.recv_buffer_initial);
-    assert_eq!(s.conn(1).recv_available(), stalled);
+    assert_eq!(s.tcp_conn(1).recv_available(), stalled);
     s.run_until(6 * SEC);
     assert_eq!(s.delivered(1), stalled, "sender overran a zero window");
     // Zero-length segments after the handshake are persist probes; they back off.
     let probes: Vec<u64> = s.eps[0]
-        .sent
-        .iter()
+        .tcp_sent()
         .filter(|(t, seg)| *t > 100 * MS && seg.len == 0)
-        .map(|&(t, _)| t)
+        .map(|(t, _)| t)
         .collect();
     assert!(probes.len() >= 3, "persist probes at {probes:?}");
     assert!(probes[2] - probes[1] > probes[1] - probes[0]);
@@ -357,16 +342,18 @@ fn nagle_holds_small_segments_unless_nodelay() {
         s.run_until(SEC);
         let base = s.eps[0].sent.len();
         for _ in 0..3 {
-            s.conn_mut(0).send(514);
+            s.tcp_conn_mut(0).send(514);
             s.pump(0);
         }
-        let immediate = s.eps[0].sent[base..]
-            .iter()
+        let immediate = s.eps[0]
+            .tcp_sent()
+            .skip(base)
             .filter(|(_, g)| g.len > 0)
             .count();
         s.run_until(2 * SEC);
-        let data: Vec<u32> = s.eps[0].sent[base..]
-            .iter()
+        let data: Vec<u32> = s.eps[0]
+            .tcp_sent()
+            .skip(base)
             .filter(|(_, g)| g.len > 0)
             .map(|(_, g)| g.len)
             .collect();
@@ -394,12 +381,12 @@ fn window_restarts_after_idle() {
         s.start();
         s.run_until(5 * SEC);
         assert_eq!(s.delivered(1), 3_000_000);
-        let before = s.conn(0).info().cwnd;
+        let before = s.tcp_conn(0).info().cwnd;
         assert!(before > 20, "cwnd {before}");
         s.run_until(15 * SEC);
-        s.conn_mut(0).send(1000);
+        s.tcp_conn_mut(0).send(1000);
         s.pump(0);
-        let after = s.conn(0).info().cwnd;
+        let after = s.tcp_conn(0).info().cwnd;
         if restart {
             assert_eq!(after, cfg.initial_cwnd);
         } else {
@@ -418,19 +405,21 @@ fn nagle_does_not_hold_a_tail_behind_full_segments() {
     s.run_until(SEC);
     let base = s.eps[0].sent.len();
     let mss = TcpConfig::default().mss;
-    s.conn_mut(0).send(3 * u64::from(mss) + 100);
+    s.tcp_conn_mut(0).send(3 * u64::from(mss) + 100);
     s.pump(0);
-    let immediate: Vec<u32> = s.eps[0].sent[base..]
-        .iter()
+    let immediate: Vec<u32> = s.eps[0]
+        .tcp_sent()
+        .skip(base)
         .filter(|(_, g)| g.len > 0)
         .map(|(_, g)| g.len)
         .collect();
     assert_eq!(immediate, vec![mss, mss, mss, 100]);
     // A second short write now waits for the first short segment's ACK.
-    s.conn_mut(0).send(100);
+    s.tcp_conn_mut(0).send(100);
     s.pump(0);
-    let after = s.eps[0].sent[base..]
-        .iter()
+    let after = s.eps[0]
+        .tcp_sent()
+        .skip(base)
         .filter(|(_, g)| g.len > 0)
         .count();
     assert_eq!(after, 4, "the second tail is held");

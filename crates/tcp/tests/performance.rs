@@ -1,10 +1,8 @@
 //! Throughput, loss response and fairness on bulk transfers. Figures are printed so that
 //! `cargo test -- --nocapture` shows what was measured.
 
-mod harness;
-
-use harness::*;
 use onionlab_tcp::{CongestionControl, TcpConfig};
+use onionlab_transport_testkit::*;
 
 /// Bulk flows from clients to servers over a bottleneck; returns bytes delivered per flow at
 /// `from` and at `to`, plus the sim for further inspection.
@@ -17,7 +15,7 @@ fn bulk(
     from: u64,
     to: u64,
 ) -> (Vec<u64>, Sim) {
-    let mut s = Sim::new(cfg, cfg, flows, fwd, rev, seed);
+    let mut s = Sim::tcp(cfg, flows, fwd, rev, seed);
     s.check = false;
     for f in 0..flows {
         s.eps[2 * f].app = App::source(u64::MAX, false);
@@ -46,7 +44,7 @@ fn single_flow_fills_the_bottleneck() {
         };
         let (got, s) = bulk(&cfg, 1, fwd.clone(), rev.clone(), 7, 5 * SEC, 30 * SEC);
         let bps = goodput_bps(got[0], 5 * SEC, 30 * SEC);
-        let info = s.conn(0).info();
+        let info = s.tcp_conn(0).info();
         println!(
             "{cc:?}: goodput {:.2} Mbit/s = {:.1}% of link; drops {}; {info:?}",
             bps / 1e6,
@@ -73,7 +71,7 @@ fn reno_follows_mathis_under_random_loss() {
         let (got, s) = bulk(&cfg, 1, fwd.clone(), rev.clone(), seed, 10 * SEC, 110 * SEC);
         let bps = goodput_bps(got[0], 10 * SEC, 110 * SEC);
         let mathis = 1448.0 * 8.0 / (rtt as f64 / SEC as f64) * 1.22 / p.sqrt();
-        let info = s.conn(0).info();
+        let info = s.tcp_conn(0).info();
         println!(
             "Reno seed {seed}: {:.3} Mbit/s, Mathis {:.3} Mbit/s, ratio {:.2}; rto {} fr {}",
             bps / 1e6,
@@ -107,7 +105,7 @@ fn cubic_not_slower_than_reno_on_long_fat_pipe() {
         for seed in 1..=2 {
             let (got, s) = bulk(&cfg, 1, fwd.clone(), rev.clone(), seed, 10 * SEC, 60 * SEC);
             let bps = goodput_bps(got[0], 10 * SEC, 60 * SEC);
-            let info = s.conn(0).info();
+            let info = s.tcp_conn(0).info();
             println!(
                 "{cc:?} seed {seed}: {:.2} Mbit/s cwnd {} rto {} fr {}",
                 bps / 1e6,
@@ -125,12 +123,6 @@ fn cubic_not_slower_than_reno_on_long_fat_pipe() {
         res[1] / 1e6
     );
     assert!(res[1] >= res[0], "CUBIC {} < Reno {}", res[1], res[0]);
-}
-
-fn jain(x: &[u64]) -> f64 {
-    let s: f64 = x.iter().map(|&v| v as f64).sum();
-    let s2: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    s * s / (x.len() as f64 * s2)
 }
 
 #[test]
@@ -167,8 +159,8 @@ fn buffers_autotune_on_high_bdp_path() {
     let cfg = TcpConfig::default();
     let (got, s) = bulk(&cfg, 1, fwd, rev, 5, 5 * SEC, 15 * SEC);
     let bps = goodput_bps(got[0], 5 * SEC, 15 * SEC);
-    let snd = s.conn(0).info();
-    let rcv = s.conn(1).info();
+    let snd = s.tcp_conn(0).info();
+    let rcv = s.tcp_conn(1).info();
     println!(
         "BDP {path_bdp}: send buffer {} recv buffer {} goodput {:.2} Mbit/s",
         snd.send_buffer,
@@ -214,7 +206,7 @@ fn offload_packets_hold_about_a_millisecond_of_the_flows_rate() {
         let rev = LinkConfig::new(rate, one_way, 1 << 20);
         let (got, s) = bulk(&cfg, 1, fwd, rev, 3, 5 * SEC, 10 * SEC);
         let bps = goodput_bps(got[0], 5 * SEC, 10 * SEC);
-        let conn = s.conn(0);
+        let conn = s.tcp_conn(0);
         let info = conn.info();
         // What the pacing rate sends in 1/1024 s, from the window and the smoothed RTT.
         let pacing = info.cwnd as f64 * info.mss as f64 * 1.2 / (info.srtt as f64 / 1e9);
