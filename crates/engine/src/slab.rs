@@ -11,8 +11,9 @@
 //! id kept in a timer or a list after its entry went can never reach a stranger that took the
 //! slot since, without any check of the caller's own.
 //!
-//! Each table has its own id type, declared with [`slab_key!`], so a connection's id cannot be
-//! used where a circuit's is meant; [`Slab::new`] takes the key type as its first parameter.
+//! Each table has its own id type, declared with [`slab_key!`](crate::slab_key), so a
+//! circuit's id cannot be used where a stream's is meant; [`Slab::new`] takes the key type as
+//! its first parameter.
 
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
@@ -20,7 +21,7 @@ use std::ops::{Index, IndexMut};
 use crate::heap::push_growing_by_eighths;
 
 /// An id into a [`Slab`]: a slot and the generation of the entry it was given to. Declare
-/// one with [`slab_key!`].
+/// one with [`slab_key!`](crate::slab_key).
 pub trait Key: Copy {
     /// The id of generation `generation` in slot `slot`.
     fn from_parts(slot: u32, generation: u32) -> Self;

@@ -10,9 +10,7 @@ impl Client {
     /// that is no channel's or whose slot a newer channel took; the search decides those.
     pub(super) fn channel_of(&self, socket: SocketId) -> Option<usize> {
         match self.channel_by_slot.get(socket.slot as usize) {
-            Some(&ch) if ch != u32::MAX && self.channels[ch as usize].socket == socket => {
-                Some(ch as usize)
-            }
+            Some(&Some(ch)) if self.channels[ch as usize].socket == socket => Some(ch as usize),
             _ => self.channels.iter().position(|c| c.socket == socket),
         }
     }
@@ -56,9 +54,9 @@ impl Client {
                 };
                 let slot = socket.slot as usize;
                 if self.channel_by_slot.len() <= slot {
-                    self.channel_by_slot.resize(slot + 1, u32::MAX);
+                    self.channel_by_slot.resize(slot + 1, None);
                 }
-                self.channel_by_slot[slot] = ch as u32;
+                self.channel_by_slot[slot] = Some(ch as u32);
                 ch
             }
         }

@@ -307,9 +307,9 @@ pub struct Client {
     /// launched by each user in turn.
     next_user: u32,
     channels: Vec<Channel>,
-    /// The channel last opened on each socket slot of the host's stack (`u32::MAX`: none), so
-    /// that each cell finds its channel at once: a `markov` host has a channel per user.
-    channel_by_slot: Vec<u32>,
+    /// The channel last opened on each socket slot of the host's stack, so that each cell
+    /// finds its channel at once: a `markov` host has a channel per user.
+    channel_by_slot: Vec<Option<u32>>,
     circuits: Slab<OriginCircId, Circuit>,
     next_circuit_id: u64,
     downloads: Slab<DownloadId, Download>,
