@@ -162,8 +162,8 @@ pub struct NetStats {
 }
 
 /// `repr(C)`, the stack's own fields first and the TCP state after: every packet and timer
-/// reads some of them (the timer, the pipes, the flags), and here they share the slot's first
-/// cache line with its generation (see `Slot`).
+/// reads some of them (the timer, the pipes, the flags), and here they share the slab slot's
+/// first cache line with its generation (see `onionlab_engine::slab`).
 #[repr(C)]
 struct TcpSocket<M> {
     /// Deadline of the timer event in flight, `u64::MAX` if none.
