@@ -210,26 +210,9 @@ impl<K: Key, T> Slab<K, T> {
         })
     }
 
-    /// The live entries with their ids, in slot order, to change in place.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (K, &mut T)> {
-        self.slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(slot, entry)| {
-                let generation = entry.generation;
-                let value = entry.value.as_mut()?;
-                Some((K::from_parts(slot as u32, generation), value))
-            })
-    }
-
     /// The live entries in slot order.
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().filter_map(|entry| entry.value.as_ref())
-    }
-
-    /// The ids of the live entries in slot order.
-    pub fn ids(&self) -> impl Iterator<Item = K> + '_ {
-        self.iter().map(|(id, _)| id)
     }
 }
 
@@ -318,7 +301,7 @@ mod tests {
         assert_eq!(s.id_at(slot_of(new)), Some(new));
         assert_eq!(s.iter().collect::<Vec<_>>(), [(new, &"new")]);
         *s.get_mut(new).unwrap() = "newer";
-        assert_eq!(s.ids().collect::<Vec<_>>(), [new]);
+        assert_eq!(s.iter().map(|(id, _)| id).collect::<Vec<_>>(), [new]);
         assert_eq!(s[new], "newer");
         s.remove(new);
         assert_eq!(s.id_at(slot_of(new)), None);

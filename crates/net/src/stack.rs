@@ -270,7 +270,9 @@ pub struct NetStack<M> {
     net: Arc<Network>,
     up: Link,
     down: Link,
-    /// The sockets, under ids that never find a later socket in the same slot.
+    /// The sockets, under ids that never find a later socket in the same slot. A slot holds a
+    /// TCP socket inline (hundreds of bytes): a client holds one or two sockets, a big relay
+    /// thousands.
     sockets: Slab<SocketId, Socket<M>>,
     listeners: Vec<u16>,
     /// Ports accepting QUIC connections.
@@ -407,7 +409,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     ) -> SocketId {
         let local_port = self.ephemeral_port();
         let conn = TcpConnection::connect(self.tcp_config(), ctx.now(), 0);
-        let id = self.insert(Socket::Tcp(TcpSocket {
+        let id = self.sockets.insert(Socket::Tcp(TcpSocket {
             conn,
             peer: dst,
             local_port,
@@ -435,29 +437,15 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         port
     }
 
-    /// A slot holds a TCP socket inline (hundreds of bytes): a client holds one or two
-    /// sockets, a big relay thousands.
-    fn insert(&mut self, socket: Socket<M>) -> SocketId {
-        self.sockets.insert(socket)
-    }
-
-    fn any(&self, id: SocketId) -> Option<&Socket<M>> {
-        self.sockets.get(id)
-    }
-
-    fn any_mut(&mut self, id: SocketId) -> Option<&mut Socket<M>> {
-        self.sockets.get_mut(id)
-    }
-
     fn socket(&self, id: SocketId) -> Option<&TcpSocket<M>> {
-        match self.any(id)? {
+        match self.sockets.get(id)? {
             Socket::Tcp(s) => Some(s),
             _ => None,
         }
     }
 
     fn socket_mut(&mut self, id: SocketId) -> Option<&mut TcpSocket<M>> {
-        match self.any_mut(id)? {
+        match self.sockets.get_mut(id)? {
             Socket::Tcp(s) => Some(s),
             _ => None,
         }
@@ -486,14 +474,14 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
 
     /// Whether `id` names an open socket (a TCP socket, QUIC connection or QUIC stream).
     pub fn is_open(&self, id: SocketId) -> bool {
-        self.any(id).is_some()
+        self.sockets.get(id).is_some()
     }
 
     /// The kernel facts about a socket's send window that Tor's KIST scheduler reads. For a
     /// QUIC stream or connection: its connection's congestion state in the same terms (see
     /// [`NetStack::quic_info`] for the rest).
     pub fn send_window(&self, id: SocketId) -> Option<SendWindow> {
-        match self.any(id)? {
+        match self.sockets.get(id)? {
             Socket::Tcp(s) => Some(s.conn.send_window()),
             _ => self.quic_send_window(id),
         }
@@ -517,7 +505,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
 
     /// Free space in the socket's send buffer (a QUIC stream's own buffer).
     pub fn send_space(&self, id: SocketId) -> u64 {
-        match self.any(id) {
+        match self.sockets.get(id) {
             Some(Socket::Tcp(s)) => s.conn.send_space(),
             Some(Socket::Stream(st)) => self
                 .quic_ref(st.conn)
@@ -528,7 +516,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
 
     /// The peer host of a socket.
     pub fn peer(&self, id: SocketId) -> Option<HostId> {
-        match self.any(id)? {
+        match self.sockets.get(id)? {
             Socket::Tcp(s) => Some(s.peer),
             Socket::Quic(q) => Some(q.peer),
             Socket::Stream(st) => self.quic_ref(st.conn).map(|q| q.peer),
@@ -538,7 +526,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// Appends up to `bytes` to the send buffer; returns how many were taken. Nothing is sent
     /// until `flush` (the end of the application's write call).
     pub fn write(&mut self, id: SocketId, bytes: u64) -> u64 {
-        match self.any(id) {
+        match self.sockets.get(id) {
             Some(Socket::Tcp(_)) => self.socket_mut(id).unwrap().conn.send(bytes),
             Some(Socket::Stream(_)) => self.stream_write(id, bytes),
             _ => 0,
@@ -550,7 +538,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     pub fn mark(&mut self, id: SocketId, message: M) {
         if let Some(s) = self.socket_mut(id) {
             s.mark(message);
-        } else if let Some(Socket::Stream(_)) = self.any(id) {
+        } else if let Some(Socket::Stream(_)) = self.sockets.get(id) {
             self.stream_mark(id, message);
         }
     }
@@ -596,7 +584,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             return Some(space - bytes);
         }
         if self.send_space(id) < bytes {
-            if let Some(Socket::Stream(_)) = self.any(id) {
+            if let Some(Socket::Stream(_)) = self.sockets.get(id) {
                 self.stream_wait_writable(id);
             }
             return None;
@@ -609,7 +597,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
 
     /// Hands what was written to TCP for sending.
     pub fn flush<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
-        match self.any(id) {
+        match self.sockets.get(id) {
             Some(Socket::Tcp(_)) => self.drive(ctx, id),
             Some(Socket::Quic(_)) => self.drive_quic(ctx, id),
             Some(Socket::Stream(st)) => {
@@ -622,7 +610,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
 
     /// Whether the stack reads arriving data by itself (the default) or waits for `read`.
     pub fn set_auto_read(&mut self, id: SocketId, on: bool) {
-        match self.any_mut(id) {
+        match self.sockets.get_mut(id) {
             Some(Socket::Tcp(s)) => s.auto_read = on,
             Some(Socket::Stream(st)) => st.auto_read = on,
             _ => {}
@@ -631,7 +619,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
 
     /// In-order bytes received and not yet read.
     pub fn readable(&self, id: SocketId) -> u64 {
-        match self.any(id) {
+        match self.sockets.get(id) {
             Some(Socket::Tcp(s)) => s.conn.recv_available(),
             Some(Socket::Stream(st)) => self
                 .quic_ref(st.conn)
@@ -647,7 +635,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         id: SocketId,
         max: u64,
     ) -> u64 {
-        match self.any(id) {
+        match self.sockets.get(id) {
             Some(Socket::Tcp(_)) => {
                 let n = self.read_inner(id, max);
                 if n > 0 {
@@ -700,7 +688,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// Closes the sending direction once everything written has been sent.
     /// A QUIC stream: finishes it (FIN after what was written). A QUIC connection: closes it.
     pub fn close<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
-        match self.any(id) {
+        match self.sockets.get(id) {
             Some(Socket::Tcp(_)) => {
                 self.socket_mut(id).unwrap().conn.close(ctx.now());
                 self.drive(ctx, id);
@@ -713,7 +701,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// Resets the connection at once. QUIC streams and connections are closed as by
     /// [`NetStack::close`] (the model has no RESET_STREAM).
     pub fn abort<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
-        match self.any(id) {
+        match self.sockets.get(id) {
             Some(Socket::Tcp(_)) => {
                 self.socket_mut(id).unwrap().conn.abort(ctx.now());
                 self.drive(ctx, id);
@@ -808,7 +796,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                     let Some(id) = self.link_waiters.pop_front() else {
                         break;
                     };
-                    match self.any_mut(id) {
+                    match self.sockets.get_mut(id) {
                         Some(Socket::Tcp(s)) => {
                             s.waiting_for_link = false;
                             self.drive(ctx, id);
@@ -890,7 +878,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         pipes: Arc<ConnPipes<M>>,
     ) {
         let conn = TcpConnection::accept(self.tcp_config(), ctx.now(), 0, &packet.segment);
-        let id = self.insert(Socket::Tcp(TcpSocket {
+        let id = self.sockets.insert(Socket::Tcp(TcpSocket {
             conn,
             peer: from,
             local_port: packet.dst_port,

@@ -174,28 +174,28 @@ pub(super) fn add_stats(s: &mut NetStats, info: &QuicInfo) {
 
 impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     pub(super) fn quic_ref(&self, id: SocketId) -> Option<&QuicSocket<M>> {
-        match self.any(id)? {
+        match self.sockets.get(id)? {
             Socket::Quic(q) => Some(q),
             _ => None,
         }
     }
 
     fn quic_mut(&mut self, id: SocketId) -> Option<&mut QuicSocket<M>> {
-        match self.any_mut(id)? {
+        match self.sockets.get_mut(id)? {
             Socket::Quic(q) => Some(q),
             _ => None,
         }
     }
 
     fn stream_ref(&self, id: SocketId) -> Option<&StreamSocket<M>> {
-        match self.any(id)? {
+        match self.sockets.get(id)? {
             Socket::Stream(s) => Some(s),
             _ => None,
         }
     }
 
     fn stream_mut(&mut self, id: SocketId) -> Option<&mut StreamSocket<M>> {
-        match self.any_mut(id)? {
+        match self.sockets.get_mut(id)? {
             Socket::Stream(s) => Some(s),
             _ => None,
         }
@@ -204,7 +204,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// The connection a socket belongs to: itself for a QUIC connection, its connection for a
     /// stream.
     pub fn quic_conn_of(&self, id: SocketId) -> Option<SocketId> {
-        match self.any(id)? {
+        match self.sockets.get(id)? {
             Socket::Quic(_) => Some(id),
             Socket::Stream(st) => Some(st.conn),
             Socket::Tcp(_) => None,
@@ -267,7 +267,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let conn = QuicConnection::connect(self.net.quic_config().clone(), ctx.now());
         let pipes = Arc::new(QuicPipes::default());
         let q = QuicSocket::new(conn, dst, local_port, port, None, pipes, true);
-        let id = self.insert(Socket::Quic(Box::new(q)));
+        let id = self.sockets.insert(Socket::Quic(Box::new(q)));
         self.drive_quic(ctx, id);
         id
     }
@@ -280,7 +280,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let stream = q.conn.open_stream()?;
         let pipes = Arc::new(ConnPipes::default());
         q.pipes.offer(stream.0, pipes.clone());
-        let id = self.insert(Socket::Stream(StreamSocket {
+        let id = self.sockets.insert(Socket::Stream(StreamSocket {
             conn,
             stream,
             pipes,
@@ -359,7 +359,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         id: SocketId,
     ) {
         let now = ctx.now();
-        match self.any_mut(id) {
+        match self.sockets.get_mut(id) {
             Some(Socket::Quic(q)) => {
                 q.conn.close(now);
                 self.drive_quic(ctx, id);
@@ -455,7 +455,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             pipes,
             false,
         );
-        let id = self.insert(Socket::Quic(Box::new(q)));
+        let id = self.sockets.insert(Socket::Quic(Box::new(q)));
         self.half_open.push((from, d.src_conn, id));
         self.drive_quic(ctx, id);
     }
@@ -493,7 +493,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                 }
                 QuicEvent::StreamOpened(stream) => {
                     let pipes = q.pipes.take(stream.0).unwrap_or_default();
-                    let socket = self.insert(Socket::Stream(StreamSocket {
+                    let socket = self.sockets.insert(Socket::Stream(StreamSocket {
                         conn: id,
                         stream,
                         pipes,
