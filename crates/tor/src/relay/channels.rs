@@ -363,6 +363,7 @@ impl Relay {
         let ch = conn.chan;
         conn.socket.slot = NONE;
         conn.open = false;
+        let pinned = std::mem::take(&mut conn.circuits);
         let read_blocked = std::mem::take(&mut conn.read_blocked);
         if !conn.stream {
             self.open_sockets -= 1;
@@ -375,6 +376,19 @@ impl Relay {
         let chan = &mut self.table.channels[ch as usize];
         chan.conns.retain(|c| *c != k);
         chan.ranking_stale();
+        if pinned > 0 {
+            // The slot may soon hold a new connection of this very channel: a circuit left
+            // pinned to it would take the newcomer for its own without counting itself there.
+            for circ in chan.circs.all() {
+                if let Some(c) = self.circuits.get_mut(circ) {
+                    for side in std::iter::once(&mut c.prev).chain(c.next.as_mut()) {
+                        if side.chan == ch && side.conn == k {
+                            side.conn = NONE;
+                        }
+                    }
+                }
+            }
+        }
         if let Some(m) = chan.multi.as_deref_mut() {
             if m.light == k {
                 m.light = NONE;

@@ -148,7 +148,8 @@ pub const DESTROY_CONNECT_FAILED: u32 = 6;
 struct Side {
     chan: u32,
     /// The connection its cells go on, where the design pins circuits to one (`NONE` where
-    /// each cell's connection is chosen as it is written).
+    /// each cell's connection is chosen as it is written, or where its connection went).
+    /// A live connection's `circuits` counts the sides pinned to it.
     conn: u32,
     circ_id: u32,
     queue: CellQueue,

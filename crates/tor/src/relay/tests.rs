@@ -512,6 +512,114 @@ fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() 
     assert!(on_extra > 0, "no cell used the confirmed connections");
 }
 
+/// Checks that every circuit side on the guard's channel to the middle is pinned to nothing
+/// or to a live, active connection of that channel, and that each connection counts exactly
+/// the sides pinned to it; returns how many sides are pinned.
+fn pins_are_counted(relay: &Relay, ch: u32) -> u32 {
+    let mut pinned = vec![0u32; relay.table.conns.len()];
+    for c in relay.circuits.values() {
+        for side in std::iter::once(&c.prev).chain(c.next.as_ref()) {
+            if side.chan == ch && side.conn != NONE {
+                let chan = &relay.table.channels[ch as usize];
+                assert!(
+                    chan.conns.contains(&side.conn),
+                    "a circuit is pinned to connection {} that is not the channel's",
+                    side.conn
+                );
+                pinned[side.conn as usize] += 1;
+            }
+        }
+    }
+    for &k in &relay.table.channels[ch as usize].conns {
+        let conn = &relay.table.conns[k as usize];
+        assert_eq!(
+            conn.circuits, pinned[k as usize],
+            "connection {k} counts {} circuits, {} are pinned to it",
+            conn.circuits, pinned[k as usize]
+        );
+    }
+    pinned.iter().sum()
+}
+
+#[test]
+fn imux_round_robin_repins_circuits_whose_connection_closed_before_its_slot_is_reused() {
+    let (mut relay, mut io) = guard_with(TorParams {
+        channel: ChannelDesign::Imux,
+        conn_limit: 100,
+        imux_scheduler: ImuxScheduler::RoundRobin,
+        ..TorParams::default()
+    });
+    let client = io.accept(CLIENT, OR_PORT);
+    for id in 1..=4 {
+        io.arrive(client, bytes(), create(id));
+        io.arrive(client, bytes(), extend(id, MIDDLE));
+    }
+    settle(&mut relay, &mut io, 20);
+    let first = io.connects()[0].0;
+    io.establish(first);
+    settle(&mut relay, &mut io, 20);
+    for w in io.written(first) {
+        if let Wire::Sequenced { cell, .. } = w {
+            if cell.command == CellCommand::Create2 {
+                let created = Cell::new(cell.circ_id, CellCommand::Created2);
+                let message = Wire::Sequenced {
+                    cell: created,
+                    seq: 0,
+                };
+                io.arrive(first, bytes(), message);
+            }
+        }
+    }
+    // The manager grows the channel; the middle takes the new connections.
+    settle(&mut relay, &mut io, 1000);
+    let extra: Vec<SocketId> = io.connects().iter().skip(1).map(|c| c.0).collect();
+    assert!(!extra.is_empty(), "the channel did not grow");
+    for &s in &extra {
+        io.establish(s);
+        io.arrive(s, bytes(), Wire::Joined);
+    }
+    settle(&mut relay, &mut io, 20);
+    let ch = relay
+        .circuits
+        .values()
+        .find_map(|c| c.next.as_ref().map(|n| n.chan))
+        .unwrap();
+    let first_conn = relay.table.channels[ch as usize].conns[0];
+    assert_eq!(pins_are_counted(&relay, ch), 4);
+    assert_eq!(relay.table.conns[first_conn as usize].circuits, 4);
+    // The middle closes the first connection, which all four circuits were pinned to; they
+    // stay quiet until the manager opens a connection into its slot.
+    io.arrive(first, bytes(), Wire::ClosingBegin);
+    settle(&mut relay, &mut io, 20);
+    assert_eq!(
+        pins_are_counted(&relay, ch),
+        0,
+        "circuits pinned to a closed connection"
+    );
+    let before = io.connects().len();
+    let mut waited = 0;
+    while io.connects().len() == before {
+        assert!(waited < 20_000, "the manager opened no connection in 20 s");
+        settle(&mut relay, &mut io, 100);
+        waited += 100;
+    }
+    let newcomer = io.connects()[before].0;
+    assert_eq!(
+        relay.table.channels[ch as usize].conns.last(),
+        Some(&first_conn),
+        "the new connection did not take the freed slot, so this test shows nothing"
+    );
+    io.establish(newcomer);
+    io.arrive(newcomer, bytes(), Wire::Joined);
+    let data = |id: u32| Wire::Cell(Cell::relay(id | INITIATOR_BIT, RelayCommand::Data, 3, 1));
+    for id in 1..=4 {
+        io.arrive(client, bytes(), data(id));
+    }
+    settle(&mut relay, &mut io, 20);
+    // Each circuit took the next connection in turn, counted there.
+    assert_eq!(pins_are_counted(&relay, ch), 4);
+}
+
 /// The guard with circuits 1 and 2 extended to the middle under `quic`: returns the channel's
 /// TCP and QUIC sockets, with the TCP connection established but its link handshake (the
 /// peer's Joined) not yet answered.

@@ -253,13 +253,18 @@ impl Imux {
     /// Round robin: the circuit's pinned connection while it is alive, else the next active
     /// one in turn, pinned from now on; `None` if the channel has no active connection.
     fn round_robin(r: &mut Relay, ch: u32, circ: CircuitId, pinned: u32) -> Option<u32> {
-        // A freed slot has no socket; a reused one may sit on another channel.
-        let alive = pinned != NONE && {
-            let c = &r.table.conns[pinned as usize];
-            c.chan == ch && c.socket.slot != NONE && c.state == ConnState::Active
-        };
-        if alive {
-            return Some(pinned);
+        // A connection that goes unpins its circuits (`Relay::drop_conn`); one closing keeps
+        // them until then, but takes no more of their cells.
+        if pinned != NONE {
+            let conn = &mut r.table.conns[pinned as usize];
+            debug_assert_eq!(
+                conn.chan, ch,
+                "a circuit pinned to another channel's connection"
+            );
+            if conn.state == ConnState::Active {
+                return Some(pinned);
+            }
+            conn.circuits = conn.circuits.saturating_sub(1);
         }
         let conns = &r.table.conns;
         let chan = &mut r.table.channels[ch as usize];
