@@ -71,11 +71,34 @@ macro_rules! slab_key {
 
 /// `repr(C)`: the generation first, in the cache line where the entry starts, since every
 /// lookup reads it before the entry.
+///
+/// The generation counts both arrivals and departures: odd while the slot holds an entry,
+/// even while it is free. Every id is given out with an odd generation, so an id whose
+/// generation matches the slot's names a live entry: indexing needs that one comparison.
 #[repr(C)]
 #[derive(Clone, Debug)]
 struct Slot<T> {
     generation: u32,
     value: Option<T>,
+}
+
+impl<T> Slot<T> {
+    /// The entry, for an id whose generation matched the slot's (so the slot is occupied).
+    #[inline]
+    fn occupant(&self) -> &T {
+        debug_assert!(self.generation & 1 == 1 && self.value.is_some());
+        // SAFETY: the generation is odd exactly while `value` is `Some` (`insert` and
+        // `remove` change both together), and ids carry odd generations only.
+        unsafe { self.value.as_ref().unwrap_unchecked() }
+    }
+
+    /// As [`Slot::occupant`], to change in place.
+    #[inline]
+    fn occupant_mut(&mut self) -> &mut T {
+        debug_assert!(self.generation & 1 == 1 && self.value.is_some());
+        // SAFETY: as in `occupant`.
+        unsafe { self.value.as_mut().unwrap_unchecked() }
+    }
 }
 
 /// Entries of type `T` under ids of type `K`; see the module doc.
@@ -123,6 +146,7 @@ impl<K: Key, T> Slab<K, T> {
         };
         let entry = &mut self.slots[slot as usize];
         entry.value = Some(value);
+        entry.generation = entry.generation.wrapping_add(1);
         K::from_parts(slot, entry.generation)
     }
 
@@ -223,9 +247,9 @@ impl<K: Key, T> Index<K> for Slab<K, T> {
     #[inline]
     #[track_caller]
     fn index(&self, id: K) -> &T {
-        match self.get(id) {
-            Some(value) => value,
-            None => panic!("slab id in slot {} names no live entry", id.slot()),
+        match self.slots.get(id.slot() as usize) {
+            Some(entry) if entry.generation == id.generation() => entry.occupant(),
+            _ => panic!("slab id in slot {} names no live entry", id.slot()),
         }
     }
 }
@@ -235,10 +259,9 @@ impl<K: Key, T> IndexMut<K> for Slab<K, T> {
     #[inline]
     #[track_caller]
     fn index_mut(&mut self, id: K) -> &mut T {
-        let slot = id.slot();
-        match self.get_mut(id) {
-            Some(value) => value,
-            None => panic!("slab id in slot {slot} names no live entry"),
+        match self.slots.get_mut(id.slot() as usize) {
+            Some(entry) if entry.generation == id.generation() => entry.occupant_mut(),
+            _ => panic!("slab id in slot {} names no live entry", id.slot()),
         }
     }
 }

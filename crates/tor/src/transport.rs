@@ -90,16 +90,16 @@ pub fn imux_ewma_pick<T: Copy>(rank: usize, ncircs: usize, conn_order: &[T]) -> 
     Some(conn_order[band])
 }
 
-/// The order of IMUX's connection ranking: by decayed count, ties by connection index (a
-/// total order, so a ranking does not depend on the order it was built in).
-pub fn ranking_order(a: &(f64, u32), b: &(f64, u32)) -> std::cmp::Ordering {
+/// The order of IMUX's connection ranking: by decayed count, ties by connection id (a total
+/// order, so a ranking does not depend on the order it was built in).
+pub fn ranking_order<K: Ord>(a: &(f64, K), b: &(f64, K)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
 }
 
 /// Moves one entry of a ranking sorted by [`ranking_order`] from `old` to `new` (the same
 /// connection with a new count), keeping it sorted: what one connection's cells change
 /// between two scheduler runs. False, changing nothing, if `old` is not in it.
-pub fn rerank(ranking: &mut Vec<(f64, u32)>, old: (f64, u32), new: (f64, u32)) -> bool {
+pub fn rerank<K: Ord>(ranking: &mut Vec<(f64, K)>, old: (f64, K), new: (f64, K)) -> bool {
     let Ok(from) = ranking.binary_search_by(|e| ranking_order(e, &old)) else {
         return false;
     };

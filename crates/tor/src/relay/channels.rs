@@ -5,7 +5,7 @@
 use super::*;
 
 impl Relay {
-    pub(super) fn conn_of(&self, socket: SocketId) -> Option<u32> {
+    pub(super) fn conn_of(&self, socket: SocketId) -> Option<ConnId> {
         self.table.conn_of(socket)
     }
 
@@ -13,10 +13,10 @@ impl Relay {
         self.streams.of_socket(socket)
     }
 
-    pub(super) fn add_channel(&mut self, now: SimTime, peer: HostId, initiator: bool) -> u32 {
+    pub(super) fn add_channel(&mut self, now: SimTime, peer: HostId, initiator: bool) -> ChannelId {
         let mut chan = Channel::new(peer, initiator, initiator, &self.clock, now);
         if initiator {
-            chan.token = self.table.next_token();
+            chan.token = Some(self.table.next_token());
             chan.set_sequenced(self.sequenced());
         }
         if !with_design!(self.design, D => D::REUSES_CIRC_IDS) {
@@ -29,10 +29,10 @@ impl Relay {
     pub(super) fn add_conn(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        ch: u32,
+        ch: ChannelId,
         socket: SocketId,
         open: bool,
-    ) -> u32 {
+    ) -> ConnId {
         let k = self.insert_conn(io, ch, socket, open, false);
         self.note_socket_opened();
         k
@@ -42,20 +42,20 @@ impl Relay {
     pub(super) fn add_stream(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        ch: u32,
+        ch: ChannelId,
         socket: SocketId,
-    ) -> u32 {
+    ) -> ConnId {
         self.insert_conn(io, ch, socket, true, true)
     }
 
     fn insert_conn(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        ch: u32,
+        ch: ChannelId,
         socket: SocketId,
         open: bool,
         stream: bool,
-    ) -> u32 {
+    ) -> ConnId {
         let now = io.now();
         // A QUIC stream rides a connection already handshaken; a TCP connection runs the
         // handshake as the end that accepted it or as the relay that opened it.
@@ -74,8 +74,8 @@ impl Relay {
     }
 
     /// Puts connection `k` (whose `chan` is already `ch`) under channel `ch`.
-    fn attach_conn(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32) {
-        let chan = &mut self.table.channels[ch as usize];
+    fn attach_conn(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId) {
+        let chan = &mut self.table.channels[ch];
         chan.conns.push(k);
         chan.ranking_stale();
         if chan.pending {
@@ -88,12 +88,12 @@ impl Relay {
     /// Changes what decides whether connection `k` may take cells (`Conn::usable`). Every
     /// such change goes through here, so that its channel's IMUX ranking, which lists the
     /// usable connections only, is rebuilt when the answer changes.
-    pub(super) fn update_conn(&mut self, k: u32, change: impl FnOnce(&mut Conn)) {
-        let conn = &mut self.table.conns[k as usize];
+    pub(super) fn update_conn(&mut self, k: ConnId, change: impl FnOnce(&mut Conn)) {
+        let conn = &mut self.table.conns[k];
         let before = conn.usable();
         change(conn);
         if conn.usable() != before {
-            self.table.channels[conn.chan as usize].ranking_stale();
+            self.table.channels[conn.chan].ranking_stale();
         }
     }
 
@@ -102,7 +102,7 @@ impl Relay {
     pub(super) fn write_conn(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        k: u32,
+        k: ConnId,
         bytes: u64,
         message: Wire,
     ) -> bool {
@@ -126,12 +126,12 @@ impl Relay {
     /// a QUIC stream's room is its connection's business).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn write_held(
-        conns: &mut [Conn],
-        unsent_watch: &mut Vec<u32>,
+        conns: &mut Slab<ConnId, Conn>,
+        unsent_watch: &mut Vec<ConnId>,
         work: &mut Work,
         io: &mut impl Io<RelayTimer>,
         held: &mut Option<HeldCells>,
-        k: u32,
+        k: ConnId,
         bytes: u64,
         message: Wire,
     ) -> bool {
@@ -147,7 +147,7 @@ impl Relay {
             }
         }
         Self::release(conns, work, io, held);
-        let stream = conns[k as usize].stream;
+        let stream = conns[k].stream;
         match Self::write_to_room(conns, unsent_watch, work, io, k, bytes, message) {
             Some(room) if !stream => {
                 *held = Some(HeldCells {
@@ -165,7 +165,7 @@ impl Relay {
 
     /// Writes the cells [`write_held`](Self::write_held) holds back.
     pub(super) fn release(
-        conns: &[Conn],
+        conns: &Slab<ConnId, Conn>,
         work: &mut Work,
         io: &mut impl Io<RelayTimer>,
         held: &mut Option<HeldCells>,
@@ -174,7 +174,7 @@ impl Relay {
             return;
         };
         if run.count > 0 {
-            let socket = conns[run.k as usize].socket;
+            let socket = conns[run.k].socket;
             io.write_messages(socket, run.bytes, Wire::Cell(run.cell), run.count);
             work.tls_write(run.bytes * u64::from(run.count));
         }
@@ -182,11 +182,11 @@ impl Relay {
 
     /// [`write_conn`](Self::write_conn) for a caller holding other parts of the relay.
     pub(super) fn write_to(
-        conns: &mut [Conn],
-        unsent_watch: &mut Vec<u32>,
+        conns: &mut Slab<ConnId, Conn>,
+        unsent_watch: &mut Vec<ConnId>,
         work: &mut Work,
         io: &mut impl Io<RelayTimer>,
-        k: u32,
+        k: ConnId,
         bytes: u64,
         message: Wire,
     ) -> bool {
@@ -195,15 +195,15 @@ impl Relay {
 
     /// [`write_to`](Self::write_to), returning the room the socket has left after it.
     fn write_to_room(
-        conns: &mut [Conn],
-        unsent_watch: &mut Vec<u32>,
+        conns: &mut Slab<ConnId, Conn>,
+        unsent_watch: &mut Vec<ConnId>,
         work: &mut Work,
         io: &mut impl Io<RelayTimer>,
-        k: u32,
+        k: ConnId,
         bytes: u64,
         message: Wire,
     ) -> Option<u64> {
-        let conn = &mut conns[k as usize];
+        let conn = &mut conns[k];
         if !conn.watched {
             conn.watched = true;
             unsent_watch.push(k);
@@ -216,9 +216,9 @@ impl Relay {
     }
 
     /// Hands what was written to connection `k` to the kernel (sealing its TLS records).
-    pub(super) fn flush_conn(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+    pub(super) fn flush_conn(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId) {
         self.work.tls_flush();
-        io.flush(self.table.conns[k as usize].socket);
+        io.flush(self.table.conns[k].socket);
     }
 
     /// The bytes written to the relay's connections and not yet sent, summed; connections
@@ -226,16 +226,15 @@ impl Relay {
     pub(super) fn sum_unsent(&mut self, io: &impl Io<RelayTimer>) -> u64 {
         let conns = &mut self.table.conns;
         let mut total = 0;
-        // A slot freed and reused may be listed twice: the first listing counts it.
+        // A connection gone since it was listed leaves the list.
         self.unsent_watch.retain(|&k| {
-            let conn = &mut conns[k as usize];
+            let Some(conn) = conns.get_mut(k) else {
+                return false;
+            };
             if !conn.watched {
                 return false;
             }
             conn.watched = false;
-            if conn.socket.slot == NONE {
-                return false;
-            }
             if !conn.open {
                 // What was written while it connects (its Join) waits to be sent.
                 return true;
@@ -245,11 +244,11 @@ impl Relay {
             unsent > 0
         });
         for &k in &self.unsent_watch {
-            self.table.conns[k as usize].watched = true;
+            self.table.conns[k].watched = true;
         }
         if cfg!(test) {
-            let everywhere: u64 = (self.table.conns.iter())
-                .filter(|c| c.open && c.socket.slot != NONE)
+            let everywhere: u64 = (self.table.conns.values())
+                .filter(|c| c.open)
                 .filter_map(|c| io.send_window(c.socket))
                 .map(|i| i.notsent)
                 .sum();
@@ -265,22 +264,22 @@ impl Relay {
     pub(super) fn open_conn(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        ch: u32,
+        ch: ChannelId,
         role: u32,
-    ) -> Option<u32> {
+    ) -> Option<ConnId> {
         if self.open_sockets >= self.socket_limit() {
             self.meter.second.conn_limit_refusals += 1;
             return None;
         }
-        let peer = self.table.channels[ch as usize].peer;
-        let extra = !self.table.channels[ch as usize].conns.is_empty();
+        let peer = self.table.channels[ch].peer;
+        let extra = !self.table.channels[ch].conns.is_empty();
         let socket = io.connect(peer, OR_PORT);
         let k = self.add_conn(io, ch, socket, false);
         if with_design!(self.design, D => D::waits_for_joined(extra)) {
             self.update_conn(k, |c| c.confirmed = false);
         }
         self.meter.channels.conns_opened += 1;
-        if !self.table.conns[k as usize].link.is_open() {
+        if !self.table.conns[k].link.is_open() {
             // The Join follows the link handshake (`link_flight`).
             return Some(k);
         }
@@ -290,12 +289,12 @@ impl Relay {
 
     /// A connection we opened names its channel to the peer (multi-connection designs):
     /// the first message after the link handshake, or the first on the socket without one.
-    fn send_join(&mut self, io: &mut impl Io<RelayTimer>, k: u32, heavy: bool) {
+    fn send_join(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId, heavy: bool) {
         if !with_design!(self.design, D => D::JOINS) {
             return;
         }
-        let ch = self.table.conns[k as usize].chan;
-        let token = self.table.channels[ch as usize].token;
+        let ch = self.table.conns[k].chan;
+        let token = (self.table.channels[ch].token).expect("a channel we opened has a token");
         let cell_bytes = self.world.cell_wire_bytes();
         self.write_conn(
             io,
@@ -314,7 +313,7 @@ impl Relay {
     pub(super) fn link_flight(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        k: u32,
+        k: ConnId,
         flight: LinkMessage,
     ) {
         let mut answer = Ok(None);
@@ -334,14 +333,14 @@ impl Relay {
         if let Some(reply) = reply {
             self.write_conn(io, k, reply.wire_bytes(), Wire::Link(reply));
         }
-        let conn = &self.table.conns[k as usize];
+        let conn = &self.table.conns[k];
         if conn.link.is_open() {
             let ch = conn.chan;
             if flight == LinkMessage::ResponderCells {
                 // We opened it.
                 let heavy = matches!(
-                    self.table.channels[ch as usize].multi.as_deref(),
-                    Some(m) if m.heavy == k
+                    self.table.channels[ch].multi.as_deref(),
+                    Some(m) if m.heavy == Some(k)
                 );
                 self.send_join(io, k, heavy);
             }
@@ -354,74 +353,66 @@ impl Relay {
 
     /// Removes a connection from its channel and frees its slot (the socket is closed or
     /// aborted by the caller).
-    pub(super) fn drop_conn(&mut self, k: u32) {
-        let conn = &mut self.table.conns[k as usize];
-        if conn.socket.slot == NONE {
+    pub(super) fn drop_conn(&mut self, k: ConnId) {
+        let Some(conn) = self.table.free_conn(k) else {
             return;
-        }
-        let socket = conn.socket;
-        let ch = conn.chan;
-        conn.socket.slot = NONE;
-        conn.open = false;
-        let pinned = std::mem::take(&mut conn.circuits);
-        let read_blocked = std::mem::take(&mut conn.read_blocked);
+        };
         if !conn.stream {
             self.open_sockets -= 1;
         }
-        self.table.free_conn(k, socket);
-        if read_blocked {
-            // Its slot may be reused before the refill: do not read a stranger's socket.
+        if conn.read_blocked {
+            // It waits for read tokens no more.
             self.read_waiting.retain(|&x| x != k);
         }
-        let chan = &mut self.table.channels[ch as usize];
+        let chan = &mut self.table.channels[conn.chan];
         chan.conns.retain(|c| *c != k);
         chan.ranking_stale();
-        if pinned > 0 {
-            // The slot may soon hold a new connection of this very channel: a circuit left
-            // pinned to it would take the newcomer for its own without counting itself there.
+        if conn.circuits > 0 {
+            // Sides pinned to it are pinned to nothing now, so a pinned connection is always
+            // a live one: round robin counts a circuit where it goes next.
             for circ in chan.circs.all() {
                 if let Some(c) = self.circuits.get_mut(circ) {
                     for side in std::iter::once(&mut c.prev).chain(c.next.as_mut()) {
-                        if side.chan == ch && side.conn == k {
-                            side.conn = NONE;
+                        if side.chan == conn.chan && side.conn == Some(k) {
+                            side.conn = None;
                         }
                     }
                 }
             }
         }
         if let Some(m) = chan.multi.as_deref_mut() {
-            if m.light == k {
-                m.light = NONE;
+            if m.light == Some(k) {
+                m.light = None;
             }
-            if m.heavy == k {
-                m.heavy = NONE;
+            if m.heavy == Some(k) {
+                m.heavy = None;
             }
         }
     }
 
     /// A connection ended without the closing handshake: the design says what fails with it
     /// ([`ConnLoss`]).
-    pub(super) fn conn_lost(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
-        let ch = self.table.conns[k as usize].chan;
+    pub(super) fn conn_lost(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId) {
+        let ch = self.table.conns[k].chan;
         let now = io.now();
         with_design!(self.design, D => D::peer_refused(self, ch, now));
-        let socket = self.table.conns[k as usize].socket;
+        let socket = self.table.conns[k].socket;
         match with_design!(self.design, D => D::conn_lost(self, ch, k)) {
             ConnLoss::Quiet => {
                 self.drop_conn(k);
                 if io.is_open(socket) {
                     io.close(socket);
                 }
-                if self.table.channels[ch as usize].conns.is_empty() {
+                if self.table.channels[ch].conns.is_empty() {
                     self.close_channel(io, ch);
                 }
             }
             ConnLoss::Circuits => {
-                let chan = &self.table.channels[ch as usize];
+                let chan = &self.table.channels[ch];
                 let mut pinned = Vec::new();
                 for circ in chan.circs.all() {
                     if let Some(c) = self.circuits.get_mut(circ) {
-                        if c.side_for(ch).conn == k {
+                        if c.side_for(ch).conn == Some(k) {
                             pinned.push((circ, c.prev.chan == ch));
                         }
                     }
@@ -439,32 +430,38 @@ impl Relay {
     }
 
     /// A connection of a channel opened by the peer names the channel it belongs to.
-    pub(super) fn join(&mut self, io: &mut impl Io<RelayTimer>, k: u32, token: u32, heavy: bool) {
-        let own = self.table.conns[k as usize].chan;
-        let peer = self.table.channels[own as usize].peer;
+    pub(super) fn join(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        k: ConnId,
+        token: u32,
+        heavy: bool,
+    ) {
+        let own = self.table.conns[k].chan;
+        let peer = self.table.channels[own].peer;
         let ch = self.table.join(peer, token, own);
         if ch != own {
             // Move the connection from its provisional channel (which has no circuits).
             self.table.discard_provisional(own);
-            self.table.conns[k as usize].chan = ch;
+            self.table.conns[k].chan = ch;
             self.attach_conn(io, ch, k);
         }
         let sequenced = self.sequenced();
-        self.table.channels[ch as usize].set_sequenced(sequenced);
+        self.table.channels[ch].set_sequenced(sequenced);
         with_design!(self.design, D => D::joined(self, io, ch, k, heavy));
     }
 
     /// Confirms a connection the peer opened with a Joined (where the design waits for one,
     /// `Design::waits_for_joined`).
-    pub(super) fn confirm_join(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+    pub(super) fn confirm_join(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId) {
         let bytes = self.world.cell_wire_bytes();
         self.write_conn(io, k, bytes, Wire::Joined);
         self.flush_conn(io, k);
     }
 
     /// Starts IMUX's closing handshake on connection `k`: no more cells go on it.
-    pub(super) fn begin_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
-        let conn = &mut self.table.conns[k as usize];
+    pub(super) fn begin_closing(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId) {
+        let conn = &mut self.table.conns[k];
         if conn.state != ConnState::Active {
             return;
         }
@@ -482,17 +479,17 @@ impl Relay {
         self.flush_conn(io, k);
     }
 
-    pub(super) fn finish_closing(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
-        let socket = self.table.conns[k as usize].socket;
-        let ch = self.table.conns[k as usize].chan;
+    pub(super) fn finish_closing(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId) {
+        let socket = self.table.conns[k].socket;
+        let ch = self.table.conns[k].chan;
         self.drop_conn(k);
         io.close(socket);
         self.meter.channels.conns_closed += 1;
         // Circuits pinned to it (round robin) find another connection when they next send.
-        if !self.table.channels[ch as usize].mux.is_empty() {
+        if !self.table.channels[ch].mux.is_empty() {
             self.mark_pending(io, ch);
         }
-        if self.table.channels[ch as usize].conns.is_empty() {
+        if self.table.channels[ch].conns.is_empty() {
             self.close_channel(io, ch);
         }
     }
@@ -501,14 +498,14 @@ impl Relay {
     pub(super) fn sequenced_cell(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        k: u32,
+        k: ConnId,
         cell: Cell,
         seq: u32,
     ) {
-        let ch = self.table.conns[k as usize].chan;
+        let ch = self.table.conns[k].chan;
         let circ_id = cell.circ_id;
         let expected = self.expected_seq(ch, circ_id);
-        if !self.table.channels[ch as usize]
+        if !self.table.channels[ch]
             .multi_mut()
             .reorder
             .arrive(circ_id, seq, expected, cell)
@@ -523,11 +520,11 @@ impl Relay {
         while let Some(cell) = next {
             self.bump_seq_in(ch, circ_id);
             self.handle_cell(io, ch, k, cell);
-            if self.table.channels[ch as usize].closed {
+            if self.table.channels[ch].closed {
                 return;
             }
             let expected = self.expected_seq(ch, circ_id);
-            next = self.table.channels[ch as usize]
+            next = self.table.channels[ch]
                 .multi
                 .as_deref_mut()
                 .and_then(|m| m.reorder.take(circ_id, expected));
@@ -536,8 +533,8 @@ impl Relay {
 
     /// The next sequence number due on circuit id `circ_id` of `ch` (0 for a circuit not yet
     /// created: its CREATE2 is the first cell).
-    pub(super) fn expected_seq(&mut self, ch: u32, circ_id: u32) -> u32 {
-        let Some(circ) = self.table.channels[ch as usize].circs.lookup(circ_id) else {
+    pub(super) fn expected_seq(&mut self, ch: ChannelId, circ_id: u32) -> u32 {
+        let Some(circ) = self.table.channels[ch].circs.lookup(circ_id) else {
             return 0;
         };
         self.circuits
@@ -546,8 +543,8 @@ impl Relay {
             .map_or(0, |s| s.seq_in)
     }
 
-    pub(super) fn bump_seq_in(&mut self, ch: u32, circ_id: u32) {
-        let Some(circ) = self.table.channels[ch as usize].circs.lookup(circ_id) else {
+    pub(super) fn bump_seq_in(&mut self, ch: ChannelId, circ_id: u32) {
+        let Some(circ) = self.table.channels[ch].circs.lookup(circ_id) else {
             return;
         };
         if let Some(side) = self
@@ -562,7 +559,12 @@ impl Relay {
     /// Pins a circuit's side on its channel to a connection where the design pins circuits
     /// (`Design::pin`): the only one in vanilla. `arrived_on` is the connection its CREATE2
     /// came on, or the one made for it.
-    pub(super) fn assign_conn(&mut self, circ: CircuitId, forward: bool, arrived_on: u32) {
+    pub(super) fn assign_conn(
+        &mut self,
+        circ: CircuitId,
+        forward: bool,
+        arrived_on: Option<ConnId>,
+    ) {
         let c = &self.circuits[circ];
         let bulk = c.declared_heavy;
         let ch = if forward {
@@ -581,8 +583,8 @@ impl Relay {
             side.heavy = true;
         }
         side.conn = conn;
-        if conn != NONE && (conn as usize) < self.table.conns.len() {
-            self.table.conns[conn as usize].circuits += 1;
+        if let Some(c) = conn.and_then(|k| self.table.conns.get_mut(k)) {
+            c.circuits += 1;
         }
     }
 
@@ -592,7 +594,7 @@ impl Relay {
         &mut self,
         io: &mut impl Io<RelayTimer>,
         target: HostId,
-    ) -> Option<u32> {
+    ) -> Option<ChannelId> {
         if let Some(ch) = self.table.to_peer(target) {
             return Some(ch);
         }
@@ -621,17 +623,17 @@ impl Relay {
         }
     }
 
-    pub(super) fn close_channel(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
+    pub(super) fn close_channel(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId) {
         if !self.table.close(ch) {
             return;
         }
-        let chan = &mut self.table.channels[ch as usize];
+        let chan = &mut self.table.channels[ch];
         let circuits: Vec<CircuitId> = chan.circs.all().collect();
         let conns = std::mem::take(&mut chan.conns);
         let quic = chan.quic;
         let mut sockets = Vec::with_capacity(conns.len());
         for &k in &conns {
-            sockets.push(self.table.conns[k as usize].socket);
+            sockets.push(self.table.conns[k].socket);
             self.drop_conn(k);
         }
         for circ in circuits {
@@ -645,7 +647,7 @@ impl Relay {
                 io.abort(socket);
             }
         }
-        if quic != NO_SOCKET {
+        if let Some(quic) = quic {
             self.unbind_quic(quic);
             if io.is_open(quic) {
                 io.close(quic);
@@ -666,7 +668,7 @@ impl Relay {
 /// Equal cells the scheduler wrote to one connection and holds back, to go to the socket in
 /// one write (see [`Relay::write_held`]).
 pub(super) struct HeldCells {
-    k: u32,
+    k: ConnId,
     /// The cell written last, which `count` more equal ones follow.
     cell: Cell,
     bytes: u64,

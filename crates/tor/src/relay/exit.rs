@@ -327,7 +327,7 @@ impl Relay {
         if cell.stream_id == 0 {
             let blocked = {
                 let c = &self.circuits[circ];
-                c.prev.conn != NONE && self.table.conns[c.prev.conn as usize].blocked
+                (c.prev.conn).is_some_and(|k| self.table.conns.get(k).is_some_and(|c| c.blocked))
             };
             let increment = match self.world.params.flow_control {
                 FlowControl::Sendme => self.world.params.circuit_sendme_increment,

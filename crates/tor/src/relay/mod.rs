@@ -134,23 +134,28 @@ onionlab_engine::slab_key! {
     pub struct ExitStreamId;
 }
 
-const NONE: u32 = u32::MAX;
-/// A socket id that names no socket.
-const NO_SOCKET: SocketId = SocketId {
-    slot: NONE,
-    generation: 0,
-};
+onionlab_engine::slab_key! {
+    /// A channel of this relay (to one peer, over one or more connections): its slot in the
+    /// relay's channel table and which occupant of the slot.
+    pub struct ChannelId;
+}
+
+onionlab_engine::slab_key! {
+    /// One connection of a channel (a TCP connection, or a QUIC stream under the `quic`
+    /// design): its slot in the relay's connection table and which occupant of the slot.
+    pub struct ConnId;
+}
 /// tor's END_CIRC_REASON_CONNECTFAILED: the next hop's connection could not be made (tor
 /// closes a circuit so when ConnLimit keeps it from connecting).
 pub const DESTROY_CONNECT_FAILED: u32 = 6;
 
 /// One direction of a circuit: the channel it leaves on, its id there, and its queue.
 struct Side {
-    chan: u32,
-    /// The connection its cells go on, where the design pins circuits to one (`NONE` where
+    chan: ChannelId,
+    /// The connection its cells go on, where the design pins circuits to one (`None` where
     /// each cell's connection is chosen as it is written, or where its connection went).
     /// A live connection's `circuits` counts the sides pinned to it.
-    conn: u32,
+    conn: Option<ConnId>,
     circ_id: u32,
     queue: CellQueue,
     /// Sequence number of the next cell sent on this side (multi-connection channels).
@@ -162,10 +167,10 @@ struct Side {
 }
 
 impl Side {
-    fn new(chan: u32, circ_id: u32, seq_in: u32) -> Self {
+    fn new(chan: ChannelId, circ_id: u32, seq_in: u32) -> Self {
         Side {
             chan,
-            conn: NONE,
+            conn: None,
             circ_id,
             queue: CellQueue::new(),
             seq_out: 0,
@@ -208,7 +213,7 @@ struct Circuit {
 }
 
 impl Circuit {
-    fn side_on(&mut self, ch: u32, circ_id: u32) -> Option<&mut Side> {
+    fn side_on(&mut self, ch: ChannelId, circ_id: u32) -> Option<&mut Side> {
         if self.prev.chan == ch && self.prev.circ_id == circ_id {
             return Some(&mut self.prev);
         }
@@ -219,7 +224,7 @@ impl Circuit {
 
     /// The side that leaves on channel `ch` (prev first: a circuit may use one channel for
     /// both sides only if a peer extends back through us, and then prev is the older).
-    fn side_for(&mut self, ch: u32) -> &mut Side {
+    fn side_for(&mut self, ch: ChannelId) -> &mut Side {
         if self.prev.chan == ch {
             &mut self.prev
         } else {
@@ -230,7 +235,7 @@ impl Circuit {
     }
 
     /// As [`Circuit::side_for`], to read.
-    fn side_on_chan(&self, ch: u32) -> &Side {
+    fn side_on_chan(&self, ch: ChannelId) -> &Side {
         if self.prev.chan == ch {
             &self.prev
         } else {
@@ -319,8 +324,9 @@ enum ConnState {
 
 /// One TCP connection of a channel.
 ///
-/// `repr(C)`, what a scheduler run and a read touch first: its write limit, queue, state and
-/// flags share the first 49 bytes; the counts that IMUX's rules keep come after.
+/// `repr(C)`, what a scheduler run and a read touch first: its write limit, queue, socket,
+/// channel, state and flags share the first 48 bytes; the counts that IMUX's rules keep come
+/// after.
 #[repr(C)]
 struct Conn {
     /// What the scheduler may still write to the socket in its current run.
@@ -328,11 +334,10 @@ struct Conn {
     /// Bytes the kernel held at the start of the scheduler run plus what the run wrote since
     /// (IMUX's shortest queue).
     queued_bytes: u64,
-    last_used: SimTime,
     socket: SocketId,
     /// The scheduler run whose `limit` and `queued_bytes` these are.
     limit_run: u32,
-    chan: u32,
+    chan: ChannelId,
     /// The TCP handshake has completed.
     open: bool,
     /// The peer has taken the connection into the channel (IMUX connections we open beyond
@@ -354,11 +359,13 @@ struct Conn {
     /// what it may take in a scheduler run is its channel's QUIC connection's to share.
     stream: bool,
     /// The link handshake (TLS and Tor's own) that must complete before cells flow; its
-    /// three bytes fill what would be padding before `circuits`.
+    /// three bytes fill what would be padding before `last_used`.
     link: LinkHandshake,
+    /// When a cell last left (IMUX's closing rule).
+    last_used: SimTime,
     /// Circuits pinned to this connection.
     circuits: u32,
-    /// Order of creation, and when a cell last left (IMUX's closing rule).
+    /// Order of creation (IMUX's closing rule).
     created: u64,
     /// Cells sent, decaying like a circuit's count (IMUX's EWMA mapping; kept under IMUX only).
     ewma: CircuitEwma,
@@ -375,7 +382,7 @@ impl Conn {
     /// TCP connection. Its `created` stamp is the table's to give.
     fn new(
         socket: SocketId,
-        ch: u32,
+        ch: ChannelId,
         open: bool,
         link: LinkHandshake,
         stream: bool,
@@ -413,10 +420,7 @@ impl Conn {
     }
 
     fn usable(&self) -> bool {
-        self.carries_cells()
-            && !self.blocked
-            && self.state == ConnState::Active
-            && self.socket.slot != NONE
+        self.carries_cells() && !self.blocked && self.state == ConnState::Active
     }
 
     /// It may take a cell of `cell_bytes` in this scheduler run (its limit read in it).
@@ -457,9 +461,10 @@ struct Channel {
     room: u32,
     /// Cells queued on all circuits for this channel.
     queued: u64,
-    /// Its live connections. Most channels have one, kept inline: the scheduler reads it
-    /// for every pending channel, and a separate allocation would be one more cache miss.
-    conns: SmallVec<[u32; 4]>,
+    /// Its live connections. Most channels have one, and Torchestra's two, kept inline: the
+    /// scheduler reads it for every pending channel, and a separate allocation would be one
+    /// more cache miss.
+    conns: SmallVec<[ConnId; 2]>,
     /// Circuits with cells queued for this channel.
     mux: CircuitMux<CircuitId>,
     /// Circuits whose connection could take no cell in this scheduler run.
@@ -472,11 +477,12 @@ struct Channel {
     /// Channels on QUIC: what KIST lets the scheduler write to the QUIC connection in the
     /// current run (from its congestion window and flight), shared by all its streams.
     quic_limit: u64,
-    /// Its QUIC connection, if it has one (`NO_SOCKET` otherwise).
-    quic: SocketId,
+    /// Its QUIC connection, if it has one.
+    quic: Option<SocketId>,
     peer: HostId,
-    /// The opener's index for the channel, named in each connection's Join message.
-    token: u32,
+    /// The opener's index for the channel, named in each connection's Join message (`None`:
+    /// an accepted channel its peer has not named yet).
+    token: Option<u32>,
     /// We opened this channel, so we open its connections (IMUX, PCTCP, Torchestra).
     opener: bool,
 }
@@ -498,18 +504,18 @@ struct MultiConn {
     /// counts of connections that sent cells move (`rank_dirty`), and those are moved to
     /// their new place. It is rebuilt when the tick changes (every count decays) or when
     /// `ranking_stale` says a connection came, went, or became usable or unusable.
-    ranking: Vec<(f64, u32)>,
+    ranking: Vec<(f64, ConnId)>,
     ranking_tick: u64,
-    rank_dirty: Vec<u32>,
+    rank_dirty: Vec<ConnId>,
     circ_ranks: Vec<(CircuitId, u32)>,
     /// Torchestra: the light connection's circuits that carry traffic, with their EWMA counts
     /// (by circuit) and the sum of those, taken once per scheduler run, and that run.
     light_counts: Vec<(CircuitId, f64)>,
     light_sum: f64,
     peer_hold_until: SimTime,
-    /// Torchestra's light and heavy connections (`NONE` until they exist).
-    light: u32,
-    heavy: u32,
+    /// Torchestra's light and heavy connections, once they exist.
+    light: Option<ConnId>,
+    heavy: Option<ConnId>,
     light_run: u32,
     /// IMUX, channels we opened: the most connections the peer has let us keep, learnt when
     /// it refused or closed one (`u32::MAX` until it does), and until when we hold to it.
@@ -529,8 +535,8 @@ impl MultiConn {
         light_counts: Vec::new(),
         light_sum: 0.0,
         peer_hold_until: 0,
-        light: NONE,
-        heavy: NONE,
+        light: None,
+        heavy: None,
         light_run: 0,
         peer_cap: u32::MAX,
         ranking_stale: true,
@@ -551,10 +557,10 @@ impl Channel {
         Channel {
             peer,
             carrier: Carrier::Tcp,
-            quic: NO_SOCKET,
+            quic: None,
             quic_limit: 0,
             opener,
-            token: NONE,
+            token: None,
             conns: SmallVec::new(),
             circs: ChannelCircuits::new(initiator),
             mux: CircuitMux::new(clock, now),
@@ -669,15 +675,15 @@ pub struct Relay {
     /// The circuit scheduler's work list and when it runs.
     sched: Scheduler,
     /// Connections with data left unread for lack of read tokens.
-    read_waiting: Vec<u32>,
-    /// Connections (with their socket, to notice a reused slot) whose peer had closed and
-    /// whose last bytes were read: they end once the messages read are handled.
-    ended_after_read: Vec<(u32, SocketId)>,
+    read_waiting: Vec<ConnId>,
+    /// Connections whose peer had closed and whose last bytes were read: they end once the
+    /// messages read are handled.
+    ended_after_read: Vec<ConnId>,
     /// Connections that may hold bytes written and not yet sent: those written to since the
     /// last sample, and those that still held some then. The per-second sample sums the
     /// kernel's unsent bytes over these alone; an IMUX relay holds thousands of connections,
     /// most of them idle, and a connection gains unsent bytes only by being written to.
-    unsent_watch: Vec<u32>,
+    unsent_watch: Vec<ConnId>,
     /// Exit circuits that could not package for lack of read tokens.
     package_waiting: Vec<CircuitId>,
     refill_armed: bool,
@@ -690,7 +696,7 @@ pub struct Relay {
     /// CREATE2 cells whose onion skin the worker threads are handling, by when they are
     /// done: (done, circuit, its channel towards the client, whose slot stays out of reuse
     /// until then: see `recycle_channels`).
-    onion_skins: BinaryHeap<Reverse<(SimTime, CircuitId, u32)>>,
+    onion_skins: BinaryHeap<Reverse<(SimTime, CircuitId, ChannelId)>>,
 }
 
 /// One channel as tests and diagnostics see it.
@@ -761,12 +767,18 @@ impl Relay {
 
     /// Bytes a cell takes on channel `ch`: a sequenced channel adds the design's sequence
     /// number (IMUX's).
-    fn chan_cell_bytes(&self, ch: u32) -> u64 {
-        if self.table.channels[ch as usize].carrier == Carrier::Quic {
+    fn chan_cell_bytes(&self, ch: ChannelId) -> u64 {
+        self.cell_bytes_on(&self.table.channels[ch])
+    }
+
+    /// As [`Relay::chan_cell_bytes`], for a channel already at hand.
+    #[inline]
+    fn cell_bytes_on(&self, chan: &Channel) -> u64 {
+        if chan.carrier == Carrier::Quic {
             // QUIC's own headers and AEAD tags are counted by the QUIC model, per packet.
             return onionlab_torcore::CELL_BYTES as u64;
         }
-        let seq = if self.table.channels[ch as usize].sequenced {
+        let seq = if chan.sequenced {
             with_design!(self.design, D => D::SEQ_BYTES)
         } else {
             0
@@ -809,8 +821,8 @@ impl Relay {
             if self.ended_after_read.is_empty() {
                 return;
             }
-            for (k, socket) in std::mem::take(&mut self.ended_after_read) {
-                if self.table.conns[k as usize].socket == socket {
+            for k in std::mem::take(&mut self.ended_after_read) {
+                if self.table.conns.contains(k) {
                     self.conn_lost(io, k);
                 }
             }
@@ -855,8 +867,8 @@ impl Relay {
             SocketEvent::Writable(socket) => {
                 if let Some(k) = self.conn_of(socket) {
                     self.update_conn(k, |c| c.blocked = false);
-                    let ch = self.table.conns[k as usize].chan;
-                    if !self.table.channels[ch as usize].mux.is_empty() {
+                    let ch = self.table.conns[k].chan;
+                    if !self.table.channels[ch].mux.is_empty() {
                         self.mark_pending(io, ch);
                     }
                 } else if let Some(st) = self.stream_of(socket) {
@@ -869,7 +881,7 @@ impl Relay {
                     // handled (for IMUX, the cells it flushed before CLOSING_CONN_END): bytes
                     // the read bucket held back are read first, and messages already read
                     // may still be queued behind this event.
-                    self.table.conns[k as usize].peer_finished = true;
+                    self.table.conns[k].peer_finished = true;
                     self.read_conn(io, k);
                 } else if let Some(st) = self.stream_of(socket) {
                     self.streams.get_mut(st).unwrap().server_done = true;
@@ -926,7 +938,7 @@ impl Relay {
                 self.write_conn(io, k, hello.wire_bytes(), Wire::Link(hello));
                 self.flush_conn(io, k);
             }
-            let ch = self.table.conns[k as usize].chan;
+            let ch = self.table.conns[k].chan;
             self.mark_pending(io, ch);
         } else if let Some(st) = self.stream_of(socket) {
             self.server_connected(io, st);
@@ -974,11 +986,11 @@ impl Relay {
         let Some(k) = self.conn_of(socket) else {
             return false;
         };
-        if !self.table.conns[k as usize].link.is_open() {
+        if !self.table.conns[k].link.is_open() {
             return false;
         }
-        let ch = self.table.conns[k as usize].chan;
-        let Some(circ) = self.table.channels[ch as usize].circs.lookup(cell.circ_id) else {
+        let ch = self.table.conns[k].chan;
+        let Some(circ) = self.table.channels[ch].circs.lookup(cell.circ_id) else {
             return false;
         };
         let c = &self.circuits[circ];
@@ -1002,8 +1014,8 @@ impl Relay {
         true
     }
 
-    fn on_message(&mut self, io: &mut impl Io<RelayTimer>, k: u32, message: Wire) {
-        if !self.table.conns[k as usize].link.is_open() && !matches!(message, Wire::Link(_)) {
+    fn on_message(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId, message: Wire) {
+        if !self.table.conns[k].link.is_open() && !matches!(message, Wire::Link(_)) {
             // Nothing but the handshake may come before it completes (tor closes such a
             // connection as a protocol violation).
             self.conn_lost(io, k);
@@ -1013,7 +1025,7 @@ impl Relay {
             Wire::Cell(cell) => {
                 self.meter.second.cells_in += 1;
                 self.work.cells += 1;
-                let ch = self.table.conns[k as usize].chan;
+                let ch = self.table.conns[k].chan;
                 self.handle_cell(io, ch, k, cell);
             }
             Wire::Sequenced { cell, seq } => {
@@ -1025,16 +1037,16 @@ impl Relay {
             Wire::Join { channel, heavy } => self.join(io, k, channel, heavy),
             Wire::Joined => {
                 self.update_conn(k, |c| c.confirmed = true);
-                let ch = self.table.conns[k as usize].chan;
-                if self.table.channels[ch as usize].carrier == Carrier::Undecided {
+                let ch = self.table.conns[k].chan;
+                if self.table.channels[ch].carrier == Carrier::Undecided {
                     self.quux_decide(io, ch);
                 }
-                if !self.table.channels[ch as usize].mux.is_empty() {
+                if !self.table.channels[ch].mux.is_empty() {
                     self.mark_pending(io, ch);
                 }
             }
             Wire::ClosingBegin => {
-                let (ch, now) = (self.table.conns[k as usize].chan, io.now());
+                let (ch, now) = (self.table.conns[k].chan, io.now());
                 with_design!(self.design, D => D::peer_refused(self, ch, now));
                 // Everything we wrote on it is in the socket already: answer and close.
                 self.update_conn(k, |c| c.state = ConnState::Closing);
@@ -1052,12 +1064,12 @@ impl Relay {
     }
 
     /// Reads as much of a connection's waiting data as the read bucket allows.
-    fn read_conn(&mut self, io: &mut impl Io<RelayTimer>, k: u32) {
+    fn read_conn(&mut self, io: &mut impl Io<RelayTimer>, k: ConnId) {
         let now = io.now();
-        let socket = self.table.conns[k as usize].socket;
-        if socket.slot == NONE {
+        let Some(conn) = self.table.conns.get(k) else {
             return;
-        }
+        };
+        let socket = conn.socket;
         let waiting = io.readable(socket);
         if waiting > 0 {
             let allowance = self.buckets.read_allowance(now, true);
@@ -1067,7 +1079,7 @@ impl Relay {
             }
             self.buckets.note_read(n, true);
             if n < waiting {
-                let c = &mut self.table.conns[k as usize];
+                let c = &mut self.table.conns[k];
                 if !c.read_blocked {
                     c.read_blocked = true;
                     self.read_waiting.push(k);
@@ -1076,9 +1088,9 @@ impl Relay {
                 return;
             }
         }
-        if self.table.conns[k as usize].peer_finished {
+        if self.table.conns[k].peer_finished {
             // Everything the peer sent is read; it ends once those messages are handled.
-            self.ended_after_read.push((k, socket));
+            self.ended_after_read.push(k);
         }
     }
 
@@ -1098,12 +1110,12 @@ impl Relay {
         self.circuits.insert(circuit)
     }
 
-    fn handle_cell(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
+    fn handle_cell(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId, cell: Cell) {
         if cell.command == CellCommand::Create2 {
             self.on_create(io, ch, k, cell);
             return;
         }
-        let Some(circ) = self.table.channels[ch as usize].circs.lookup(cell.circ_id) else {
+        let Some(circ) = self.table.channels[ch].circs.lookup(cell.circ_id) else {
             return;
         };
         let c = &self.circuits[circ];
@@ -1136,7 +1148,7 @@ impl Relay {
         }
     }
 
-    fn on_create(&mut self, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, cell: Cell) {
+    fn on_create(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId, cell: Cell) {
         let seq_in = u32::from(self.sequenced());
         let circ = self.new_circuit(Circuit {
             prev: Side::new(ch, cell.circ_id, seq_in),
@@ -1147,7 +1159,7 @@ impl Relay {
             exit: None,
             stats: QueueStats::default(),
         });
-        if !self.table.channels[ch as usize]
+        if !self.table.channels[ch]
             .circs
             .bind_theirs(cell.circ_id, circ)
         {
@@ -1155,7 +1167,7 @@ impl Relay {
             self.circuits.remove(circ);
             return;
         }
-        self.assign_conn(circ, false, k);
+        self.assign_conn(circ, false, Some(k));
         let done = io.onion_skin();
         if done > io.now() {
             // A worker thread answers it; the CREATED2 waits for that.
@@ -1220,7 +1232,7 @@ impl Relay {
             self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
             return;
         };
-        let circ_id = self.table.channels[ch as usize].circs.allocate(circ);
+        let circ_id = self.table.channels[ch].circs.allocate(circ);
         let c = &mut self.circuits[circ];
         c.next = Some(Side::new(ch, circ_id, 0));
         let mut create = Cell::new(0, CellCommand::Create2);
@@ -1270,10 +1282,14 @@ impl Relay {
         c.stats.max_queue = c.stats.max_queue.max(len);
         let ch = side.chan;
         self.queued_cells += u64::from(count);
-        let chan = &mut self.table.channels[ch as usize];
+        let chan = &mut self.table.channels[ch];
         chan.queued += u64::from(count);
         chan.mux.add_active(circ);
-        self.mark_pending(io, ch);
+        // `mark_pending` with the channel at hand (its queue is not empty now).
+        if !chan.pending {
+            chan.pending = true;
+            self.now_pending(io, ch);
+        }
     }
 
     fn destroy_circuit(
@@ -1304,27 +1320,26 @@ impl Relay {
         let cell_bytes = self.world.cell_wire_bytes();
         for (side, notify) in sides {
             self.queued_cells -= side.queue.len() as u64;
-            let chan = &mut self.table.channels[side.chan as usize];
+            let chan = &mut self.table.channels[side.chan];
             chan.queued -= side.queue.len() as u64;
             chan.mux.detach(circ);
             chan.parked.retain(|&x| x != circ);
             chan.release(side.circ_id);
             // The connection the DESTROY goes on: the circuit's own, else any usable one.
-            let conn = if side.conn != NONE && chan.conns.contains(&side.conn) {
-                side.conn
-            } else {
+            let own = side.conn.filter(|k| chan.conns.contains(k));
+            let conn = own.or_else(|| {
                 chan.conns
                     .iter()
                     .copied()
-                    .find(|&k| self.table.conns[k as usize].state == ConnState::Active)
-                    .unwrap_or(NONE)
-            };
-            if side.conn != NONE && chan.conns.contains(&side.conn) {
-                let pinned = &mut self.table.conns[side.conn as usize].circuits;
+                    .find(|&k| self.table.conns[k].state == ConnState::Active)
+            });
+            if let Some(k) = own {
+                let pinned = &mut self.table.conns[k].circuits;
                 *pinned = pinned.saturating_sub(1);
             }
             let sequenced_chan = chan.sequenced;
-            if notify && conn != NONE && self.table.conns[conn as usize].carries_cells() {
+            let conn = conn.filter(|&k| notify && self.table.conns[k].carries_cells());
+            if let Some(conn) = conn {
                 let mut destroy = Cell::new(side.circ_id, CellCommand::Destroy);
                 destroy.arg = reason;
                 let message = if sequenced_chan {
@@ -1340,12 +1355,11 @@ impl Relay {
                 }
             }
             // Where the connection was the circuit's own (PCTCP, QUIC), it goes too.
-            if side.conn != NONE
-                && self.table.channels[side.chan as usize]
-                    .conns
-                    .contains(&side.conn)
-            {
-                let (ch, k) = (side.chan, side.conn);
+            let own = side
+                .conn
+                .filter(|k| self.table.channels[side.chan].conns.contains(k));
+            if let Some(k) = own {
+                let ch = side.chan;
                 with_design!(self.design, D => D::circuit_left(self, io, ch, k));
             }
         }
@@ -1367,7 +1381,7 @@ impl Relay {
     pub fn channel_views(&self) -> Vec<ChannelView> {
         self.table
             .channels
-            .iter()
+            .values()
             .filter(|c| !c.closed && !c.conns.is_empty())
             .map(|c| ChannelView {
                 peer: c.peer,
@@ -1402,7 +1416,7 @@ impl Relay {
 
     /// Adds what this relay holds to `census`; `is_relay` says which hosts are relays.
     pub fn census(&self, is_relay: impl Fn(HostId) -> bool, census: &mut Census) {
-        for chan in self.table.channels.iter().filter(|c| !c.closed) {
+        for chan in self.table.channels.values().filter(|c| !c.closed) {
             if is_relay(chan.peer) {
                 census.relay_channels += 1;
             } else {
@@ -1469,7 +1483,7 @@ impl Machine for Relay {
                 self.refill_armed = false;
                 self.buckets.refill(io.now());
                 for k in std::mem::take(&mut self.read_waiting) {
-                    self.table.conns[k as usize].read_blocked = false;
+                    self.table.conns[k].read_blocked = false;
                     self.read_conn(io, k);
                 }
                 for circ in std::mem::take(&mut self.package_waiting) {

@@ -28,7 +28,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::CircuitId;
+use super::{ChannelId, CircuitId, ConnId};
 use onionlab_engine::time::{SimDuration, SimTime};
 use onionlab_net::SocketId;
 
@@ -45,17 +45,17 @@ pub(super) enum RunState {
 #[derive(Default)]
 pub(super) struct SchedScratch {
     /// Channels that may still send in this run, quietest circuit first.
-    pub heap: BinaryHeap<Reverse<(u64, u32)>>,
+    pub heap: BinaryHeap<Reverse<(u64, ChannelId)>>,
     /// Channels with cells left for a later run.
-    pub deferred: Vec<u32>,
+    pub deferred: Vec<ChannelId>,
     /// Channels with circuits whose connection was full.
-    pub parked: Vec<u32>,
+    pub parked: Vec<ChannelId>,
     /// Connections written in this run, to flush at its end.
-    pub touched: Vec<u32>,
+    pub touched: Vec<ConnId>,
     /// Exit circuits whose queue fell low enough to read from their streams again.
     pub unblocked: Vec<CircuitId>,
     /// The pending channels this run started with.
-    pub pending: Vec<u32>,
+    pub pending: Vec<ChannelId>,
 }
 
 /// The circuit scheduler's state: the relay's part that decides when runs happen and keeps
@@ -76,7 +76,7 @@ pub(super) struct Scheduler {
     /// The sockets a parked scheduler waits on: those of its pending channels' connections.
     waits_on: Vec<SocketId>,
     /// Channels with cells to send (the scheduler's work list); each is marked `pending`.
-    pub pending: Vec<u32>,
+    pub pending: Vec<ChannelId>,
     /// The run's working lists, kept empty between runs (see `Relay::run_scheduler`).
     pub scratch: SchedScratch,
     /// Reused by IMUX's EWMA mapping to rank a channel's circuits in each run.
@@ -157,7 +157,7 @@ impl Scheduler {
     /// to watch.
     pub(super) fn park(
         &mut self,
-        mut sockets_of: impl FnMut(u32, &mut Vec<SocketId>),
+        mut sockets_of: impl FnMut(ChannelId, &mut Vec<SocketId>),
     ) -> &[SocketId] {
         debug_assert!(
             self.state == RunState::Idle,
@@ -206,6 +206,8 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
+    use onionlab_engine::slab::Key;
+
     use super::*;
 
     const MS: u64 = 1_000_000;
@@ -247,9 +249,12 @@ mod tests {
     #[test]
     fn parking_watches_the_pending_channels_sockets_and_waking_unwatches_them() {
         let mut s = Scheduler::new(10 * MS);
-        s.pending.extend([3, 1]);
+        s.pending
+            .extend([ChannelId::from_parts(3, 0), ChannelId::from_parts(1, 0)]);
         s.begin_run(100 * MS);
-        let watched = s.park(|ch, out| out.extend([sock(ch * 10), sock(ch * 10 + 1)]));
+        let watched = s.park(|ch, out| {
+            out.extend([sock(ch.slot() * 10), sock(ch.slot() * 10 + 1)]);
+        });
         assert_eq!(watched, &[sock(30), sock(31), sock(10), sock(11)]);
         assert!(s.is_parked());
         // Woken within the interval: nothing skipped, the next run on the grid.

@@ -40,22 +40,30 @@ pub(super) struct Run {
 #[derive(Clone, Copy)]
 struct CellToWrite {
     /// Its channel, circuit and connection.
-    ch: u32,
+    ch: ChannelId,
     circ: CircuitId,
-    k: u32,
+    k: ConnId,
     /// Its size on the wire.
     bytes: u64,
     /// The channel runs on QUIC, whose connection's room the run counts down too.
     on_quic: bool,
+    /// The channel's cells carry sequence numbers.
+    sequenced: bool,
 }
 
 impl Relay {
-    pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        let chan = &mut self.table.channels[ch as usize];
+    pub(super) fn mark_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId) {
+        let chan = &mut self.table.channels[ch];
         if chan.pending || chan.mux.is_empty() {
             return;
         }
         chan.pending = true;
+        self.now_pending(io, ch);
+    }
+
+    /// Channel `ch` has just been marked pending: it joins the next run's list, and the
+    /// scheduler wakes or is armed for that run.
+    pub(super) fn now_pending(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId) {
         self.sched.pending.push(ch);
         self.wake_scheduler(io);
         self.arm_scheduler(io);
@@ -99,11 +107,11 @@ impl Relay {
     /// its connections may still take a cell in this run; false if none may.
     pub(super) fn requeue(
         &self,
-        ch: u32,
+        ch: ChannelId,
         weight: &CellWeight,
-        heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
+        heap: &mut BinaryHeap<Reverse<(u64, ChannelId)>>,
     ) -> bool {
-        let chan = &self.table.channels[ch as usize];
+        let chan = &self.table.channels[ch];
         if chan.room == 0 {
             return false;
         }
@@ -118,11 +126,11 @@ impl Relay {
     /// unchanged and the next cell is the channel's, as it would have been.
     pub(super) fn requeue_unless_first(
         &self,
-        ch: u32,
+        ch: ChannelId,
         weight: &CellWeight,
-        heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
+        heap: &mut BinaryHeap<Reverse<(u64, ChannelId)>>,
     ) -> Requeued {
-        let chan = &self.table.channels[ch as usize];
+        let chan = &self.table.channels[ch];
         if chan.room == 0 {
             return Requeued::NoRoom;
         }
@@ -139,37 +147,21 @@ impl Relay {
     }
 
     /// Counts the channel's connections with room for a cell at the start of a scheduler run.
-    pub(super) fn count_room(&mut self, ch: u32, cell_bytes: u64) {
-        let chan = &mut self.table.channels[ch as usize];
+    pub(super) fn count_room(&mut self, ch: ChannelId, cell_bytes: u64) {
+        let chan = &mut self.table.channels[ch];
         let conns = &self.table.conns;
         chan.room = chan
             .conns
             .iter()
-            .filter(|&&k| conns[k as usize].has_room(cell_bytes))
+            .filter(|&&k| conns[k].has_room(cell_bytes))
             .count() as u32;
     }
 
     /// Reads connection `k`'s write limit (KIST's, from its socket) and queue for this
     /// scheduler run, unless this run already did.
-    pub(super) fn refresh_limit(&mut self, io: &impl Io<RelayTimer>, k: u32) {
-        let params = &self.world.params;
-        let conn = &mut self.table.conns[k as usize];
-        if conn.limit_run == self.sched.stamp() {
-            return;
-        }
-        conn.limit_run = self.sched.stamp();
-        if !conn.usable() {
-            conn.limit = 0;
-            return;
-        }
-        if conn.stream {
-            // A stream takes what its send buffer (and flow control) takes; KIST's limit is
-            // its QUIC connection's, shared by the channel's streams (`Channel::quic_limit`).
-            conn.limit = u64::MAX;
-            conn.queued_bytes = 0;
-            return;
-        }
-        (conn.limit, conn.queued_bytes) = socket_limit(params, io, conn.socket);
+    pub(super) fn refresh_limit(&mut self, io: &impl Io<RelayTimer>, k: ConnId) {
+        let stamp = self.sched.stamp();
+        refresh_conn_limit(&self.world.params, stamp, io, &mut self.table.conns[k]);
     }
 
     /// Whether a connection of a pending channel has room for a cell now: what the parked
@@ -179,42 +171,27 @@ impl Relay {
     pub(super) fn parked_room(&self, io: &impl Io<RelayTimer>) -> bool {
         let params = &self.world.params;
         self.sched.pending.iter().any(|&ch| {
-            let chan = &self.table.channels[ch as usize];
+            let chan = &self.table.channels[ch];
             let cell_bytes = self.chan_cell_bytes(ch);
             !chan.mux.is_empty()
                 && chan.conns.iter().any(|&k| {
-                    let conn = &self.table.conns[k as usize];
+                    let conn = &self.table.conns[k];
                     conn.usable() && socket_limit(params, io, conn.socket).0 >= cell_bytes
                 })
         })
     }
-    /// The connection the next cell of `circ` goes on, among those with room in this run.
-    pub(super) fn pick_conn(
-        &mut self,
-        io: &impl Io<RelayTimer>,
-        ch: u32,
-        circ: CircuitId,
-        cell_bytes: u64,
-    ) -> Option<u32> {
-        let pinned = self.circuits[circ].side_for(ch).conn;
-        with_design!(self.design, D => D::pick_conn(self, io, ch, circ, pinned, cell_bytes))
-    }
-
-    /// Whether connection `k` (`NONE`: none) may take a cell of `cell_bytes` in this run,
-    /// reading its write limit first: `Some(k)` if it may.
+    /// Whether connection `k` (if any, and if it is still open) may take a cell of
+    /// `cell_bytes` in this run, reading its write limit first: `Some(k)` if it may.
     pub(super) fn try_conn(
         &mut self,
         io: &impl Io<RelayTimer>,
-        k: u32,
+        k: Option<ConnId>,
         cell_bytes: u64,
-    ) -> Option<u32> {
-        if k == NONE {
-            return None;
-        }
-        self.refresh_limit(io, k);
-        self.table.conns[k as usize]
-            .has_room(cell_bytes)
-            .then_some(k)
+    ) -> Option<ConnId> {
+        let (k, stamp) = (k?, self.sched.stamp());
+        let conn = self.table.conns.get_mut(k)?;
+        refresh_conn_limit(&self.world.params, stamp, io, conn);
+        conn.has_room(cell_bytes).then_some(k)
     }
 
     /// Moves queued cells into connection sockets: globally across channels, quietest
@@ -266,24 +243,24 @@ impl Relay {
         std::mem::swap(&mut self.sched.pending, pending);
         let mut any_room = false;
         for ch in pending.drain(..) {
-            let chan = &mut self.table.channels[ch as usize];
+            let chan = &mut self.table.channels[ch];
             chan.pending = false;
             if chan.mux.is_empty() {
                 continue;
             }
             let cell_bytes = self.chan_cell_bytes(ch);
-            if self.table.channels[ch as usize].carrier == Carrier::Quic {
+            if self.table.channels[ch].carrier == Carrier::Quic {
                 self.refresh_quic_limit(io, ch);
             }
-            let lazy = self.table.channels[ch as usize].conns.len() > 1 && !reads_every_limit;
+            let lazy = self.table.channels[ch].conns.len() > 1 && !reads_every_limit;
             if lazy {
                 // Limits are read as connections are tried; running out of room shows as
                 // the channel's circuits parking one by one.
-                self.table.channels[ch as usize].room = u32::MAX;
+                self.table.channels[ch].room = u32::MAX;
                 with_design!(run.design, D => D::rank(self, ch, run.now));
             } else {
-                for i in 0..self.table.channels[ch as usize].conns.len() {
-                    let k = self.table.channels[ch as usize].conns[i];
+                for i in 0..self.table.channels[ch].conns.len() {
+                    let k = self.table.channels[ch].conns[i];
                     self.refresh_limit(io, k);
                 }
                 self.count_room(ch, cell_bytes);
@@ -317,19 +294,21 @@ impl Relay {
                     None => break,
                 },
             };
-            let cell_bytes = self.chan_cell_bytes(ch);
+            let chan = &self.table.channels[ch];
+            let cell_bytes = self.cell_bytes_on(chan);
+            let (on_quic, sequenced) = (chan.carrier == Carrier::Quic, chan.sequenced);
+            let quic_full = on_quic && chan.quic_limit < cell_bytes;
             if run.allowance < cell_bytes {
                 scratch.deferred.push(ch);
                 continue;
             }
-            let on_quic = self.table.channels[ch as usize].carrier == Carrier::Quic;
-            if on_quic && self.table.channels[ch as usize].quic_limit < cell_bytes {
+            if quic_full {
                 // The QUIC connection has taken what KIST lets it have in this run.
                 self.meter.write_limit_hits += 1;
                 scratch.deferred.push(ch);
                 continue;
             }
-            let best = best.or_else(|| self.table.channels[ch as usize].mux.best(run.now));
+            let best = best.or_else(|| self.table.channels[ch].mux.best(run.now));
             let Some(circ) = best else {
                 continue;
             };
@@ -342,11 +321,12 @@ impl Relay {
                 k,
                 bytes: cell_bytes,
                 on_quic,
+                sequenced,
             };
             if !self.write_cell(io, run, cell, scratch) {
                 continue;
             }
-            if !self.table.channels[ch as usize].mux.is_empty() {
+            if !self.table.channels[ch].mux.is_empty() {
                 match self.requeue_unless_first(ch, &run.weight, &mut scratch.heap) {
                     Requeued::NoRoom => {
                         self.meter.write_limit_hits += 1;
@@ -367,25 +347,20 @@ impl Relay {
         &mut self,
         io: &mut impl Io<RelayTimer>,
         run: &Run,
-        ch: u32,
+        ch: ChannelId,
         circ: CircuitId,
         cell_bytes: u64,
         scratch: &mut SchedScratch,
-    ) -> Option<u32> {
-        let empty = self
-            .circuits
-            .get_mut(circ)
-            .unwrap()
-            .side_for(ch)
-            .queue
-            .is_empty();
+    ) -> Option<ConnId> {
+        let side = self.circuits[circ].side_on_chan(ch);
+        let (empty, pinned) = (side.queue.is_empty(), side.conn);
         let chosen = if empty {
             None
         } else {
-            self.pick_conn(io, ch, circ, cell_bytes)
+            with_design!(self.design, D => D::pick_conn(self, io, ch, circ, pinned, cell_bytes))
         };
         if chosen.is_none() {
-            let chan = &mut self.table.channels[ch as usize];
+            let chan = &mut self.table.channels[ch];
             chan.mux.remove(circ);
             if !empty {
                 chan.parked.push(circ);
@@ -416,11 +391,12 @@ impl Relay {
             k,
             bytes: cell_bytes,
             on_quic,
+            sequenced,
         } = cell;
         let c = &mut self.circuits[circ];
         let side = c.side_for(ch);
         let cell = side.queue.pop_front().unwrap();
-        let message = if self.table.channels[ch as usize].sequenced {
+        let message = if sequenced {
             Wire::Sequenced {
                 cell,
                 seq: side.seq_out,
@@ -441,23 +417,22 @@ impl Relay {
             side.queue.push_front(cell);
             self.update_conn(k, |c| c.blocked = true);
             // It had room (it was chosen for it); now it has none.
-            self.table.channels[ch as usize].room -= 1;
+            self.table.channels[ch].room -= 1;
             if !self.requeue(ch, &run.weight, &mut scratch.heap) {
                 scratch.deferred.push(ch);
             }
             return false;
         }
         side.seq_out += 1;
-        if on_quic {
-            self.table.channels[ch as usize].quic_limit -= cell_bytes;
-        }
-        let conn = &mut self.table.conns[k as usize];
+        let conn = &mut self.table.conns[k];
         conn.limit -= cell_bytes;
-        if conn.limit < cell_bytes {
-            self.table.channels[ch as usize].room -= 1;
-        }
+        let full = conn.limit < cell_bytes;
         conn.queued_bytes += cell_bytes;
         conn.last_used = run.now;
+        if !conn.touched {
+            conn.touched = true;
+            scratch.touched.push(k);
+        }
         let emptied = side.queue.is_empty();
         let own = side.queue.len() as u64 + 1;
         if let Some(exit) = c.exit.as_mut() {
@@ -466,7 +441,13 @@ impl Relay {
                 scratch.unblocked.push(circ);
             }
         }
-        let chan = &mut self.table.channels[ch as usize];
+        let chan = &mut self.table.channels[ch];
+        if on_quic {
+            chan.quic_limit -= cell_bytes;
+        }
+        if full {
+            chan.room -= 1;
+        }
         c.stats.cells += 1;
         c.stats.overtaken += chan.queued - own;
         chan.queued -= 1;
@@ -479,10 +460,6 @@ impl Relay {
         chan.mux.note_sent_weighted(circ, 1, run.weight);
         if emptied {
             chan.mux.remove(circ);
-        }
-        if !self.table.conns[k as usize].touched {
-            self.table.conns[k as usize].touched = true;
-            scratch.touched.push(k);
         }
         with_design!(run.design, D => D::cell_written(self, io, run, ch, circ, k));
         true
@@ -505,12 +482,12 @@ impl Relay {
             self.audit_kist(io, &scratch.touched);
         }
         for &k in scratch.touched.iter() {
-            self.table.conns[k as usize].touched = false;
+            self.table.conns[k].touched = false;
             self.flush_conn(io, k);
         }
         scratch.touched.clear();
         for ch in scratch.parked.drain(..) {
-            let chan = &mut self.table.channels[ch as usize];
+            let chan = &mut self.table.channels[ch];
             for circ in std::mem::take(&mut chan.parked) {
                 chan.mux.add_active(circ);
             }
@@ -521,7 +498,7 @@ impl Relay {
         }
         let out_of_tokens = run.allowance < run.base_cell_bytes;
         for ch in scratch.deferred.drain(..) {
-            let chan = &mut self.table.channels[ch as usize];
+            let chan = &mut self.table.channels[ch];
             if !chan.pending && !chan.mux.is_empty() {
                 chan.pending = true;
                 self.sched.pending.push(ch);
@@ -547,8 +524,8 @@ impl Relay {
         if park {
             let (channels, conns) = (&self.table.channels, &self.table.conns);
             let sockets = self.sched.park(|ch, sockets| {
-                let of_conn = |&k: &u32| conns[k as usize].socket;
-                sockets.extend(channels[ch as usize].conns.iter().map(of_conn));
+                let of_conn = |&k: &ConnId| conns[k].socket;
+                sockets.extend(channels[ch].conns.iter().map(of_conn));
             });
             for &socket in sockets {
                 io.watch(socket, true);
@@ -563,17 +540,14 @@ impl Relay {
     /// Checks KIST's limits as the sockets written in this run see them: no socket holds
     /// more unsent than its free congestion window plus KIST's extra space (tests read the
     /// audit, `RelayMeter::kist_audit`).
-    fn audit_kist(&mut self, io: &impl Io<RelayTimer>, touched: &[u32]) {
+    fn audit_kist(&mut self, io: &impl Io<RelayTimer>, touched: &[ConnId]) {
         let Some(audit) = self.meter.kist_audit.as_mut() else {
             return;
         };
         let sock_buf_size_factor = self.world.params.kist_sock_buf_size_factor;
         // Sockets only: a QUIC stream's limit is its connection's (see `quic_limit`).
-        for &k in touched
-            .iter()
-            .filter(|&&k| !self.table.conns[k as usize].stream)
-        {
-            let socket = self.table.conns[k as usize].socket;
+        for &k in touched.iter().filter(|&&k| !self.table.conns[k].stream) {
+            let socket = self.table.conns[k].socket;
             if let Some(i) = io.send_window(socket) {
                 let (cwnd, unacked, mss) = (i.cwnd as i64, i.unacked as i64, i.mss as i64);
                 let space = (cwnd - unacked).max(0) * mss;
@@ -584,6 +558,27 @@ impl Relay {
             }
         }
     }
+}
+
+/// Reads `conn`'s write limit (KIST's, from its socket) and queue for the scheduler run
+/// stamped `stamp`, unless that run already did.
+fn refresh_conn_limit(params: &TorParams, stamp: u32, io: &impl Io<RelayTimer>, conn: &mut Conn) {
+    if conn.limit_run == stamp {
+        return;
+    }
+    conn.limit_run = stamp;
+    if !conn.usable() {
+        conn.limit = 0;
+        return;
+    }
+    if conn.stream {
+        // A stream takes what its send buffer (and flow control) takes; KIST's limit is
+        // its QUIC connection's, shared by the channel's streams (`Channel::quic_limit`).
+        conn.limit = u64::MAX;
+        conn.queued_bytes = 0;
+        return;
+    }
+    (conn.limit, conn.queued_bytes) = socket_limit(params, io, conn.socket);
 }
 
 /// The write limit (`write_limit`) for a usable TCP connection on `socket`, from the socket's

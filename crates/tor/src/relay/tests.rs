@@ -1,6 +1,9 @@
 //! The relay as a sans-IO state machine: inputs from a scripted outside world, and what the
 //! relay asked of it.
 
+use std::collections::HashMap;
+
+use onionlab_engine::slab::Key;
 use onionlab_engine::time::millis;
 use onionlab_netdir::{Consensus, ExitPolicy, RelayFlags};
 use onionlab_torcore::{Cell, CellCommand, RelayCommand, TorParams, CELL_BYTES};
@@ -515,30 +518,28 @@ fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() 
 /// Checks that every circuit side on the guard's channel to the middle is pinned to nothing
 /// or to a live, active connection of that channel, and that each connection counts exactly
 /// the sides pinned to it; returns how many sides are pinned.
-fn pins_are_counted(relay: &Relay, ch: u32) -> u32 {
-    let mut pinned = vec![0u32; relay.table.conns.len()];
+fn pins_are_counted(relay: &Relay, ch: ChannelId) -> u32 {
+    let mut pinned: HashMap<ConnId, u32> = HashMap::new();
     for c in relay.circuits.values() {
         for side in std::iter::once(&c.prev).chain(c.next.as_ref()) {
-            if side.chan == ch && side.conn != NONE {
-                let chan = &relay.table.channels[ch as usize];
+            if let (true, Some(k)) = (side.chan == ch, side.conn) {
                 assert!(
-                    chan.conns.contains(&side.conn),
-                    "a circuit is pinned to connection {} that is not the channel's",
-                    side.conn
+                    relay.table.channels[ch].conns.contains(&k),
+                    "a circuit is pinned to connection {k:?} that is not the channel's"
                 );
-                pinned[side.conn as usize] += 1;
+                *pinned.entry(k).or_default() += 1;
             }
         }
     }
-    for &k in &relay.table.channels[ch as usize].conns {
-        let conn = &relay.table.conns[k as usize];
+    for &k in &relay.table.channels[ch].conns {
+        let (counted, pinned) = (relay.table.conns[k].circuits, pinned.get(&k).copied());
         assert_eq!(
-            conn.circuits, pinned[k as usize],
-            "connection {k} counts {} circuits, {} are pinned to it",
-            conn.circuits, pinned[k as usize]
+            counted,
+            pinned.unwrap_or(0),
+            "connection {k:?} counts {counted} circuits, {pinned:?} are pinned to it"
         );
     }
-    pinned.iter().sum()
+    pinned.values().sum()
 }
 
 #[test]
@@ -584,9 +585,9 @@ fn imux_round_robin_repins_circuits_whose_connection_closed_before_its_slot_is_r
         .values()
         .find_map(|c| c.next.as_ref().map(|n| n.chan))
         .unwrap();
-    let first_conn = relay.table.channels[ch as usize].conns[0];
+    let first_conn = relay.table.channels[ch].conns[0];
     assert_eq!(pins_are_counted(&relay, ch), 4);
-    assert_eq!(relay.table.conns[first_conn as usize].circuits, 4);
+    assert_eq!(relay.table.conns[first_conn].circuits, 4);
     // The middle closes the first connection, which all four circuits were pinned to; they
     // stay quiet until the manager opens a connection into its slot.
     io.arrive(first, bytes(), Wire::ClosingBegin);
@@ -605,8 +606,8 @@ fn imux_round_robin_repins_circuits_whose_connection_closed_before_its_slot_is_r
     }
     let newcomer = io.connects()[before].0;
     assert_eq!(
-        relay.table.channels[ch as usize].conns.last(),
-        Some(&first_conn),
+        relay.table.channels[ch].conns.last().map(|k| k.slot()),
+        Some(first_conn.slot()),
         "the new connection did not take the freed slot, so this test shows nothing"
     );
     io.establish(newcomer);
@@ -749,7 +750,7 @@ fn closed_channels_leave_their_slots_for_new_ones() {
         settle(&mut relay, &mut io, 1000);
     }
     assert_eq!(
-        relay.table.channels.len(),
+        relay.table.channels.slots(),
         1,
         "every channel took a new slot"
     );
@@ -765,7 +766,7 @@ fn a_channels_hot_fields_share_its_first_cache_line() {
         offset_of!(Channel, carrier) + 1,
         offset_of!(Channel, room) + 4,
         offset_of!(Channel, queued) + 8,
-        offset_of!(Channel, conns) + size_of::<SmallVec<[u32; 4]>>(),
+        offset_of!(Channel, conns) + size_of::<SmallVec<[ConnId; 2]>>(),
         // The mux's active list, its first field.
         offset_of!(Channel, mux) + size_of::<Vec<u64>>(),
     ] {
@@ -773,7 +774,7 @@ fn a_channels_hot_fields_share_its_first_cache_line() {
     }
     // 464 with the multi-connection designs' fields inline (now `MultiConn`, out of line).
     assert!(
-        size_of::<Channel>() <= 304,
+        size_of::<Channel>() <= 312,
         "Channel is {} bytes",
         size_of::<Channel>()
     );
@@ -791,7 +792,8 @@ fn a_connections_hot_fields_come_first() {
     );
     assert!(offset_of!(Conn, limit_run) < 49);
     assert!(offset_of!(Conn, socket) < 49);
-    assert_eq!(size_of::<Conn>(), 96);
+    // The eight-byte channel id (slot and generation) leaves four bytes of padding.
+    assert_eq!(size_of::<Conn>(), 104);
 }
 
 /// A guard with a circuit whose next hop's connection takes nothing (no congestion window),

@@ -35,8 +35,8 @@ impl Design for Imux {
 
     /// Over the socket cap an extra connection is refused with the closing handshake;
     /// otherwise a Joined confirms it.
-    fn joined(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, _heavy: bool) {
-        if r.table.channels[ch as usize].conns.len() > 1 && r.open_sockets > r.socket_limit() {
+    fn joined(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId, _heavy: bool) {
+        if r.table.channels[ch].conns.len() > 1 && r.open_sockets > r.socket_limit() {
             r.meter.second.conn_limit_refusals += 1;
             r.begin_closing(io, k);
         } else {
@@ -46,21 +46,26 @@ impl Design for Imux {
 
     /// Round robin pins each circuit to the next connection in turn; the other schedulers
     /// choose per cell.
-    fn pin(r: &mut Relay, ch: u32, _bulk: bool, _arrived_on: u32) -> (u32, bool) {
-        let chan = &mut r.table.channels[ch as usize];
+    fn pin(
+        r: &mut Relay,
+        ch: ChannelId,
+        _bulk: bool,
+        _arrived_on: Option<ConnId>,
+    ) -> (Option<ConnId>, bool) {
+        let chan = &mut r.table.channels[ch];
         if r.world.params.imux_scheduler != ImuxScheduler::RoundRobin || chan.conns.is_empty() {
-            return (NONE, false);
+            return (None, false);
         }
         let n = chan.conns.len();
         let multi = chan.multi_mut();
         multi.turn = (multi.turn + 1) % n;
         let turn = multi.turn;
-        (chan.conns[turn], false)
+        (Some(chan.conns[turn]), false)
     }
 
     /// Under the EWMA mapping, brings the channel's ranking of its usable connections up
     /// to date and ranks its circuits, quietest first.
-    fn rank(r: &mut Relay, ch: u32, now: SimTime) {
+    fn rank(r: &mut Relay, ch: ChannelId, now: SimTime) {
         if r.world.params.imux_scheduler != ImuxScheduler::Ewma {
             return;
         }
@@ -71,12 +76,12 @@ impl Design for Imux {
             mux,
             multi,
             ..
-        } = &mut r.table.channels[ch as usize];
+        } = &mut r.table.channels[ch];
         let m = MultiConn::made(multi);
         let mut current = !m.ranking_stale && m.ranking_tick == tick;
         if current {
             for &k in &m.rank_dirty {
-                let conn = &mut r.table.conns[k as usize];
+                let conn = &mut r.table.conns[k];
                 let old = (conn.ewma_seen, k);
                 conn.ewma_seen = conn.ewma.value(clock, now);
                 conn.ewma_seen_tick = tick;
@@ -89,7 +94,7 @@ impl Design for Imux {
         if !current {
             m.ranking.clear();
             for &k in chan_conns.iter() {
-                let conn = &mut r.table.conns[k as usize];
+                let conn = &mut r.table.conns[k];
                 if conn.usable() {
                     if conn.ewma_seen_tick != tick {
                         conn.ewma_seen = conn.ewma.value(clock, now);
@@ -104,9 +109,9 @@ impl Design for Imux {
         }
         if cfg!(test) {
             // The ranking kept up to date is the one built afresh.
-            let mut fresh: Vec<(f64, u32)> = (chan_conns.iter())
-                .filter(|&&k| r.table.conns[k as usize].usable())
-                .map(|&k| (r.table.conns[k as usize].ewma.value(clock, now), k))
+            let mut fresh: Vec<(f64, ConnId)> = (chan_conns.iter())
+                .filter(|&&k| r.table.conns[k].usable())
+                .map(|&k| (r.table.conns[k].ewma.value(clock, now), k))
                 .collect();
             fresh.sort_unstable_by(transport::ranking_order);
             assert_eq!(m.ranking, fresh, "IMUX ranking out of step");
@@ -122,23 +127,23 @@ impl Design for Imux {
     fn pick_conn(
         r: &mut Relay,
         io: &impl Io<RelayTimer>,
-        ch: u32,
+        ch: ChannelId,
         circ: CircuitId,
-        pinned: u32,
+        pinned: Option<ConnId>,
         cell_bytes: u64,
-    ) -> Option<u32> {
+    ) -> Option<ConnId> {
         let k = match r.world.params.imux_scheduler {
             ImuxScheduler::ShortestQueue => {
                 // Every connection's queue was read at the start of the run.
-                let (chan, conns) = (&r.table.channels[ch as usize], &r.table.conns);
+                let (chan, conns) = (&r.table.channels[ch], &r.table.conns);
                 let best = transport::shortest_queue(chan.conns.iter().map(|&k| {
-                    let c = &conns[k as usize];
+                    let c = &conns[k];
                     c.has_room(cell_bytes).then_some(c.queued_bytes)
                 }))?;
                 return Some(chan.conns[best]);
             }
             ImuxScheduler::Ewma => {
-                let multi = r.table.channels[ch as usize].multi();
+                let multi = r.table.channels[ch].multi();
                 let ranks = &multi.circ_ranks;
                 let rank = ranks
                     .binary_search_by_key(&circ, |e| e.0)
@@ -147,7 +152,7 @@ impl Design for Imux {
             }
             ImuxScheduler::RoundRobin => Self::round_robin(r, ch, circ, pinned)?,
         };
-        r.try_conn(io, k, cell_bytes)
+        r.try_conn(io, Some(k), cell_bytes)
     }
 
     /// Counts the cell in its connection's EWMA, and marks the connection for re-ranking.
@@ -155,21 +160,21 @@ impl Design for Imux {
         r: &mut Relay,
         _io: &mut impl Io<RelayTimer>,
         run: &mut Run,
-        ch: u32,
+        ch: ChannelId,
         _circ: CircuitId,
-        k: u32,
+        k: ConnId,
     ) {
-        let conn = &mut r.table.conns[k as usize];
+        let conn = &mut r.table.conns[k];
         conn.ewma.note_cells(&r.clock, 1, run.now);
         if conn.ewma_seen_tick != u64::MAX {
             conn.ewma_seen_tick = u64::MAX;
-            r.table.channels[ch as usize].multi_mut().rank_dirty.push(k);
+            r.table.channels[ch].multi_mut().rank_dirty.push(k);
         }
     }
 
     /// A connection of a channel with others left just goes.
-    fn conn_lost(r: &Relay, ch: u32, _k: u32) -> ConnLoss {
-        if r.table.channels[ch as usize].conns.len() > 1 {
+    fn conn_lost(r: &Relay, ch: ChannelId, _k: ConnId) -> ConnLoss {
+        if r.table.channels[ch].conns.len() > 1 {
             ConnLoss::Quiet
         } else {
             ConnLoss::Channel
@@ -181,8 +186,8 @@ impl Design for Imux {
     /// `IMUX_PEER_HOLD`, then probe one connection a second: without this the opener reopens
     /// every refused connection each second and both relays churn thousands of handshakes.
     /// Called while the refused or closed connection is still one of the channel's.
-    fn peer_refused(r: &mut Relay, ch: u32, now: SimTime) {
-        let chan = &mut r.table.channels[ch as usize];
+    fn peer_refused(r: &mut Relay, ch: ChannelId, now: SimTime) {
+        let chan = &mut r.table.channels[ch];
         if !chan.opener {
             return;
         }
@@ -201,9 +206,13 @@ impl Design for Imux {
         let now = io.now();
         let mut ages = Vec::new();
         let mut close = Vec::new();
-        for ch in 0..r.table.channels.len() as u32 {
-            let chan = &mut r.table.channels[ch as usize];
-            if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token == NONE {
+        // By slot, since opening and closing connections changes the table.
+        for slot in 0..r.table.channels.slots() {
+            let Some(ch) = r.table.channels.id_at(slot) else {
+                continue;
+            };
+            let chan = &mut r.table.channels[ch];
+            if chan.closed || chan.conns.is_empty() || !chan.opener && chan.token.is_none() {
                 continue;
             }
             if let Some(m) = chan.multi.as_deref_mut() {
@@ -229,10 +238,10 @@ impl Design for Imux {
                     }
                 }
             } else if target < nconns {
-                let chan = &r.table.channels[ch as usize];
+                let chan = &r.table.channels[ch];
                 ages.clear();
                 ages.extend(chan.conns.iter().map(|&k| {
-                    let c = &r.table.conns[k as usize];
+                    let c = &r.table.conns[k];
                     ConnAge {
                         open: c.carries_cells(),
                         created: c.created,
@@ -240,7 +249,7 @@ impl Design for Imux {
                     }
                 }));
                 transport::imux_close_order(&ages, (nconns - target) as usize, &mut close);
-                let victims: Vec<u32> = close.iter().map(|&i| chan.conns[i]).collect();
+                let victims: Vec<ConnId> = close.iter().map(|&i| chan.conns[i]).collect();
                 for k in victims {
                     r.begin_closing(io, k);
                 }
@@ -252,23 +261,28 @@ impl Design for Imux {
 impl Imux {
     /// Round robin: the circuit's pinned connection while it is alive, else the next active
     /// one in turn, pinned from now on; `None` if the channel has no active connection.
-    fn round_robin(r: &mut Relay, ch: u32, circ: CircuitId, pinned: u32) -> Option<u32> {
+    fn round_robin(
+        r: &mut Relay,
+        ch: ChannelId,
+        circ: CircuitId,
+        pinned: Option<ConnId>,
+    ) -> Option<ConnId> {
         // A connection that goes unpins its circuits (`Relay::drop_conn`); one closing keeps
         // them until then, but takes no more of their cells.
-        if pinned != NONE {
-            let conn = &mut r.table.conns[pinned as usize];
+        if let Some(k) = pinned {
+            let conn = &mut r.table.conns[k];
             debug_assert_eq!(
                 conn.chan, ch,
                 "a circuit pinned to another channel's connection"
             );
             if conn.state == ConnState::Active {
-                return Some(pinned);
+                return Some(k);
             }
             conn.circuits = conn.circuits.saturating_sub(1);
         }
         let conns = &r.table.conns;
-        let chan = &mut r.table.channels[ch as usize];
-        let is_active = |k: &&u32| conns[**k as usize].state == ConnState::Active;
+        let chan = &mut r.table.channels[ch];
+        let is_active = |k: &&ConnId| conns[**k].state == ConnState::Active;
         let active = chan.conns.iter().filter(is_active).count();
         if active == 0 {
             return None;
@@ -277,8 +291,8 @@ impl Imux {
         multi.turn = (multi.turn + 1) % active;
         let k = *chan.conns.iter().filter(is_active).nth(multi.turn).unwrap();
         let side = r.circuits[circ].side_for(ch);
-        side.conn = k;
-        r.table.conns[k as usize].circuits += 1;
+        side.conn = Some(k);
+        r.table.conns[k].circuits += 1;
         Some(k)
     }
 }

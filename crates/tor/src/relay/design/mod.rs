@@ -128,7 +128,7 @@ pub(super) trait Design {
     }
 
     /// A new channel to `target` opens its first connections.
-    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, _target: HostId) {
+    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: ChannelId, _target: HostId) {
         r.open_conn(io, ch, 0);
     }
 
@@ -140,24 +140,39 @@ pub(super) trait Design {
 
     /// Connection `k`, which the peer opened, named channel `ch` in its Join (`heavy`: as
     /// Torchestra's heavy connection).
-    fn joined(_r: &mut Relay, _io: &mut impl Io<RelayTimer>, _ch: u32, _k: u32, _heavy: bool) {}
-
-    /// A circuit being extended over `ch` gets a connection of its own: `Ok(k)`, or
-    /// `Ok(NONE)` where the design pins it later (`pin`); `Err` if none could be made.
-    fn circuit_conn(_r: &mut Relay, _io: &mut impl Io<RelayTimer>, _ch: u32) -> Result<u32, ()> {
-        Ok(NONE)
+    fn joined(
+        _r: &mut Relay,
+        _io: &mut impl Io<RelayTimer>,
+        _ch: ChannelId,
+        _k: ConnId,
+        _heavy: bool,
+    ) {
     }
 
-    /// The connection a circuit's side on channel `ch` is pinned to (`NONE`: chosen per
+    /// A circuit being extended over `ch` gets a connection of its own: `Ok(Some(k))`, or
+    /// `Ok(None)` where the design pins it later (`pin`); `Err` if none could be made.
+    fn circuit_conn(
+        _r: &mut Relay,
+        _io: &mut impl Io<RelayTimer>,
+        _ch: ChannelId,
+    ) -> Result<Option<ConnId>, ()> {
+        Ok(None)
+    }
+
+    /// The connection a circuit's side on channel `ch` is pinned to (`None`: chosen per
     /// cell), and whether it travels as heavy traffic. `arrived_on` is the connection its
     /// CREATE2 came on, or the one `circuit_conn` made; `bulk`: the client declared it bulk.
-    fn pin(r: &mut Relay, ch: u32, _bulk: bool, _arrived_on: u32) -> (u32, bool) {
-        let first = r.table.channels[ch as usize].conns.first().copied();
-        (first.unwrap_or(NONE), false)
+    fn pin(
+        r: &mut Relay,
+        ch: ChannelId,
+        _bulk: bool,
+        _arrived_on: Option<ConnId>,
+    ) -> (Option<ConnId>, bool) {
+        (r.table.channels[ch].conns.first().copied(), false)
     }
 
     /// A scheduler run takes channel `ch` in: state the design reads once per run.
-    fn rank(_r: &mut Relay, _ch: u32, _now: SimTime) {}
+    fn rank(_r: &mut Relay, _ch: ChannelId, _now: SimTime) {}
 
     /// The run reads the write limit of every connection of a channel at its start, rather
     /// than as each connection is tried.
@@ -170,11 +185,11 @@ pub(super) trait Design {
     fn pick_conn(
         r: &mut Relay,
         io: &impl Io<RelayTimer>,
-        _ch: u32,
+        _ch: ChannelId,
         _circ: CircuitId,
-        pinned: u32,
+        pinned: Option<ConnId>,
         cell_bytes: u64,
-    ) -> Option<u32> {
+    ) -> Option<ConnId> {
         r.try_conn(io, pinned, cell_bytes)
     }
 
@@ -183,23 +198,23 @@ pub(super) trait Design {
         _r: &mut Relay,
         _io: &mut impl Io<RelayTimer>,
         _run: &mut Run,
-        _ch: u32,
+        _ch: ChannelId,
         _circ: CircuitId,
-        _k: u32,
+        _k: ConnId,
     ) {
     }
 
     /// A circuit's side left channel `ch`, where it was pinned to connection `k` (a live
     /// connection of `ch`).
-    fn circuit_left(_r: &mut Relay, _io: &mut impl Io<RelayTimer>, _ch: u32, _k: u32) {}
+    fn circuit_left(_r: &mut Relay, _io: &mut impl Io<RelayTimer>, _ch: ChannelId, _k: ConnId) {}
 
     /// Connection `k` of channel `ch` ended without the closing handshake.
-    fn conn_lost(_r: &Relay, _ch: u32, _k: u32) -> ConnLoss {
+    fn conn_lost(_r: &Relay, _ch: ChannelId, _k: ConnId) -> ConnLoss {
         ConnLoss::Channel
     }
 
     /// The peer refused or closed a connection of channel `ch` (still one of its connections).
-    fn peer_refused(_r: &mut Relay, _ch: u32, _now: SimTime) {}
+    fn peer_refused(_r: &mut Relay, _ch: ChannelId, _now: SimTime) {}
 
     /// The once-a-second management of the relay's channels (only where `start` arms
     /// `RelayTimer::ManageConnections`).

@@ -45,13 +45,13 @@ impl Design for Quic {
     }
 
     /// The TCP connection, and the QUIC connection beside it.
-    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, target: HostId) {
+    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: ChannelId, target: HostId) {
         if r.open_conn(io, ch, 0).is_none() {
             return;
         }
         // Without a socket left for QUIC the channel still decides when its link handshake
         // completes, and so counts as a fallback to TCP.
-        r.table.channels[ch as usize].carrier = Carrier::Undecided;
+        r.table.channels[ch].carrier = Carrier::Undecided;
         if r.open_sockets < r.socket_limit() {
             let quic = io.quic_connect(target, QUIC_PORT);
             r.bind_quic(ch, quic);
@@ -66,21 +66,36 @@ impl Design for Quic {
         true
     }
 
-    fn joined(r: &mut Relay, io: &mut impl Io<RelayTimer>, _ch: u32, k: u32, _heavy: bool) {
+    fn joined(
+        r: &mut Relay,
+        io: &mut impl Io<RelayTimer>,
+        _ch: ChannelId,
+        k: ConnId,
+        _heavy: bool,
+    ) {
         r.confirm_join(io, k);
     }
 
     /// On a channel on QUIC, a stream of its own.
-    fn circuit_conn(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32) -> Result<u32, ()> {
-        if r.table.channels[ch as usize].carrier != Carrier::Quic {
-            return Ok(NONE);
+    fn circuit_conn(
+        r: &mut Relay,
+        io: &mut impl Io<RelayTimer>,
+        ch: ChannelId,
+    ) -> Result<Option<ConnId>, ()> {
+        if r.table.channels[ch].carrier != Carrier::Quic {
+            return Ok(None);
         }
-        r.open_stream_conn(io, ch).ok_or(())
+        r.open_stream_conn(io, ch).map(Some).ok_or(())
     }
 
     /// Its stream on a channel on QUIC; the TCP connection otherwise.
-    fn pin(r: &mut Relay, ch: u32, bulk: bool, arrived_on: u32) -> (u32, bool) {
-        if r.table.channels[ch as usize].carrier == Carrier::Quic {
+    fn pin(
+        r: &mut Relay,
+        ch: ChannelId,
+        bulk: bool,
+        arrived_on: Option<ConnId>,
+    ) -> (Option<ConnId>, bool) {
+        if r.table.channels[ch].carrier == Carrier::Quic {
             (arrived_on, false)
         } else {
             Vanilla::pin(r, ch, bulk, arrived_on)
@@ -88,8 +103,8 @@ impl Design for Quic {
     }
 
     /// The circuit's stream goes with it (each side finishes its direction).
-    fn circuit_left(r: &mut Relay, io: &mut impl Io<RelayTimer>, _ch: u32, k: u32) {
-        let conn = &r.table.conns[k as usize];
+    fn circuit_left(r: &mut Relay, io: &mut impl Io<RelayTimer>, _ch: ChannelId, k: ConnId) {
+        let conn = &r.table.conns[k];
         if conn.stream && conn.circuits == 0 {
             let socket = conn.socket;
             r.drop_conn(k);
@@ -99,8 +114,8 @@ impl Design for Quic {
 
     /// A stream is its circuit's alone: only that circuit fails with it (nothing, if its
     /// circuit's DESTROY came first). The TCP connection is the channel, as in vanilla.
-    fn conn_lost(r: &Relay, _ch: u32, k: u32) -> ConnLoss {
-        let conn = &r.table.conns[k as usize];
+    fn conn_lost(r: &Relay, _ch: ChannelId, k: ConnId) -> ConnLoss {
+        let conn = &r.table.conns[k];
         match (conn.stream, conn.circuits) {
             (false, _) => ConnLoss::Channel,
             (true, 0) => ConnLoss::Quiet,
@@ -111,12 +126,12 @@ impl Design for Quic {
 
 impl Relay {
     /// The channel of a QUIC connection.
-    pub(in crate::relay) fn chan_of_quic(&self, socket: SocketId) -> Option<u32> {
+    pub(in crate::relay) fn chan_of_quic(&self, socket: SocketId) -> Option<ChannelId> {
         self.table.chan_of_quic(socket)
     }
 
     /// Makes `quic` channel `ch`'s QUIC connection (which costs one socket).
-    fn bind_quic(&mut self, ch: u32, quic: SocketId) {
+    fn bind_quic(&mut self, ch: ChannelId, quic: SocketId) {
         self.table.bind_quic(ch, quic);
         self.note_socket_opened();
     }
@@ -144,7 +159,7 @@ impl Relay {
         }
         let ch = self.add_channel(io.now(), peer, false);
         self.bind_quic(ch, socket);
-        self.table.channels[ch as usize].carrier = Carrier::Quic;
+        self.table.channels[ch].carrier = Carrier::Quic;
     }
 
     /// The peer opened a stream (for a circuit, whose CREATE2 is its first cell).
@@ -155,7 +170,7 @@ impl Relay {
         stream: SocketId,
     ) {
         match self.chan_of_quic(conn) {
-            Some(ch) if self.table.channels[ch as usize].carrier == Carrier::Quic => {
+            Some(ch) if self.table.channels[ch].carrier == Carrier::Quic => {
                 self.add_stream(io, ch, stream);
             }
             _ => io.close(stream),
@@ -164,11 +179,10 @@ impl Relay {
 
     /// A QUIC connection closed or timed out: a channel on QUIC fails with it; one that
     /// stayed on TCP (or is still deciding) just loses it.
-    pub(in crate::relay) fn quic_lost(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        if self.table.channels[ch as usize].carrier == Carrier::Quic {
+    pub(in crate::relay) fn quic_lost(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId) {
+        if self.table.channels[ch].carrier == Carrier::Quic {
             self.close_channel(io, ch);
-        } else {
-            let quic = self.table.channels[ch as usize].quic;
+        } else if let Some(quic) = self.table.channels[ch].quic {
             self.unbind_quic(quic);
         }
     }
@@ -176,22 +190,22 @@ impl Relay {
     /// The TCP link handshake of a `quic` channel we opened has completed: if its QUIC
     /// connection is ready, the channel's circuits move to streams of it and the TCP
     /// connection closes; otherwise the channel stays on TCP and the QUIC connection closes.
-    pub(in crate::relay) fn quux_decide(&mut self, io: &mut impl Io<RelayTimer>, ch: u32) {
-        let quic = self.table.channels[ch as usize].quic;
-        let ready = io.quic_info(quic).is_some_and(|i| i.established);
+    pub(in crate::relay) fn quux_decide(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId) {
+        let quic = self.table.channels[ch].quic;
+        let ready = quic.is_some_and(|q| io.quic_info(q).is_some_and(|i| i.established));
         if !ready {
-            self.table.channels[ch as usize].carrier = Carrier::Tcp;
+            self.table.channels[ch].carrier = Carrier::Tcp;
             self.meter.channels.tcp_fallbacks += 1;
-            if quic != NO_SOCKET {
+            if let Some(quic) = quic {
                 self.unbind_quic(quic);
                 io.close(quic);
             }
             return;
         }
-        self.table.channels[ch as usize].carrier = Carrier::Quic;
+        self.table.channels[ch].carrier = Carrier::Quic;
         self.meter.channels.quic_channels += 1;
-        let tcp = self.table.channels[ch as usize].conns.clone();
-        let circuits: Vec<CircuitId> = self.table.channels[ch as usize].circs.all().collect();
+        let tcp = self.table.channels[ch].conns.clone();
+        let circuits: Vec<CircuitId> = self.table.channels[ch].circs.all().collect();
         for circ in circuits {
             let Some(k) = self.open_stream_conn(io, ch) else {
                 let from_prev = self.circuits.get(circ).is_some_and(|c| c.prev.chan == ch);
@@ -202,16 +216,16 @@ impl Relay {
                 continue;
             };
             let side = c.side_for(ch);
-            side.conn = k;
-            self.table.conns[k as usize].circuits += 1;
+            side.conn = Some(k);
+            self.table.conns[k].circuits += 1;
         }
         // Nothing but the Join went on the TCP connection: it closes unused.
         for k in tcp {
-            let socket = self.table.conns[k as usize].socket;
+            let socket = self.table.conns[k].socket;
             self.drop_conn(k);
             io.close(socket);
         }
-        if !self.table.channels[ch as usize].mux.is_empty() {
+        if !self.table.channels[ch].mux.is_empty() {
             self.mark_pending(io, ch);
         }
     }
@@ -220,9 +234,9 @@ impl Relay {
     pub(in crate::relay) fn open_stream_conn(
         &mut self,
         io: &mut impl Io<RelayTimer>,
-        ch: u32,
-    ) -> Option<u32> {
-        let quic = self.table.channels[ch as usize].quic;
+        ch: ChannelId,
+    ) -> Option<ConnId> {
+        let quic = self.table.channels[ch].quic?;
         let stream = io.open_stream(quic)?;
         Some(self.add_stream(io, ch, stream))
     }
@@ -230,9 +244,8 @@ impl Relay {
     /// What KIST lets a channel on QUIC write to its QUIC connection in this scheduler run:
     /// the connection's free congestion window plus KIST's extra socket space, less what its
     /// streams hold unsent (tor's `tcp_space` with the connection in the socket's place).
-    pub(in crate::relay) fn refresh_quic_limit(&mut self, io: &impl Io<RelayTimer>, ch: u32) {
-        let info = io.send_window(self.table.channels[ch as usize].quic);
-        self.table.channels[ch as usize].quic_limit =
-            write_limit(&self.world.params, info.as_ref());
+    pub(in crate::relay) fn refresh_quic_limit(&mut self, io: &impl Io<RelayTimer>, ch: ChannelId) {
+        let info = self.table.channels[ch].quic.and_then(|q| io.send_window(q));
+        self.table.channels[ch].quic_limit = write_limit(&self.world.params, info.as_ref());
     }
 }

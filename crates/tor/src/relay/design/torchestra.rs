@@ -22,34 +22,37 @@ impl Design for Torchestra {
     const JOINS: bool = true;
 
     /// The light connection (role 0) and the heavy one (role 1).
-    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, _target: HostId) {
+    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: ChannelId, _target: HostId) {
         let light = r.open_conn(io, ch, 0);
         let heavy = r.open_conn(io, ch, 1);
-        let multi = r.table.channels[ch as usize].multi_mut();
-        multi.light = light.unwrap_or(NONE);
-        multi.heavy = heavy.unwrap_or(NONE);
+        let multi = r.table.channels[ch].multi_mut();
+        multi.light = light;
+        multi.heavy = heavy;
     }
 
-    fn joined(r: &mut Relay, _io: &mut impl Io<RelayTimer>, ch: u32, k: u32, heavy: bool) {
-        let multi = r.table.channels[ch as usize].multi_mut();
+    fn joined(r: &mut Relay, _io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId, heavy: bool) {
+        let multi = r.table.channels[ch].multi_mut();
         if heavy {
-            multi.heavy = k;
+            multi.heavy = Some(k);
         } else {
-            multi.light = k;
+            multi.light = Some(k);
         }
     }
 
     /// The light connection, or for a declared bulk circuit the heavy one; before either
     /// exists, the one the circuit arrived on.
-    fn pin(r: &mut Relay, ch: u32, bulk: bool, arrived_on: u32) -> (u32, bool) {
-        let multi = r.table.channels[ch as usize].multi();
+    fn pin(
+        r: &mut Relay,
+        ch: ChannelId,
+        bulk: bool,
+        arrived_on: Option<ConnId>,
+    ) -> (Option<ConnId>, bool) {
+        let multi = r.table.channels[ch].multi();
         let (light, heavy) = (multi.light, multi.heavy);
-        if bulk && heavy != NONE {
-            (heavy, true)
-        } else if light != NONE {
-            (light, false)
-        } else {
-            (arrived_on, false)
+        match (bulk, light, heavy) {
+            (true, _, Some(heavy)) => (Some(heavy), true),
+            (_, Some(light), _) => (Some(light), false),
+            _ => (arrived_on, false),
         }
     }
 
@@ -59,9 +62,9 @@ impl Design for Torchestra {
         r: &mut Relay,
         io: &mut impl Io<RelayTimer>,
         run: &mut Run,
-        ch: u32,
+        ch: ChannelId,
         circ: CircuitId,
-        _k: u32,
+        _k: ConnId,
     ) {
         Relay::release(&r.table.conns, &mut r.work, io, &mut run.held);
         Self::classify(r, io, ch, circ, run.now);
@@ -73,15 +76,20 @@ impl Design for TorchestraIdeal {
     const JOINS: bool = true;
     const HONOURS_DECLARED_BULK: bool = true;
 
-    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, target: HostId) {
+    fn open_channel(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: ChannelId, target: HostId) {
         Torchestra::open_channel(r, io, ch, target);
     }
 
-    fn joined(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: u32, k: u32, heavy: bool) {
+    fn joined(r: &mut Relay, io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId, heavy: bool) {
         Torchestra::joined(r, io, ch, k, heavy);
     }
 
-    fn pin(r: &mut Relay, ch: u32, bulk: bool, arrived_on: u32) -> (u32, bool) {
+    fn pin(
+        r: &mut Relay,
+        ch: ChannelId,
+        bulk: bool,
+        arrived_on: Option<ConnId>,
+    ) -> (Option<ConnId>, bool) {
         Torchestra::pin(r, ch, bulk, arrived_on)
     }
 }
@@ -89,17 +97,17 @@ impl Design for TorchestraIdeal {
 impl Torchestra {
     /// The peer moved a circuit (id `circ_id` on the channel of connection `k`) to its heavy
     /// or light connection: this side's direction follows.
-    pub(in crate::relay) fn switched(r: &mut Relay, k: u32, circ_id: u32, heavy: bool) {
-        let ch = r.table.conns[k as usize].chan;
-        let chan = &r.table.channels[ch as usize];
+    pub(in crate::relay) fn switched(r: &mut Relay, k: ConnId, circ_id: u32, heavy: bool) {
+        let ch = r.table.conns[k].chan;
+        let chan = &r.table.channels[ch];
         let target = if heavy {
             chan.multi().heavy
         } else {
             chan.multi().light
         };
-        if target == NONE {
+        let Some(target) = target else {
             return;
-        }
+        };
         if let Some(circ) = chan.circs.lookup(circ_id) {
             Self::move_circuit(r, circ, ch, circ_id, heavy, target);
         }
@@ -111,15 +119,14 @@ impl Torchestra {
     fn classify(
         r: &mut Relay,
         io: &mut impl Io<RelayTimer>,
-        ch: u32,
+        ch: ChannelId,
         circ: CircuitId,
         now: SimTime,
     ) {
-        let chan = &r.table.channels[ch as usize];
-        let (light, heavy) = (chan.multi().light, chan.multi().heavy);
-        if light == NONE || heavy == NONE {
+        let chan = &r.table.channels[ch];
+        let (Some(light), Some(heavy)) = (chan.multi().light, chan.multi().heavy) else {
             return;
-        }
+        };
         let Some(ewma) = chan.mux.value(circ, now) else {
             return;
         };
@@ -140,20 +147,20 @@ impl Torchestra {
         // itr.
         if chan.multi().light_run != r.sched.stamp() {
             let circuits = &r.circuits;
-            let Channel { mux, multi, .. } = &mut r.table.channels[ch as usize];
+            let Channel { mux, multi, .. } = &mut r.table.channels[ch];
             let m = MultiConn::made(multi);
             m.light_counts.clear();
             m.light_counts.extend(mux.values(now).filter(|&(c, value)| {
                 value >= transport::TORCHESTRA_MIN_HEAVY_CELLS
                     && circuits
                         .get(c)
-                        .is_some_and(|cc| cc.side_on_chan(ch).conn == light)
+                        .is_some_and(|cc| cc.side_on_chan(ch).conn == Some(light))
             }));
             m.light_counts.sort_unstable_by_key(|e| e.0);
             m.light_sum = m.light_counts.iter().map(|e| e.1).sum();
             m.light_run = r.sched.stamp();
         }
-        let m = r.table.channels[ch as usize].multi();
+        let m = r.table.channels[ch].multi();
         let n = m.light_counts.len();
         if n == 0 {
             // No light circuit carries traffic: nothing to protect, the class stays.
@@ -199,10 +206,10 @@ impl Torchestra {
     fn move_circuit(
         r: &mut Relay,
         circ: CircuitId,
-        ch: u32,
+        ch: ChannelId,
         circ_id: u32,
         heavy: bool,
-        target: u32,
+        target: ConnId,
     ) {
         let Some(side) = r
             .circuits
@@ -211,17 +218,15 @@ impl Torchestra {
         else {
             return;
         };
-        if side.heavy == heavy || side.conn == target {
+        if side.heavy == heavy || side.conn == Some(target) {
             side.heavy = heavy;
             return;
         }
-        let old = side.conn;
+        let old = side.conn.replace(target);
         side.heavy = heavy;
-        side.conn = target;
-        if old != NONE {
-            let pinned = &mut r.table.conns[old as usize].circuits;
-            *pinned = pinned.saturating_sub(1);
+        if let Some(c) = old.and_then(|old| r.table.conns.get_mut(old)) {
+            c.circuits = c.circuits.saturating_sub(1);
         }
-        r.table.conns[target as usize].circuits += 1;
+        r.table.conns[target].circuits += 1;
     }
 }
