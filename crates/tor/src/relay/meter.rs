@@ -6,7 +6,9 @@
 
 use crate::measure::RelaySample;
 
-use super::{ChannelStats, KistAudit};
+use super::ChannelStats;
+#[cfg(feature = "audit")]
+use super::KistAudit;
 
 /// Counters of the current second.
 #[derive(Default)]
@@ -48,8 +50,9 @@ pub struct RelayMeter {
     /// Times a channel still had cells when its write limit ran out.
     pub write_limit_hits: u64,
     /// KIST's limits as the sockets saw them, when asked for (`Some`): the audit reads every
-    /// written socket's state a second time in each run, a cost a run need not pay for a
-    /// figure that only tests read.
+    /// written socket's state a second time in each run. Only tests read it, so it exists
+    /// only with the crate's `audit` feature, which the crate's own tests turn on.
+    #[cfg(feature = "audit")]
     pub kist_audit: Option<KistAudit>,
 }
 

@@ -613,6 +613,7 @@ impl Channel {
 /// with what KIST lets a socket be filled to, `(cwnd - unacked) * mss + cwnd * mss * factor`
 /// (tor's `tcp_space` plus its extra space, with nothing else queued).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg(feature = "audit")]
 pub struct KistAudit {
     /// Sockets checked (one per socket written to per scheduler run).
     pub checks: u64,
@@ -621,6 +622,7 @@ pub struct KistAudit {
     pub max_excess: i64,
 }
 
+#[cfg(feature = "audit")]
 impl Default for KistAudit {
     fn default() -> Self {
         KistAudit {

@@ -478,6 +478,7 @@ impl Relay {
         mut scratch: SchedScratch,
     ) {
         let kist_timer = self.world.params.scheduler != SchedulerKind::Vanilla;
+        #[cfg(feature = "audit")]
         if self.world.params.scheduler == SchedulerKind::Kist && self.meter.kist_audit.is_some() {
             self.audit_kist(io, &scratch.touched);
         }
@@ -537,6 +538,7 @@ impl Relay {
         }
     }
 
+    #[cfg(feature = "audit")]
     /// Checks KIST's limits as the sockets written in this run see them: no socket holds
     /// more unsent than its free congestion window plus KIST's extra space (tests read the
     /// audit, `RelayMeter::kist_audit`).
