@@ -46,9 +46,9 @@ impl ExitStreams {
 
     /// Adds `stream`, found by its server socket from now on if it has one.
     pub(super) fn insert(&mut self, stream: ExitStream) -> ExitStreamId {
-        let (socket, server) = (stream.socket, stream.dir_left.is_none());
+        let end = stream.end;
         let st = self.streams.insert(stream);
-        if server {
+        if let StreamEnd::Server(socket) = end {
             map_socket(&mut self.by_socket, socket, st);
         }
         st
@@ -60,7 +60,10 @@ impl ExitStreams {
             .get(socket.slot as usize)
             .copied()
             .flatten()
-            .filter(|&st| self.get(st).is_some_and(|s| s.socket == socket))
+            .filter(|&st| {
+                self.get(st)
+                    .is_some_and(|s| s.end == StreamEnd::Server(socket))
+            })
     }
 
     /// Stream `st`, if it has not ended.
@@ -76,8 +79,8 @@ impl ExitStreams {
     /// Ends stream `st`: its slot is free and its socket no longer finds it.
     pub(super) fn remove(&mut self, st: ExitStreamId) -> Option<ExitStream> {
         let s = self.streams.remove(st)?;
-        if s.dir_left.is_none() {
-            self.by_socket[s.socket.slot as usize] = None;
+        if let StreamEnd::Server(socket) = s.end {
+            self.by_socket[socket.slot as usize] = None;
         }
         Some(s)
     }
@@ -178,12 +181,14 @@ impl Relay {
     pub(super) fn server_connected(&mut self, io: &mut impl Io<RelayTimer>, st: ExitStreamId) {
         let s = self.streams.get_mut(st).unwrap();
         s.connected = true;
-        let (circ, stream_id, socket, request) = (s.circ, s.stream_id, s.socket, s.request.take());
+        let (circ, stream_id, end, request) = (s.circ, s.stream_id, s.end, s.request.take());
         let hop = self.circuits[circ].hop;
         let connected = Cell::relay(0, RelayCommand::Connected, hop, stream_id);
         self.work.originate();
         self.queue_towards(io, circ, false, connected);
-        if let Some(bytes) = request {
+        // Only a server stream waits for its connection (a directory stream is connected
+        // from the start).
+        if let (Some(bytes), StreamEnd::Server(socket)) = (request, end) {
             let upload = self.streams.get(st).unwrap().upload.active;
             self.send_request(io, socket, bytes, upload);
         }
@@ -230,23 +235,25 @@ impl Relay {
         // beyond the window is the client's protocol violation, which the model's clients
         // never commit.
         let _ = s.receiver.on_received();
-        if s.dir_left.is_some() {
-            // The request names the response; a cache reads nothing more from the stream.
-            if !s.requested {
-                s.requested = true;
-                s.dir_left = Some(cell.arg);
-                s.server_done = true;
+        let socket = match &mut s.end {
+            StreamEnd::Directory { left } => {
+                // The request names the response; a cache reads nothing more from the stream.
+                if !s.requested {
+                    s.requested = true;
+                    *left = cell.arg;
+                    s.server_done = true;
+                }
+                self.package(io, circ);
+                return;
             }
-            self.package(io, circ);
-            return;
-        }
+            StreamEnd::Server(socket) => *socket,
+        };
         if s.requested {
             s.upload.waiting += u64::from(cell.length);
         } else {
             s.requested = true;
             s.upload.active = cell.upload;
             if s.connected {
-                let socket = s.socket;
                 self.send_request(io, socket, cell.arg, cell.upload);
             } else {
                 s.request = Some(cell.arg);
@@ -271,11 +278,16 @@ impl Relay {
     /// bytes left waiting allow.
     fn drain_upload(&mut self, io: &mut impl Io<RelayTimer>, st: ExitStreamId) {
         let s = self.streams.get_mut(st).unwrap();
-        if s.connected && s.upload.waiting > 0 {
+        // Only a server stream has an upload to write (a directory request is one cell).
+        let server = match s.end {
+            StreamEnd::Server(socket) => Some(socket),
+            StreamEnd::Directory { .. } => None,
+        };
+        if let (true, Some(socket)) = (s.connected && s.upload.waiting > 0, server) {
             let mut wrote = false;
             while s.upload.waiting > 0 {
                 let n = s.upload.waiting.min(u64::from(RELAY_DATA_BYTES));
-                if !io.write_message(s.socket, n, Wire::UploadBody) {
+                if !io.write_message(socket, n, Wire::UploadBody) {
                     break;
                 }
                 s.upload.waiting -= n;
@@ -283,7 +295,7 @@ impl Relay {
             }
             if wrote {
                 self.work.syscalls += 1;
-                io.flush(s.socket);
+                io.flush(socket);
             }
         }
         let (circ, stream_id, waiting) = (s.circ, s.stream_id, s.upload.waiting);
@@ -423,9 +435,9 @@ impl Relay {
         if !s.connected || !s.sender.can_send() {
             return Packaged::Nothing;
         }
-        let waiting = match s.dir_left {
-            Some(left) => u64::from(left),
-            None => io.readable(s.socket),
+        let waiting = match s.end {
+            StreamEnd::Directory { left } => u64::from(left),
+            StreamEnd::Server(socket) => io.readable(socket),
         };
         if waiting == 0 {
             if s.server_done {
@@ -434,9 +446,9 @@ impl Relay {
             }
             return Packaged::Nothing;
         }
-        let allowance = match s.dir_left {
-            Some(_) => u64::MAX,
-            None => self.buckets.read_allowance(now, false),
+        let allowance = match s.end {
+            StreamEnd::Directory { .. } => u64::MAX,
+            StreamEnd::Server(_) => self.buckets.read_allowance(now, false),
         };
         if allowance == 0 {
             if !self.package_waiting.contains(&circ) {
@@ -446,7 +458,6 @@ impl Relay {
             return Packaged::OutOfTokens;
         }
         let want = waiting.min(RELAY_DATA_BYTES as u64).min(allowance);
-        let socket = s.socket;
         let stream_id = s.stream_id;
         s.sender.on_sent();
         s.packaged += 1;
@@ -454,13 +465,13 @@ impl Relay {
             let in_flight = s.packaged.saturating_sub(s.acked);
             self.meter.stream_in_flight(in_flight);
         }
-        let n = match s.dir_left.as_mut() {
-            Some(left) => {
+        let n = match &mut s.end {
+            StreamEnd::Directory { left } => {
                 *left -= want as u32;
                 want
             }
-            None => {
-                let n = io.read(socket, want);
+            StreamEnd::Server(socket) => {
+                let n = io.read(*socket, want);
                 self.buckets.note_read(n, false);
                 n
             }
@@ -487,10 +498,10 @@ impl Relay {
         let Some(s) = self.streams.remove(st) else {
             return;
         };
-        if s.dir_left.is_none() {
+        if let StreamEnd::Server(socket) = s.end {
             self.open_sockets -= 1;
-            if io.is_open(s.socket) {
-                io.close(s.socket);
+            if io.is_open(socket) {
+                io.close(socket);
             }
         }
         let Some(c) = self.circuits.get_mut(s.circ) else {
@@ -578,8 +589,7 @@ mod tests {
         let dir = edge.insert(ExitStream::new(&TorParams::default(), circ(3), 1, None));
         assert!(edge
             .get(dir)
-            .is_some_and(|s| s.connected && s.dir_left == Some(0)));
-        assert_eq!(edge.of_socket(edge.get(dir).unwrap().socket), None);
+            .is_some_and(|s| s.connected && s.end == StreamEnd::Directory { left: 0 }));
         let s = SocketId {
             slot: 0,
             generation: 0,

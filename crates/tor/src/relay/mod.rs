@@ -265,7 +265,7 @@ struct ExitCircuit {
 struct ExitStream {
     circ: CircuitId,
     stream_id: u16,
-    socket: SocketId,
+    end: StreamEnd,
     sender: StreamSender,
     receiver: StreamReceiver,
     connected: bool,
@@ -279,9 +279,19 @@ struct ExitStream {
     requested: bool,
     /// An upload's body on its way to the server (see `exit.rs`).
     upload: exit::UploadEdge,
-    /// A BEGIN_DIR stream, answered by the relay's own directory cache instead of a server
-    /// (`socket` is unused): the response bytes still to package, once the request came.
-    dir_left: Option<u32>,
+}
+
+/// Where an exit stream's bytes come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamEnd {
+    /// A TCP connection to a file server.
+    Server(SocketId),
+    /// A BEGIN_DIR stream, answered by the relay's own directory cache: the response bytes
+    /// still to package, once the request came.
+    Directory {
+        /// Bytes of the response not yet packaged.
+        left: u32,
+    },
 }
 
 impl ExitStream {
@@ -296,10 +306,7 @@ impl ExitStream {
         ExitStream {
             circ,
             stream_id,
-            socket: socket.unwrap_or(SocketId {
-                slot: u32::MAX,
-                generation: u32::MAX,
-            }),
+            end: socket.map_or(StreamEnd::Directory { left: 0 }, StreamEnd::Server),
             sender: StreamSender::new(params),
             receiver: StreamReceiver::new(params),
             connected: socket.is_none(),
@@ -309,7 +316,6 @@ impl ExitStream {
             acked: 0,
             requested: false,
             upload: exit::UploadEdge::default(),
-            dir_left: socket.is_none().then_some(0),
         }
     }
 }
@@ -518,8 +524,8 @@ struct MultiConn {
     heavy: Option<ConnId>,
     light_run: u32,
     /// IMUX, channels we opened: the most connections the peer has let us keep, learnt when
-    /// it refused or closed one (`u32::MAX` until it does), and until when we hold to it.
-    peer_cap: u32,
+    /// it refused or closed one (`None` until it does), and until when we hold to it.
+    peer_cap: Option<u32>,
     ranking_stale: bool,
 }
 
@@ -538,7 +544,7 @@ impl MultiConn {
         light: None,
         heavy: None,
         light_run: 0,
-        peer_cap: u32::MAX,
+        peer_cap: None,
         ranking_stale: true,
     };
 
@@ -1368,8 +1374,8 @@ impl Relay {
         if let Some(exit) = c.exit {
             for st in exit.streams {
                 if let Some(s) = self.streams.remove(st) {
-                    if s.dir_left.is_none() {
-                        io.abort(s.socket);
+                    if let StreamEnd::Server(socket) = s.end {
+                        io.abort(socket);
                         self.open_sockets -= 1;
                     }
                 }

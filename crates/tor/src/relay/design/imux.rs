@@ -193,7 +193,7 @@ impl Design for Imux {
         }
         let remaining = chan.conns.len().saturating_sub(1) as u32;
         let multi = chan.multi_mut();
-        multi.peer_cap = remaining.max(1);
+        multi.peer_cap = Some(remaining.max(1));
         multi.peer_hold_until = now.saturating_add(transport::IMUX_PEER_HOLD);
     }
 
@@ -216,8 +216,8 @@ impl Design for Imux {
                 continue;
             }
             if let Some(m) = chan.multi.as_deref_mut() {
-                if m.peer_cap != u32::MAX && now >= m.peer_hold_until {
-                    m.peer_cap += 1;
+                if let Some(cap) = m.peer_cap.as_mut().filter(|_| now >= m.peer_hold_until) {
+                    *cap += 1;
                 }
             }
             let nconns = chan.conns.len() as u32;
@@ -229,7 +229,11 @@ impl Design for Imux {
                 tau,
                 r.open_sockets,
             )
-            .min(chan.multi().peer_cap.max(nconns));
+            .min(
+                chan.multi()
+                    .peer_cap
+                    .map_or(u32::MAX, |cap| cap.max(nconns)),
+            );
             if target > nconns && chan.opener {
                 for _ in nconns..target {
                     // Growth stops quietly at the cap: that is the design, not a refusal.
