@@ -451,9 +451,13 @@ fn sequenced_on(io: &ScriptIo<RelayTimer>, socket: SocketId) -> usize {
         .count()
 }
 
-#[test]
-fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() {
-    let (mut relay, mut io) = guard(ChannelDesign::Imux, 100);
+/// The guard under `params` (an IMUX design) with circuits 1 to 4 extended to the middle on
+/// one connection, whose every CREATE2 the middle answered: returns the client's socket and
+/// that connection's.
+fn imux_guard_with_four_circuits(
+    params: TorParams,
+) -> (Relay, ScriptIo<RelayTimer>, SocketId, SocketId) {
+    let (mut relay, mut io) = guard_with(params);
     let client = io.accept(CLIENT, OR_PORT);
     for id in 1..=4 {
         io.arrive(client, bytes(), create(id));
@@ -463,23 +467,29 @@ fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() 
     let first = io.connects()[0].0;
     io.establish(first);
     settle(&mut relay, &mut io, 20);
-    // The middle answers every CREATE2 the guard sent on.
     for w in io.written(first) {
         if let Wire::Sequenced { cell, .. } = w {
             if cell.command == CellCommand::Create2 {
                 let created = Cell::new(cell.circ_id, CellCommand::Created2);
-                io.arrive(
-                    first,
-                    bytes(),
-                    Wire::Sequenced {
-                        cell: created,
-                        seq: 0,
-                    },
-                );
+                let message = Wire::Sequenced {
+                    cell: created,
+                    seq: 0,
+                };
+                io.arrive(first, bytes(), message);
             }
         }
     }
     settle(&mut relay, &mut io, 20);
+    (relay, io, client, first)
+}
+
+#[test]
+fn an_imux_relay_puts_no_cell_on_an_extra_connection_before_its_peer_takes_it() {
+    let (mut relay, mut io, client, _) = imux_guard_with_four_circuits(TorParams {
+        channel: ChannelDesign::Imux,
+        conn_limit: 100,
+        ..TorParams::default()
+    });
     // A second later the connection manager grows the channel: the middle's connections
     // connect, and the guard only introduces them (Join) until the middle takes them.
     settle(&mut relay, &mut io, 1000);
@@ -544,33 +554,12 @@ fn pins_are_counted(relay: &Relay, ch: ChannelId) -> u32 {
 
 #[test]
 fn imux_round_robin_repins_circuits_whose_connection_closed_before_its_slot_is_reused() {
-    let (mut relay, mut io) = guard_with(TorParams {
+    let (mut relay, mut io, client, first) = imux_guard_with_four_circuits(TorParams {
         channel: ChannelDesign::Imux,
         conn_limit: 100,
         imux_scheduler: ImuxScheduler::RoundRobin,
         ..TorParams::default()
     });
-    let client = io.accept(CLIENT, OR_PORT);
-    for id in 1..=4 {
-        io.arrive(client, bytes(), create(id));
-        io.arrive(client, bytes(), extend(id, MIDDLE));
-    }
-    settle(&mut relay, &mut io, 20);
-    let first = io.connects()[0].0;
-    io.establish(first);
-    settle(&mut relay, &mut io, 20);
-    for w in io.written(first) {
-        if let Wire::Sequenced { cell, .. } = w {
-            if cell.command == CellCommand::Create2 {
-                let created = Cell::new(cell.circ_id, CellCommand::Created2);
-                let message = Wire::Sequenced {
-                    cell: created,
-                    seq: 0,
-                };
-                io.arrive(first, bytes(), message);
-            }
-        }
-    }
     // The manager grows the channel; the middle takes the new connections.
     settle(&mut relay, &mut io, 1000);
     let extra: Vec<SocketId> = io.connects().iter().skip(1).map(|c| c.0).collect();
