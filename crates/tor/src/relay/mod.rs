@@ -21,8 +21,10 @@
 //! without an engine or a network stack.
 //!
 //! Its files, by job:
-//! - `mod.rs`: the relay's state, what arrives on sockets and timers, cells for this hop,
-//!   circuits' creation, extension and destruction;
+//! - `mod.rs`: the relay's state, what arrives on sockets and timers, and the read side
+//!   (read bucket, runs of cells passed through at once);
+//! - `circuits.rs`: the circuit table, `CircuitTable`, and switching: where a cell goes,
+//!   circuits' creation, extension and destruction, queueing a cell for its channel;
 //! - `table.rs`: the channel table, `ChannelTable`: channels and connections in reusable
 //!   slots, found by socket, peer, join token or QUIC connection;
 //! - `channels.rs`: what channels and their connections do (opening, joining, closing,
@@ -61,8 +63,8 @@ use onionlab_torcore::ewma::{CircuitEwma, CircuitMux, EwmaClock};
 use onionlab_torcore::kist::{kist_write_limit, kistlite_write_limit};
 use onionlab_torcore::token_bucket::RelayBuckets;
 use onionlab_torcore::{
-    Cell, CellCommand, CellQueue, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand,
-    SchedulerKind, RELAY_DATA_BYTES,
+    Cell, CellCommand, ChannelDesign, FlowControl, ImuxScheduler, RelayCommand, SchedulerKind,
+    RELAY_DATA_BYTES,
 };
 use smallvec::SmallVec;
 
@@ -76,6 +78,7 @@ use crate::wire::{Wire, REQUEST_BYTES};
 use crate::world::{TorWorld, HTTP_PORT, OR_PORT, QUIC_PORT};
 
 mod channels;
+mod circuits;
 mod design;
 mod exit;
 mod meter;
@@ -83,6 +86,8 @@ mod runs;
 mod scheduler;
 mod table;
 
+use circuits::{CircuitTable, Switch};
+pub use circuits::{CircuitView, QueueStats};
 use design::{with_design, ConnLoss, Design};
 use exit::ExitStreams;
 pub use meter::RelayMeter;
@@ -148,101 +153,6 @@ onionlab_engine::slab_key! {
 /// tor's END_CIRC_REASON_CONNECTFAILED: the next hop's connection could not be made (tor
 /// closes a circuit so when ConnLimit keeps it from connecting).
 pub const DESTROY_CONNECT_FAILED: u32 = 6;
-
-/// One direction of a circuit: the channel it leaves on, its id there, and its queue.
-struct Side {
-    chan: ChannelId,
-    /// The connection its cells go on, where the design pins circuits to one (`None` where
-    /// each cell's connection is chosen as it is written, or where its connection went).
-    /// A live connection's `circuits` counts the sides pinned to it.
-    conn: Option<ConnId>,
-    circ_id: u32,
-    queue: CellQueue,
-    /// Sequence number of the next cell sent on this side (multi-connection channels).
-    seq_out: u32,
-    /// Sequence number of the next cell expected from the peer on this side.
-    seq_in: u32,
-    /// Torchestra: the circuit travels on the heavy connection.
-    heavy: bool,
-}
-
-impl Side {
-    fn new(chan: ChannelId, circ_id: u32, seq_in: u32) -> Self {
-        Side {
-            chan,
-            conn: None,
-            circ_id,
-            queue: CellQueue::new(),
-            seq_out: 0,
-            seq_in,
-            heavy: false,
-        }
-    }
-}
-
-/// How a circuit's cells fared in this relay's queues.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Cells written to a channel.
-    pub cells: u64,
-    /// The longest the circuit's own queue got.
-    pub max_queue: u32,
-    /// Summed over the cells written: the cells other circuits had queued for the same
-    /// channel at that moment (cells that this circuit's cells overtook).
-    pub overtaken: u64,
-}
-
-impl QueueStats {
-    /// Cells of other circuits waiting when one of this circuit's cells left, on average.
-    pub fn mean_overtaken(&self) -> f64 {
-        self.overtaken as f64 / self.cells.max(1) as f64
-    }
-}
-
-struct Circuit {
-    /// Towards the client.
-    prev: Side,
-    /// Towards the exit; `None` at the last hop.
-    next: Option<Side>,
-    /// This relay's position (1 = guard).
-    hop: u8,
-    /// Torchestra ideal: the client declared the circuit bulk.
-    declared_heavy: bool,
-    exit: Option<Box<ExitCircuit>>,
-    stats: QueueStats,
-}
-
-impl Circuit {
-    fn side_on(&mut self, ch: ChannelId, circ_id: u32) -> Option<&mut Side> {
-        if self.prev.chan == ch && self.prev.circ_id == circ_id {
-            return Some(&mut self.prev);
-        }
-        self.next
-            .as_mut()
-            .filter(|n| n.chan == ch && n.circ_id == circ_id)
-    }
-
-    /// The side that leaves on channel `ch` (prev first: a circuit may use one channel for
-    /// both sides only if a peer extends back through us, and then prev is the older).
-    fn side_for(&mut self, ch: ChannelId) -> &mut Side {
-        if self.prev.chan == ch {
-            &mut self.prev
-        } else {
-            self.next
-                .as_mut()
-                .expect("a circuit queued on a channel has a side there")
-        }
-    }
-
-    /// As [`Circuit::side_for`], to read.
-    fn side_on_chan(&self, ch: ChannelId) -> &Side {
-        if self.prev.chan == ch {
-            &self.prev
-        } else {
-            self.next.as_ref().unwrap_or(&self.prev)
-        }
-    }
-}
 
 /// What the last hop keeps for a circuit that carries streams.
 struct ExitCircuit {
@@ -677,7 +587,8 @@ pub struct Relay {
     conn_limit: u32,
     /// Channels and their connections, and the indexes that find them.
     table: ChannelTable,
-    circuits: Slab<CircuitId, Circuit>,
+    /// The circuits through it, and the cells on their queues.
+    circuits: CircuitTable,
     /// The exit edge's streams to servers.
     streams: ExitStreams,
     /// The circuit scheduler's work list and when it runs.
@@ -695,7 +606,6 @@ pub struct Relay {
     /// Exit circuits that could not package for lack of read tokens.
     package_waiting: Vec<CircuitId>,
     refill_armed: bool,
-    queued_cells: u64,
     open_sockets: u32,
     /// What the relay measures; nothing in it feeds back into the model.
     pub meter: RelayMeter,
@@ -718,17 +628,6 @@ pub struct ChannelView {
     pub conns: usize,
     /// Circuits bound to it.
     pub circuits: u32,
-}
-
-/// One direction of a circuit as tests see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CircuitView {
-    /// Cells this relay sent on the circuit (both directions).
-    pub cells: u64,
-    /// Torchestra: a direction of it travels on a heavy connection.
-    pub heavy: bool,
-    /// The client declared it bulk (idealised Torchestra).
-    pub declared_heavy: bool,
 }
 
 impl Relay {
@@ -757,7 +656,7 @@ impl Relay {
             conn_limit,
             world,
             table: ChannelTable::new(),
-            circuits: Slab::new(),
+            circuits: CircuitTable::new(),
             streams: ExitStreams::new(),
             sched,
             read_waiting: Vec::new(),
@@ -765,7 +664,6 @@ impl Relay {
             unsent_watch: Vec::new(),
             package_waiting: Vec::new(),
             refill_armed: false,
-            queued_cells: 0,
             open_sockets: 0,
             meter: RelayMeter::default(),
             work: Work::default(),
@@ -1002,17 +900,13 @@ impl Relay {
             return false;
         };
         let c = &self.circuits[circ];
-        let forward = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
-        let side = if forward {
-            match &c.next {
-                Some(next) if cell.hop != c.hop => next,
-                _ => return false,
-            }
-        } else {
-            &c.prev
+        let forward = match c.switch(c.came_from_prev(ch, cell.circ_id), cell.hop) {
+            Switch::Forward => true,
+            Switch::Backward => false,
+            Switch::ForUs | Switch::Beyond => return false,
         };
-        let cap = self.world.params.max_circuit_queue_cells as usize;
-        if side.queue.len() + count as usize > cap {
+        let cap = self.world.params.max_circuit_queue_cells;
+        if !self.circuits.fits(circ, forward, count, cap) {
             return false;
         }
         self.meter.second.cells_in += u64::from(count);
@@ -1114,277 +1008,6 @@ impl Relay {
         }
     }
 
-    fn new_circuit(&mut self, circuit: Circuit) -> CircuitId {
-        self.circuits.insert(circuit)
-    }
-
-    fn handle_cell(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId, cell: Cell) {
-        if cell.command == CellCommand::Create2 {
-            self.on_create(io, ch, k, cell);
-            return;
-        }
-        let Some(circ) = self.table.channels[ch].circs.lookup(cell.circ_id) else {
-            return;
-        };
-        let c = &self.circuits[circ];
-        let from_prev = c.prev.chan == ch && c.prev.circ_id == cell.circ_id;
-        if matches!(cell.command, CellCommand::Relay | CellCommand::RelayEarly) {
-            // One layer off (towards the exit) or on (towards the client); the hop a cell is
-            // for also checks its digest.
-            self.work.relay_crypt(from_prev && cell.hop == c.hop);
-        }
-        match cell.command {
-            CellCommand::Destroy => self.destroy_circuit(io, circ, Some(from_prev)),
-            CellCommand::Created2 if !from_prev => {
-                // Our EXTEND2 succeeded: tell the client.
-                let hop = c.hop;
-                let reply = Cell::relay(0, RelayCommand::Extended2, hop, 0);
-                self.work.originate();
-                self.queue_towards(io, circ, false, reply);
-            }
-            CellCommand::Relay | CellCommand::RelayEarly if from_prev => {
-                if cell.hop == c.hop {
-                    self.relay_cell_for_us(io, circ, cell);
-                } else if c.next.is_some() {
-                    self.queue_towards(io, circ, true, cell);
-                }
-            }
-            CellCommand::Relay | CellCommand::RelayEarly => {
-                self.queue_towards(io, circ, false, cell);
-            }
-            _ => {}
-        }
-    }
-
-    fn on_create(&mut self, io: &mut impl Io<RelayTimer>, ch: ChannelId, k: ConnId, cell: Cell) {
-        let seq_in = u32::from(self.sequenced());
-        let circ = self.new_circuit(Circuit {
-            prev: Side::new(ch, cell.circ_id, seq_in),
-            next: None,
-            hop: cell.hop.max(1),
-            declared_heavy: with_design!(self.design, D => D::HONOURS_DECLARED_BULK)
-                && cell.arg == 1,
-            exit: None,
-            stats: QueueStats::default(),
-        });
-        if !self.table.channels[ch]
-            .circs
-            .bind_theirs(cell.circ_id, circ)
-        {
-            // The id is taken: a confused peer. Refuse.
-            self.circuits.remove(circ);
-            return;
-        }
-        self.assign_conn(circ, false, Some(k));
-        let done = io.onion_skin();
-        if done > io.now() {
-            // A worker thread answers it; the CREATED2 waits for that.
-            self.onion_skins.push(Reverse((done, circ, ch)));
-            io.arm_at(done, RelayTimer::OnionSkin);
-            return;
-        }
-        let reply = Cell::new(0, CellCommand::Created2);
-        self.queue_towards(io, circ, false, reply);
-    }
-
-    /// Answers the CREATE2 cells whose onion skins the workers have finished.
-    fn onion_skins_done(&mut self, io: &mut impl Io<RelayTimer>) {
-        let now = io.now();
-        while let Some(&Reverse((done, circ, _))) = self.onion_skins.peek() {
-            if done > now {
-                break;
-            }
-            self.onion_skins.pop();
-            // A circuit destroyed meanwhile is gone (its id finds no later circuit).
-            if self.circuits.contains(circ) {
-                let reply = Cell::new(0, CellCommand::Created2);
-                self.queue_towards(io, circ, false, reply);
-            }
-        }
-    }
-
-    fn relay_cell_for_us(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, cell: Cell) {
-        match cell.relay {
-            RelayCommand::Extend2 => self.extend(io, circ, cell.arg as HostId),
-            RelayCommand::Begin => self.begin(io, circ, cell),
-            RelayCommand::BeginDir => self.begin_dir(io, circ, cell),
-            RelayCommand::Data => self.exit_data(io, circ, cell),
-            RelayCommand::Sendme => self.exit_sendme(io, circ, cell),
-            RelayCommand::End => {
-                if let Some(st) = self.find_stream(circ, cell.stream_id) {
-                    self.end_stream(io, st, false);
-                }
-            }
-            RelayCommand::Xoff | RelayCommand::Xon => {
-                if let Some(st) = self.find_stream(circ, cell.stream_id) {
-                    let s = self.streams.get_mut(st).unwrap();
-                    s.sender.set_xoff(cell.relay == RelayCommand::Xoff);
-                    if cell.relay == RelayCommand::Xon {
-                        self.package(io, circ);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn extend(&mut self, io: &mut impl Io<RelayTimer>, circ: CircuitId, target: HostId) {
-        if self.circuits[circ].next.is_some() {
-            return;
-        }
-        let Some(ch) = self.channel_to(io, target) else {
-            self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
-            return;
-        };
-        let Ok(arrived_on) = with_design!(self.design, D => D::circuit_conn(self, io, ch)) else {
-            self.destroy_circuit_because(io, circ, None, DESTROY_CONNECT_FAILED);
-            return;
-        };
-        let circ_id = self.table.channels[ch].circs.allocate(circ);
-        let c = &mut self.circuits[circ];
-        c.next = Some(Side::new(ch, circ_id, 0));
-        let mut create = Cell::new(0, CellCommand::Create2);
-        create.hop = c.hop + 1;
-        create.arg = u32::from(c.declared_heavy);
-        self.assign_conn(circ, true, arrived_on);
-        self.queue_towards(io, circ, true, create);
-    }
-
-    /// Puts a cell on a circuit's queue towards the exit (`forward`) or the client.
-    fn queue_towards(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        circ: CircuitId,
-        forward: bool,
-        cell: Cell,
-    ) {
-        self.queue_run_towards(io, circ, forward, cell, 1);
-    }
-
-    /// Queues `count` copies of `cell`. A cell that finds the queue full kills the circuit, as
-    /// tor's limit on a circuit's queue does; callers with runs of several make sure they fit.
-    fn queue_run_towards(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        circ: CircuitId,
-        forward: bool,
-        mut cell: Cell,
-        count: u32,
-    ) {
-        let cap = self.world.params.max_circuit_queue_cells as usize;
-        let c = &mut self.circuits[circ];
-        let side = if forward {
-            c.next.as_mut().unwrap()
-        } else {
-            &mut c.prev
-        };
-        cell.circ_id = side.circ_id;
-        if side.queue.len() + count as usize > cap {
-            debug_assert_eq!(count, 1);
-            self.meter.second.circuits_killed += 1;
-            self.destroy_circuit(io, circ, None);
-            return;
-        }
-        side.queue.push_run(cell, count);
-        let len = side.queue.len() as u32;
-        c.stats.max_queue = c.stats.max_queue.max(len);
-        let ch = side.chan;
-        self.queued_cells += u64::from(count);
-        let chan = &mut self.table.channels[ch];
-        chan.queued += u64::from(count);
-        chan.mux.add_active(circ);
-        // `mark_pending` with the channel at hand (its queue is not empty now).
-        if !chan.pending {
-            chan.pending = true;
-            self.now_pending(io, ch);
-        }
-    }
-
-    fn destroy_circuit(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        circ: CircuitId,
-        came_from_prev: Option<bool>,
-    ) {
-        self.destroy_circuit_because(io, circ, came_from_prev, 0);
-    }
-
-    /// Tears a circuit down, telling the sides it did not come from with DESTROY cells that
-    /// give `reason` (tor's END_CIRC_REASON number; 0 = none).
-    fn destroy_circuit_because(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        circ: CircuitId,
-        came_from_prev: Option<bool>,
-        reason: u32,
-    ) {
-        let Some(c) = self.circuits.remove(circ) else {
-            return;
-        };
-        let mut sides = vec![(c.prev, came_from_prev != Some(true))];
-        if let Some(next) = c.next {
-            sides.push((next, came_from_prev != Some(false)));
-        }
-        let cell_bytes = self.world.cell_wire_bytes();
-        for (side, notify) in sides {
-            self.queued_cells -= side.queue.len() as u64;
-            let chan = &mut self.table.channels[side.chan];
-            chan.queued -= side.queue.len() as u64;
-            chan.mux.detach(circ);
-            chan.parked.retain(|&x| x != circ);
-            chan.release(side.circ_id);
-            // The connection the DESTROY goes on: the circuit's own, else any usable one.
-            let own = side.conn.filter(|k| chan.conns.contains(k));
-            let conn = own.or_else(|| {
-                chan.conns
-                    .iter()
-                    .copied()
-                    .find(|&k| self.table.conns[k].state == ConnState::Active)
-            });
-            if let Some(k) = own {
-                let pinned = &mut self.table.conns[k].circuits;
-                *pinned = pinned.saturating_sub(1);
-            }
-            let sequenced_chan = chan.sequenced;
-            let conn = conn.filter(|&k| notify && self.table.conns[k].carries_cells());
-            if let Some(conn) = conn {
-                let mut destroy = Cell::new(side.circ_id, CellCommand::Destroy);
-                destroy.arg = reason;
-                let message = if sequenced_chan {
-                    Wire::Sequenced {
-                        cell: destroy,
-                        seq: side.seq_out,
-                    }
-                } else {
-                    Wire::Cell(destroy)
-                };
-                if self.write_conn(io, conn, cell_bytes, message) {
-                    self.flush_conn(io, conn);
-                }
-            }
-            // Where the connection was the circuit's own (PCTCP, QUIC), it goes too.
-            let own = side
-                .conn
-                .filter(|k| self.table.channels[side.chan].conns.contains(k));
-            if let Some(k) = own {
-                let ch = side.chan;
-                with_design!(self.design, D => D::circuit_left(self, io, ch, k));
-            }
-        }
-        if let Some(exit) = c.exit {
-            for st in exit.streams {
-                if let Some(s) = self.streams.remove(st) {
-                    if let StreamEnd::Server(socket) = s.end {
-                        io.abort(socket);
-                        self.open_sockets -= 1;
-                    }
-                }
-            }
-        }
-    }
-
-    // --- the exit's side of streams ---
-
     /// The channels that are open or opening.
     pub fn channel_views(&self) -> Vec<ChannelView> {
         self.table
@@ -1400,26 +1023,9 @@ impl Relay {
             .collect()
     }
 
-    /// The circuits open here.
-    pub fn circuit_views(&self) -> Vec<CircuitView> {
-        self.circuits
-            .values()
-            .map(|c| CircuitView {
-                cells: c.stats.cells,
-                heavy: c.prev.heavy || c.next.as_ref().is_some_and(|n| n.heavy),
-                declared_heavy: c.declared_heavy,
-            })
-            .collect()
-    }
-
     /// The socket limit this relay works under (ConnLimit, or `ConnLimit * tau` under IMUX).
     pub fn effective_socket_limit(&self) -> u32 {
         self.socket_limit()
-    }
-
-    /// Cells queued in all circuit queues (for tests and samples).
-    pub fn queued_cells(&self) -> u64 {
-        self.queued_cells
     }
 
     /// Adds what this relay holds to `census`; `is_relay` says which hosts are relays.
@@ -1433,18 +1039,13 @@ impl Relay {
         }
         census.relay_circuits += self.circuits.len() as u64;
         census.exit_streams += self.streams.len() as u64;
-        census.queued_cells += self.queued_cells;
+        census.queued_cells += self.circuits.queued_cells();
     }
 
     /// Sockets it holds now (relay connections, QUIC connections, exit streams), as counted
     /// against ConnLimit.
     pub fn open_sockets(&self) -> u32 {
         self.open_sockets
-    }
-
-    /// Queue statistics of the circuits open here.
-    pub fn circuit_queue_stats(&self) -> Vec<QueueStats> {
-        self.circuits.values().map(|c| c.stats).collect()
     }
 
     /// For each exit circuit here that carries streams: its congestion window (Vegas) or
@@ -1507,7 +1108,7 @@ impl Machine for Relay {
                 let socket_queued_bytes = self.sum_unsent(io);
                 self.meter.sample(SecondEnd {
                     second: io.now() / NANOS_PER_SEC,
-                    queued_cells: self.queued_cells,
+                    queued_cells: self.circuits.queued_cells(),
                     open_sockets: self.open_sockets,
                     socket_queued_bytes,
                     cpu: io.cpu_second(),

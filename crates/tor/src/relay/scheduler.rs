@@ -451,7 +451,7 @@ impl Relay {
         c.stats.cells += 1;
         c.stats.overtaken += chan.queued - own;
         chan.queued -= 1;
-        self.queued_cells -= 1;
+        self.circuits.cell_left();
         run.allowance -= cell_bytes;
         self.buckets.note_written(cell_bytes, true);
         self.meter.second.cells_out += 1;

@@ -42,33 +42,33 @@ pub(super) use torchestra::{Torchestra, TorchestraIdeal};
 pub(super) use vanilla::Vanilla;
 
 /// Calls a hook of the relay's design: `with_design!(relay.design, D => D::hook(...))`
-/// expands to a match with `D` naming each design's type in turn. A new design adds its
-/// line here.
+/// expands to a match with `D` naming each design's type in turn, by full paths so that it
+/// needs no imports where it is used. A new design adds its line here.
 macro_rules! with_design {
     ($design:expr, $d:ident => $body:expr) => {
         match $design {
-            ChannelDesign::Vanilla => {
-                type $d = design::Vanilla;
+            ::onionlab_torcore::ChannelDesign::Vanilla => {
+                type $d = $crate::relay::design::Vanilla;
                 $body
             }
-            ChannelDesign::Pctcp => {
-                type $d = design::Pctcp;
+            ::onionlab_torcore::ChannelDesign::Pctcp => {
+                type $d = $crate::relay::design::Pctcp;
                 $body
             }
-            ChannelDesign::Torchestra => {
-                type $d = design::Torchestra;
+            ::onionlab_torcore::ChannelDesign::Torchestra => {
+                type $d = $crate::relay::design::Torchestra;
                 $body
             }
-            ChannelDesign::TorchestraIdeal => {
-                type $d = design::TorchestraIdeal;
+            ::onionlab_torcore::ChannelDesign::TorchestraIdeal => {
+                type $d = $crate::relay::design::TorchestraIdeal;
                 $body
             }
-            ChannelDesign::Imux => {
-                type $d = design::Imux;
+            ::onionlab_torcore::ChannelDesign::Imux => {
+                type $d = $crate::relay::design::Imux;
                 $body
             }
-            ChannelDesign::Quic => {
-                type $d = design::Quic;
+            ::onionlab_torcore::ChannelDesign::Quic => {
+                type $d = $crate::relay::design::Quic;
                 $body
             }
         }
