@@ -1,8 +1,8 @@
 //! The circuit table and switching: the circuits through this relay, each a side towards
-//! the client and (past the last hop, none) a side towards the exit, and where a cell that
+//! the client and (except at the last hop) a side towards the exit, and where a cell that
 //! arrives on one goes.
 //!
-//! [`CircuitTable`] keeps the circuits and the cells on their queues, and answers the
+//! [`CircuitTable`] keeps the circuits and the cells on their queues. A circuit answers the
 //! switching question for a relayed cell ([`Circuit::switch`]): on to the next hop, back to
 //! the previous one, or for this hop. The relay's half of this file does what follows from the
 //! answer: CREATE2 makes a circuit (its onion skin priced by the CPU model), EXTEND2 gives it
@@ -301,6 +301,8 @@ pub struct CircuitView {
 }
 
 impl Relay {
+    /// A cell that arrived on connection `k` of channel `ch`: a CREATE2 makes a circuit;
+    /// any other finds its circuit by id and goes where the circuit sends it.
     pub(super) fn handle_cell(
         &mut self,
         io: &mut impl Io<RelayTimer>,
