@@ -85,18 +85,6 @@ impl CircuitTable {
         self.queued
     }
 
-    /// Whether `count` more cells fit on the queue of `circ` towards the exit (`forward`) or
-    /// the client, within `cap` cells (tor's limit on a circuit's queue).
-    pub(super) fn fits(&self, circ: CircuitId, forward: bool, count: u32, cap: u32) -> bool {
-        let c = &self.circuits[circ];
-        let side = if forward {
-            c.next.as_ref()
-        } else {
-            Some(&c.prev)
-        };
-        side.is_some_and(|s| s.queue.len() + count as usize <= cap as usize)
-    }
-
     /// Queues `count` copies of `cell` on `circ` towards the exit (`forward`) or the client,
     /// under the circuit's id on that side, and returns the channel they wait for. `None`,
     /// queueing nothing, if they would take the queue past `cap` cells.
@@ -437,7 +425,8 @@ impl Relay {
         self.queue_towards(io, circ, true, create);
     }
 
-    /// Puts a cell on a circuit's queue towards the exit (`forward`) or the client.
+    /// Puts a cell on a circuit's queue towards the exit (`forward`) or the client. A cell
+    /// that finds the queue full kills the circuit, as tor's limit on a circuit's queue does.
     pub(super) fn queue_towards(
         &mut self,
         io: &mut impl Io<RelayTimer>,
@@ -445,26 +434,24 @@ impl Relay {
         forward: bool,
         cell: Cell,
     ) {
-        self.queue_run_towards(io, circ, forward, cell, 1);
-    }
-
-    /// Queues `count` copies of `cell`. A cell that finds the queue full kills the circuit, as
-    /// tor's limit on a circuit's queue does; callers with runs of several make sure they fit.
-    pub(super) fn queue_run_towards(
-        &mut self,
-        io: &mut impl Io<RelayTimer>,
-        circ: CircuitId,
-        forward: bool,
-        cell: Cell,
-        count: u32,
-    ) {
         let cap = self.world.params.max_circuit_queue_cells;
-        let Some(ch) = self.circuits.push(circ, forward, cell, count, cap) else {
-            debug_assert_eq!(count, 1);
+        let Some(ch) = self.circuits.push(circ, forward, cell, 1, cap) else {
             self.meter.second.circuits_killed += 1;
             self.destroy_circuit(io, circ, None);
             return;
         };
+        self.cells_queued(io, circ, ch, 1);
+    }
+
+    /// `count` cells of `circ` were just queued for channel `ch`: the channel counts them,
+    /// the circuit is active in its mux, and the channel is pending for the scheduler.
+    pub(super) fn cells_queued(
+        &mut self,
+        io: &mut impl Io<RelayTimer>,
+        circ: CircuitId,
+        ch: ChannelId,
+        count: u32,
+    ) {
         let chan = &mut self.table.channels[ch];
         chan.queued += u64::from(count);
         chan.mux.add_active(circ);
@@ -656,18 +643,16 @@ mod tests {
         let mut table = CircuitTable::new();
         let circ = table.insert(circuit(1, true));
         let data = Cell::relay(0, RelayCommand::Data, 3, 1);
-        assert!(table.fits(circ, true, 4, 4));
-        assert!(!table.fits(circ, true, 5, 4));
         assert_eq!(table.push(circ, true, data, 5, 4), None);
         assert_eq!(table.queued_cells(), 0);
         assert_eq!(table[circ].next.as_ref().unwrap().queue.len(), 0);
         assert_eq!(table.push(circ, true, data, 4, 4), Some(chan(2)));
         assert_eq!(table.push(circ, true, data, 1, 4), None);
         assert_eq!(table.queued_cells(), 4);
-        let last = table.insert(circuit(3, false));
-        assert!(
-            !table.fits(last, true, 1, 4),
-            "no side towards the exit at the last hop"
+        assert_eq!(
+            table.push(circ, false, data, 4, 4),
+            Some(chan(1)),
+            "each side its own"
         );
     }
 }

@@ -279,11 +279,7 @@ impl Relay {
     fn drain_upload(&mut self, io: &mut impl Io<RelayTimer>, st: ExitStreamId) {
         let s = self.streams.get_mut(st).unwrap();
         // Only a server stream has an upload to write (a directory request is one cell).
-        let server = match s.end {
-            StreamEnd::Server(socket) => Some(socket),
-            StreamEnd::Directory { .. } => None,
-        };
-        if let (true, Some(socket)) = (s.connected && s.upload.waiting > 0, server) {
+        if let (StreamEnd::Server(socket), true) = (s.end, s.connected && s.upload.waiting > 0) {
             let mut wrote = false;
             while s.upload.waiting > 0 {
                 let n = s.upload.waiting.min(u64::from(RELAY_DATA_BYTES));

@@ -906,13 +906,13 @@ impl Relay {
             Switch::ForUs | Switch::Beyond => return false,
         };
         let cap = self.world.params.max_circuit_queue_cells;
-        if !self.circuits.fits(circ, forward, count, cap) {
+        let Some(ch) = self.circuits.push(circ, forward, cell, count, cap) else {
             return false;
-        }
+        };
         self.meter.second.cells_in += u64::from(count);
         self.work.cells += u64::from(count);
         self.work.relay_crypt_cells(false, u64::from(count));
-        self.queue_run_towards(io, circ, forward, cell, count);
+        self.cells_queued(io, circ, ch, count);
         true
     }
 
