@@ -82,6 +82,33 @@ impl Congestion {
         self.cwnd < self.ssthresh
     }
 
+    /// Segments of `mss` bytes that a pacing sender moves as one burst now, as Linux sizes
+    /// a TSO/GSO packet (`tcp_tso_autosize`): what the pacing rate sends in 1/1024 s, at
+    /// least two and at most `max`. The pacing rate is the window per smoothed round trip
+    /// `srtt` times 2 in slow start and 1.2 after (`tcp_pacing_ss_ratio`,
+    /// `tcp_pacing_ca_ratio`), so a slow flow's bursts stay small and a fast one's reach
+    /// 64 KiB. Before the first round trip is measured (`srtt` 0), two.
+    pub fn burst_segments(&self, mss: u64, srtt: SimDuration, max: u16) -> u16 {
+        if srtt == 0 {
+            return max.min(2);
+        }
+        let percent = if self.in_slow_start() { 200 } else { 120 };
+        // cwnd × percent/100 bytes per srtt nanoseconds, for 1/1024 s, in segments: one
+        // division, in 64 bits for any real window and round trip (a 128-bit division, a
+        // library call, was a visible part of sending when offload is on).
+        let num = self.cwnd.checked_mul(percent * 10_000_000);
+        let den = (1024 * mss.max(1)).checked_mul(srtt);
+        let segments = match (num, den) {
+            (Some(num), Some(den)) => num / den,
+            _ => {
+                let num = u128::from(self.cwnd) * u128::from(percent) * 10_000_000;
+                let den = 1024 * u128::from(mss.max(1)) * u128::from(srtt);
+                (num / den).min(u128::from(u64::MAX)) as u64
+            }
+        };
+        segments.max(2).min(u64::from(max)) as u16
+    }
+
     /// Growth on an ACK that newly acknowledged `acked` bytes outside loss recovery.
     /// Slow start counts every acknowledged byte (as Linux does, so delayed ACKs do not halve
     /// the growth rate); whatever overshoots ssthresh is handed to congestion avoidance.

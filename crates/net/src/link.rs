@@ -109,17 +109,28 @@ impl Link {
         self.busy_until
     }
 
-    /// Queues `n` packets of `bytes` each that reach the link at the same instant (an
-    /// offloaded packet's segments), first in, first out: those that find the queue full are
-    /// dropped and counted, the tail of the batch, as each waits behind the ones before it.
-    /// Returns how many were kept and when the last kept one leaves.
-    pub fn enqueue_batch(&mut self, now: SimTime, bytes: u32, n: u16) -> (u16, Option<SimTime>) {
+    /// Queues `n` packets that reach the link at the same instant (an offloaded packet's
+    /// segments), of `bytes` each but the last, of `last_bytes` (a UDP batch's last datagram
+    /// may be shorter), first in, first out: those that find the queue full are dropped and
+    /// counted, the tail of the batch, as each waits behind the ones before it. Returns how
+    /// many were kept and when the last kept one leaves.
+    pub fn enqueue_batch(
+        &mut self,
+        now: SimTime,
+        bytes: u32,
+        n: u16,
+        last_bytes: u32,
+    ) -> (u16, Option<SimTime>) {
         // Segments of one size take one time each, worked out once for the batch.
         let duration = self.serialisation(bytes);
         let mut last = None;
         let mut kept = 0;
         while kept < n && !self.full(now) {
-            last = Some(self.send(now, bytes, duration));
+            last = Some(if kept + 1 == n && last_bytes != bytes {
+                self.send(now, last_bytes, self.serialisation(last_bytes))
+            } else {
+                self.send(now, bytes, duration)
+            });
             kept += 1;
         }
         // Nothing drains at one instant: the rest of the batch finds the queue full too.
@@ -169,10 +180,10 @@ mod tests {
         let mut link = Link::new(8_000_000, 3000);
         // Four of 1000 bytes fit (the fourth finds 3000 waiting, not more); the other two
         // find the queue full.
-        assert_eq!(link.enqueue_batch(0, 1000, 6), (4, Some(4_000_000)));
+        assert_eq!(link.enqueue_batch(0, 1000, 6, 1000), (4, Some(4_000_000)));
         assert_eq!((link.drops, link.packets, link.bytes), (2, 4, 4000));
         // Nothing fits now.
-        assert_eq!(link.enqueue_batch(0, 1000, 3), (0, None));
+        assert_eq!(link.enqueue_batch(0, 1000, 3, 1000), (0, None));
         assert_eq!(link.drops, 5);
         // As many packets one by one: the same times and counts.
         let mut one = Link::new(8_000_000, 3000);
@@ -180,5 +191,15 @@ mod tests {
         assert_eq!(singles[3], Some(4_000_000));
         assert_eq!(singles[4], None);
         assert_eq!((one.drops, one.packets), (2, 4));
+    }
+
+    #[test]
+    fn a_batchs_shorter_last_packet_takes_its_own_time() {
+        // 8 Mbit/s: one byte per microsecond.
+        let mut link = Link::new(8_000_000, 100_000);
+        assert_eq!(link.enqueue_batch(0, 1000, 3, 400), (3, Some(2_400_000)));
+        assert_eq!((link.packets, link.bytes), (3, 2400));
+        // A batch of one is its last packet.
+        assert_eq!(link.enqueue_batch(0, 1000, 1, 400), (1, Some(2_800_000)));
     }
 }

@@ -30,24 +30,66 @@ pub struct Packet<M> {
 }
 
 impl<M> Packet<M> {
-    /// Wire packets this one stands for: 1, but a TCP packet under segmentation offload
-    /// (`NetworkConfig::segment_offload`) carries `wire_bytes / segment.wire_bytes()`
-    /// segments, its `segment` the first, the others of the same length and headers and
-    /// following it in sequence space. The count is not a field of its own because it follows
+    /// Wire packets this one stands for: 1, but under segmentation offload
+    /// (`NetworkConfig::segment_offload`) a TCP packet carries `wire_bytes /
+    /// segment.wire_bytes()` segments, its `segment` the first, the others of the same length
+    /// and headers and following it in sequence space, and a QUIC datagram its batch
+    /// ([`QuicDatagram::more`]). A TCP packet's count is not a field of its own because it follows
     /// from the sizes, and every packet in flight is an event: the packet's last spare bytes
     /// (three, beside `messages`) are better kept for what cannot be derived.
     #[inline]
     pub fn segments(&self) -> u16 {
         match &self.body {
             PacketBody::Tcp(t) => segments_in(self.wire_bytes, &t.segment),
-            _ => 1,
+            PacketBody::Quic(d) => 1 + d.more.len() as u16,
+            PacketBody::Udp(_) => 1,
         }
+    }
+
+    /// Wire bytes of each segment but the last, and of the last (see [`Packet::segments`]):
+    /// equal for TCP, while a QUIC batch's last datagram may be the smaller.
+    #[inline]
+    pub fn segment_bytes(&self) -> (u32, u32) {
+        match &self.body {
+            PacketBody::Quic(d) => match d.more.last() {
+                Some(last) => (
+                    d.packet.bytes + UDP_HEADER_BYTES,
+                    last.bytes + UDP_HEADER_BYTES,
+                ),
+                None => (self.wire_bytes, self.wire_bytes),
+            },
+            _ => {
+                let each = self.wire_bytes / u32::from(self.segments());
+                (each, each)
+            }
+        }
+    }
+
+    /// Keeps the first `kept` segments (at least 1) of an offloaded packet whose others were
+    /// dropped.
+    pub fn keep_segments(&mut self, kept: u16) {
+        debug_assert!(kept >= 1);
+        match &mut self.body {
+            PacketBody::Quic(d) => {
+                d.more.truncate(usize::from(kept) - 1);
+                self.wire_bytes = d.wire_bytes();
+            }
+            _ => self.wire_bytes = self.segment_bytes().0 * u32::from(kept),
+        }
+    }
+}
+
+impl<M> QuicDatagram<M> {
+    /// Bytes on the wire of the datagrams this one stands for, UDP and IP headers included.
+    pub fn wire_bytes(&self) -> u32 {
+        let payload: u32 = self.packet.bytes + self.more.iter().map(|p| p.bytes).sum::<u32>();
+        payload + UDP_HEADER_BYTES * (1 + self.more.len() as u32)
     }
 }
 
 /// Segments of `segment`'s size in a TCP packet of `wire_bytes` (see `Packet::segments`).
 #[inline]
-pub(crate) fn segments_in(wire_bytes: u32, segment: &TcpSegment) -> u16 {
+fn segments_in(wire_bytes: u32, segment: &TcpSegment) -> u16 {
     let one = segment.wire_bytes();
     if wire_bytes == one {
         1
@@ -141,6 +183,11 @@ pub struct QuicDatagram<M> {
     pub dst_conn: Option<SocketAddr>,
     /// The QUIC packet: its number space and number, its size, and descriptions of its frames.
     pub packet: QuicPacket,
+    /// Under segmentation offload (`NetworkConfig::segment_offload`), the packets that follow
+    /// `packet` in one batch, as Linux's `UDP_SEGMENT` sends them and GRO hands them up: each
+    /// a datagram of its own on the wire, all of `packet`'s size but the last, which may be
+    /// smaller. Empty (no allocation) for a lone datagram.
+    pub more: Vec<QuicPacket>,
     /// The connection's stream pipes, on the client's packets until it has heard from the
     /// server, so the server can attach to them.
     pub pipes: Option<Arc<QuicPipes<M>>>,

@@ -21,9 +21,7 @@ use rand::RngExt;
 
 use crate::link::Link;
 use crate::network::{Network, MAX_OFFLOAD_SEGMENTS};
-use crate::packet::{
-    segments_in, Packet, PacketBody, SocketAddr, TcpPacket, UdpDatagram, UDP_HEADER_BYTES,
-};
+use crate::packet::{Packet, PacketBody, SocketAddr, TcpPacket, UdpDatagram, UDP_HEADER_BYTES};
 use crate::pipe::ConnPipes;
 use crate::topology::Path;
 use crate::NetError;
@@ -549,11 +547,17 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
     /// circuit's cells.
     pub fn write_messages(&mut self, id: SocketId, bytes: u64, message: M, count: u32) {
         debug_assert!(self.send_space(id) >= bytes * u64::from(count));
-        match self.socket_mut(id) {
-            Some(s) if count > 1 && bytes > 0 && bytes <= u64::from(u32::MAX) => {
+        let run = count > 1 && bytes > 0 && bytes <= u64::from(u32::MAX);
+        match self.sockets.get_mut(id) {
+            Some(Socket::Tcp(s)) if run => {
                 let taken = s.conn.send(bytes * u64::from(count));
                 debug_assert_eq!(taken, bytes * u64::from(count));
                 s.mark_run(bytes as u32, count, message);
+            }
+            Some(Socket::Stream(_)) if run => {
+                let taken = self.stream_write(id, bytes * u64::from(count));
+                debug_assert_eq!(taken, bytes * u64::from(count));
+                self.stream_mark_run(id, bytes as u32, count, message);
             }
             _ => {
                 for _ in 0..count {
@@ -740,10 +744,13 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                 if n > 1 {
                     // An offloaded packet's segments queue one by one; those that find the
                     // queue full are dropped, and the rest go on as one packet.
-                    let each = packet.wire_bytes / u32::from(n);
-                    let (kept, done) = self.down.enqueue_batch(ctx.now(), each, n);
+                    let now = ctx.now();
+                    let (each, last) = packet.segment_bytes();
+                    let (kept, done) = self.down.enqueue_batch(now, each, n, last);
                     if let Some(done) = done {
-                        packet.wire_bytes = each * u32::from(kept);
+                        if kept < n {
+                            packet.keep_segments(kept);
+                        }
                         ctx.schedule_at(done, E::from(NetEvent::Deliver(packet)));
                     }
                     return;
@@ -1195,10 +1202,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let Some(departed) = self.up.enqueue(ctx.now(), wire_bytes) else {
             return Sent::Dropped;
         };
-        self.stats.packets_sent += match &packet.body {
-            PacketBody::Tcp(t) => u64::from(segments_in(wire_bytes, &t.segment)),
-            _ => 1,
-        };
+        self.stats.packets_sent += u64::from(packet.segments());
         self.stats.bytes_sent += wire_bytes as u64;
         let rng = ctx.rng();
         if path.loss > 0.0 && rng.random::<f64>() < path.loss {

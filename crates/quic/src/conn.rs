@@ -430,6 +430,16 @@ impl QuicConnection {
         }
     }
 
+    /// How many datagrams to send as one `UDP_SEGMENT` batch now: what a pacing rate of the
+    /// window per smoothed round trip sends in about a millisecond, at least two and at most
+    /// `max`, as Linux sizes TCP's offloaded bursts ([`Congestion::burst_segments`]). The
+    /// model does not pace QUIC; the bound keeps a batch, which reaches its receiver whole
+    /// once its last datagram has crossed the slowest link, from holding the first datagrams
+    /// back longer than a millisecond's worth of the flow.
+    pub fn offload_datagrams(&self, max: u16) -> u16 {
+        self.cc.burst_segments(self.mds(), self.rtt.smoothed, max)
+    }
+
     /// Asks for a `StreamWritable` when space frees (an application with a whole message that
     /// does not fit, as after a short `send`).
     pub fn wait_writable(&mut self, s: StreamId) {

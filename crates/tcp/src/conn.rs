@@ -1171,30 +1171,10 @@ impl TcpConnection {
     // ---------------------------------------------------------------- introspection
 
     /// How many segments Linux would hand its NIC as one under TSO/GSO on this connection now
-    /// (`tcp_tso_autosize`): what the connection's pacing rate sends in 1/1024 s, at least
-    /// two segments and at most `max`. The pacing rate is the window per smoothed round trip
-    /// times 2 in slow start and 1.2 after (`tcp_pacing_ss_ratio`, `tcp_pacing_ca_ratio`), so
-    /// a slow flow's bursts stay small and a fast one's reach 64 KiB.
+    /// (`tcp_tso_autosize`, [`Congestion::burst_segments`]): what its pacing rate sends in
+    /// 1/1024 s, at least two segments and at most `max`.
     pub fn offload_segments(&self, max: u16) -> u16 {
-        let srtt = self.rtt.srtt;
-        if srtt == 0 {
-            return max.min(2);
-        }
-        let percent = if self.cc.in_slow_start() { 200 } else { 120 };
-        // cwnd × percent/100 bytes per srtt nanoseconds, for 1/1024 s, in segments: one
-        // division, in 64 bits for any real window and round trip (a 128-bit division, a
-        // library call, was a visible part of sending when offload is on).
-        let num = self.cc.cwnd.checked_mul(percent * 10_000_000);
-        let den = (1024 * self.mss().max(1)).checked_mul(srtt);
-        let segments = match (num, den) {
-            (Some(num), Some(den)) => num / den,
-            _ => {
-                let num = u128::from(self.cc.cwnd) * u128::from(percent) * 10_000_000;
-                let den = 1024 * u128::from(self.mss().max(1)) * u128::from(srtt);
-                (num / den).min(u128::from(u64::MAX)) as u64
-            }
-        };
-        segments.max(2).min(u64::from(max)) as u16
+        self.cc.burst_segments(self.mss(), self.rtt.srtt, max)
     }
 
     /// A snapshot of the connection's counters and estimates.

@@ -469,7 +469,8 @@ fn every_design_is_deterministic_across_thread_counts() {
     }
 }
 
-fn quic_run(net: impl FnOnce(&mut TorNetwork), threads: usize) -> Simulation<TorHost> {
+/// The three-relay network under `quic` for 60 s: the simulation and the events it handled.
+fn quic_run(net: impl FnOnce(&mut TorNetwork), threads: usize) -> (Simulation<TorHost>, u64) {
     let mut params = design(ChannelDesign::Quic);
     params.max_circuit_dirtiness_s = 10;
     let clients = vec![bulk(2 * MIB), bulk(2 * MIB), web(), web()];
@@ -482,13 +483,13 @@ fn quic_run(net: impl FnOnce(&mut TorNetwork), threads: usize) -> Simulation<Tor
     );
     net(&mut spec);
     let mut sim = build(spec).expect("network builds").0;
-    sim.run_until(secs(60));
-    sim
+    let events = sim.run_until(secs(60)).events;
+    (sim, events)
 }
 
 #[test]
 fn quic_channels_carry_each_circuit_on_a_stream_of_one_connection() {
-    let sim = quic_run(|_| {}, 1);
+    let (sim, _) = quic_run(|_| {}, 1);
     let (guard, middle) = (relay_host(&sim, GUARD), relay_host(&sim, MIDDLE));
     eprintln!(
         "guard {:?}\nmiddle {:?}",
@@ -523,7 +524,7 @@ fn a_quic_channel_falls_back_to_tcp_when_quic_is_slower_than_the_link_handshake(
     // A server flight far beyond three times the client's first datagram needs several
     // round trips (the anti-amplification limit), so QUIC is not ready when TCP's link
     // handshake completes one round trip after connecting.
-    let sim = quic_run(|spec| spec.net.quic.server_handshake_bytes = 40_000, 1);
+    let (sim, _) = quic_run(|spec| spec.net.quic.server_handshake_bytes = 40_000, 1);
     let (guard, middle) = (relay_host(&sim, GUARD), relay_host(&sim, MIDDLE));
     assert_eq!(
         guard.meter.channels.quic_channels + middle.meter.channels.quic_channels,
@@ -536,7 +537,30 @@ fn a_quic_channel_falls_back_to_tcp_when_quic_is_slower_than_the_link_handshake(
 
 #[test]
 fn quic_channels_are_deterministic_across_thread_counts() {
-    let one = fingerprint(&quic_run(|_| {}, 1));
-    let two = fingerprint(&quic_run(|_| {}, 2));
+    let one = fingerprint(&quic_run(|_| {}, 1).0);
+    let two = fingerprint(&quic_run(|_| {}, 2).0);
     assert!(one == two, "quic differs between 1 and 2 threads");
+}
+
+/// Under segmentation offload a QUIC connection sends its datagrams in batches: the
+/// circuits still all complete, in fewer events, and the outputs stay the same for any
+/// thread count.
+#[test]
+fn quic_channels_under_offload_batch_datagrams_and_are_deterministic() {
+    let offload = |spec: &mut TorNetwork| spec.net.segment_offload = true;
+    let (_, plain_events) = quic_run(|_| {}, 1);
+    let (one, events) = quic_run(offload, 1);
+    let (two, _) = quic_run(offload, 2);
+    assert!(
+        fingerprint(&one) == fingerprint(&two),
+        "quic under offload differs between 1 and 2 threads"
+    );
+    let middle = relay_host(&one, MIDDLE);
+    assert!(middle.meter.channels.quic_channels >= 1);
+    assert!(all_ok(&one, 4..8) > 10);
+    eprintln!("events without offload {plain_events}, with {events}");
+    assert!(
+        (events as f64) < 0.8 * plain_events as f64,
+        "{events} events against {plain_events}"
+    );
 }

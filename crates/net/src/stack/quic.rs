@@ -13,13 +13,21 @@ use std::sync::Arc;
 
 use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, HostId};
-use onionlab_quic::{QuicConnection, QuicEvent, QuicInfo, StreamId};
+use onionlab_quic::{QuicConnection, QuicEvent, QuicInfo, QuicPacket, StreamId};
 use onionlab_tcp::SendWindow;
+use rand::RngExt;
 
 use super::{NetEvent, NetStack, Sent, Socket, SocketEvent, SocketId};
 use crate::packet::{PacketBody, QuicDatagram, SocketAddr, UDP_HEADER_BYTES};
 use crate::pipe::{ConnPipes, Pipe, QuicPipes};
 use crate::{NetError, NetStats};
+
+/// Most datagrams one `UDP_SEGMENT` send may carry (Linux's `UDP_MAX_SEGMENTS`).
+const MAX_UDP_SEGMENTS: u16 = 64;
+
+/// Most UDP payload bytes one such send may carry: an IPv4 packet's 65,535 bytes less its
+/// IP and UDP headers.
+const MAX_UDP_BATCH_BYTES: u32 = 65_535 - UDP_HEADER_BYTES;
 
 /// A slot id that names nothing.
 const NO_SOCKET: SocketId = SocketAddr {
@@ -313,6 +321,18 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         }
     }
 
+    /// Ends `count` equal messages of `step` bytes each on stream `id`, the last at the end
+    /// of the data written so far (as TCP's `mark_run`).
+    pub(super) fn stream_mark_run(&mut self, id: SocketId, step: u32, count: u32, message: M) {
+        let Some(st) = self.stream_ref(id) else {
+            return;
+        };
+        if let Some(q) = self.quic_ref(st.conn) {
+            st.out_pipe()
+                .push_run(q.conn.written(st.stream), step, count, message);
+        }
+    }
+
     pub(super) fn stream_wait_writable(&mut self, id: SocketId) {
         if let Some(&StreamSocket { conn, stream, .. }) = self.stream_ref(id) {
             if let Some(q) = self.quic_mut(conn) {
@@ -434,7 +454,13 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         if q.peer_conn.is_none() {
             q.peer_conn = Some(d.src_conn);
         }
+        // A batch is taken whole before anything is sent back (RFC 9000 13.2.1 lets a
+        // receiver process the packets at hand before deciding to acknowledge), so it is
+        // answered by one ACK, as a stack reading GRO batches answers it.
         q.conn.on_packet(now, &d.packet);
+        for packet in &d.more {
+            q.conn.on_packet(now, packet);
+        }
         self.drive_quic(ctx, id);
     }
 
@@ -597,44 +623,146 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         }
     }
 
+    /// Sends what the connection has to send while the upstream link takes it. Under
+    /// segmentation offload, packets leave in batches as with Linux's `UDP_SEGMENT`: those of
+    /// one size, the last perhaps shorter, as many as `QuicConnection::offload_datagrams`
+    /// allows (at most [`MAX_UDP_SEGMENTS`]) within 64 KiB, each a datagram on the wire but
+    /// one event in the simulation ([`QuicDatagram::more`]).
     fn send_quic<E: From<NetEvent<M>>>(&mut self, ctx: &mut Context<'_, E>, id: SocketId) {
         let now = ctx.now();
         let limit = self.net.config.up_tcp_backlog;
+        let offload = match self.sockets.get(id) {
+            Some(Socket::Quic(q)) if self.net.config.segment_offload => {
+                usize::from(q.conn.offload_datagrams(MAX_UDP_SEGMENTS))
+            }
+            _ => 0,
+        };
+        // The batch gathered so far: its first packet, the rest, and its payload bytes.
+        let mut batch: Option<(QuicPacket, Vec<QuicPacket>, u32)> = None;
         loop {
-            let backlog = self.up.backlog_bytes(now);
+            let held = batch.as_ref().map_or(0, |(_, more, bytes)| {
+                u64::from(bytes + UDP_HEADER_BYTES * (1 + more.len() as u32))
+            });
+            let backlog = self.up.backlog_bytes(now) + held;
             let Some(Socket::Quic(q)) = self.sockets.get_mut(id) else {
                 return;
             };
             if q.waiting_for_link {
-                return;
+                break;
             }
             // The kernel holds a UDP socket's datagrams back as it holds TCP's segments.
             if backlog > limit && !q.conn.is_closed() {
                 q.waiting_for_link = true;
                 self.link_waiters.push_back(id);
                 self.arm_up_ready(ctx);
-                return;
+                break;
             }
             let Some(packet) = q.conn.poll_transmit(now) else {
-                return;
+                break;
             };
-            let body = PacketBody::Quic(Box::new(QuicDatagram {
-                src_port: q.local_port,
-                dst_port: q.peer_port,
-                src_conn: id,
-                dst_conn: q.peer_conn,
-                packet,
-                pipes: q.peer_conn.is_none().then(|| q.pipes.clone()),
-            }));
-            let (peer, after) = (q.peer, q.last_arrival);
-            let path = self.net.path(self.host, peer);
-            let bytes = packet.bytes + UDP_HEADER_BYTES;
-            let packet = self.packet(peer, bytes, body);
-            let sent = self.transmit(ctx, path, packet, after);
-            if let Sent::Arrives(at) = sent {
-                if let Some(Socket::Quic(q)) = self.sockets.get_mut(id) {
-                    q.last_arrival = at;
+            // The client's first packets carry its pipes, and go alone.
+            let joinable = offload > 1 && q.peer_conn.is_some();
+            if let Some((first, more, bytes)) = batch.as_mut() {
+                let last = more.last().unwrap_or(first);
+                if joinable
+                    && last.bytes == first.bytes
+                    && packet.bytes <= first.bytes
+                    && more.len() + 1 < offload
+                    && *bytes + packet.bytes <= MAX_UDP_BATCH_BYTES
+                {
+                    more.push(packet);
+                    *bytes += packet.bytes;
+                    continue;
                 }
+            }
+            if let Some((first, more, _)) = batch.take() {
+                self.send_quic_batch(ctx, id, first, more);
+            }
+            if joinable {
+                batch = Some((packet, Vec::with_capacity(offload - 1), packet.bytes));
+            } else {
+                self.send_datagram(ctx, id, packet, Vec::new(), false);
+            }
+        }
+        if let Some((first, more, _)) = batch {
+            self.send_quic_batch(ctx, id, first, more);
+        }
+    }
+
+    /// Sends a batch: each datagram is lost on the path on its own, and a lost one splits
+    /// the batch, the datagrams before it leaving as one batch, while it still takes its time
+    /// on the upstream link (as TCP's offloaded segments do, `NetStack::send_offloaded`).
+    fn send_quic_batch<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        id: SocketId,
+        first: QuicPacket,
+        more: Vec<QuicPacket>,
+    ) {
+        let Some(Socket::Quic(q)) = self.sockets.get(id) else {
+            return;
+        };
+        let loss = self.net.path(self.host, q.peer).loss;
+        if more.is_empty() || loss <= 0.0 {
+            self.send_datagram(ctx, id, first, more, false);
+            return;
+        }
+        let mut run: Option<(QuicPacket, Vec<QuicPacket>)> = None;
+        for packet in std::iter::once(first).chain(more) {
+            if ctx.rng().random::<f64>() < loss {
+                if let Some((first, more)) = run.take() {
+                    self.send_datagram(ctx, id, first, more, true);
+                }
+                let bytes = packet.bytes + UDP_HEADER_BYTES;
+                if self.up.enqueue(ctx.now(), bytes).is_some() {
+                    self.stats.packets_sent += 1;
+                    self.stats.bytes_sent += u64::from(bytes);
+                    self.stats.path_losses += 1;
+                }
+                continue;
+            }
+            match run.as_mut() {
+                Some((_, more)) => more.push(packet),
+                None => run = Some((packet, Vec::new())),
+            }
+        }
+        if let Some((first, more)) = run {
+            self.send_datagram(ctx, id, first, more, true);
+        }
+    }
+
+    /// Puts `first` and the batch `more` that follows it on the wire as one event.
+    /// `rolled`: the caller has already rolled the path's loss for each, and these were kept.
+    fn send_datagram<E: From<NetEvent<M>>>(
+        &mut self,
+        ctx: &mut Context<'_, E>,
+        id: SocketId,
+        first: QuicPacket,
+        more: Vec<QuicPacket>,
+        rolled: bool,
+    ) {
+        let Some(Socket::Quic(q)) = self.sockets.get(id) else {
+            return;
+        };
+        let datagram = QuicDatagram {
+            src_port: q.local_port,
+            dst_port: q.peer_port,
+            src_conn: id,
+            dst_conn: q.peer_conn,
+            packet: first,
+            more,
+            pipes: q.peer_conn.is_none().then(|| q.pipes.clone()),
+        };
+        let (peer, after) = (q.peer, q.last_arrival);
+        let mut path = self.net.path(self.host, peer);
+        if rolled {
+            path.loss = 0.0;
+        }
+        let bytes = datagram.wire_bytes();
+        let packet = self.packet(peer, bytes, PacketBody::Quic(Box::new(datagram)));
+        if let Sent::Arrives(at) = self.transmit(ctx, path, packet, after) {
+            if let Some(Socket::Quic(q)) = self.sockets.get_mut(id) {
+                q.last_arrival = at;
             }
         }
     }

@@ -122,8 +122,10 @@ impl Relay {
     /// rather than going to the socket, and the socket's room is counted down here, so each
     /// cell is taken or refused as a write of its own would be. What is held goes to the
     /// socket in one write ([`release`](Self::release)) before anything else writes or reads
-    /// the socket. Only plain cells on TCP connections are held (sequenced cells all differ;
-    /// a QUIC stream's room is its connection's business).
+    /// the socket. Only plain cells are held (sequenced cells all differ). A QUIC stream's room
+    /// is its own send buffer's, which only writes to the stream use up, and KIST's limit for
+    /// its connection is read when a run starts (`Channel::quic_limit`), so holding a stream's
+    /// cells changes nothing a run reads.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn write_held(
         conns: &mut Slab<ConnId, Conn>,
@@ -147,9 +149,8 @@ impl Relay {
             }
         }
         Self::release(conns, work, io, held);
-        let stream = conns[k].stream;
         match Self::write_to_room(conns, unsent_watch, work, io, k, bytes, message) {
-            Some(room) if !stream => {
+            Some(room) => {
                 *held = Some(HeldCells {
                     k,
                     cell,
@@ -159,7 +160,7 @@ impl Relay {
                 });
                 true
             }
-            written => written.is_some(),
+            None => false,
         }
     }
 
