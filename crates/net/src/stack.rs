@@ -485,13 +485,15 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         }
     }
 
-    /// Asks (or stops asking) to hear when TCP socket `id`'s state may have moved: a segment
-    /// or timer it handled, anything it sent. For an application that waits on a few
-    /// sockets' send windows and would otherwise look at them again after every event of the
-    /// host. Any other kind of socket is never watched.
+    /// Asks (or stops asking) to hear when TCP socket or QUIC connection `id`'s state may
+    /// have moved: a packet or timer it handled, anything it sent. For an application that
+    /// waits on a few sockets' send windows and would otherwise look at them again after
+    /// every event of the host. A QUIC stream is never watched (its connection is).
     pub fn watch(&mut self, id: SocketId, on: bool) {
-        if let Some(s) = self.socket_mut(id) {
-            s.watched = on;
+        match self.sockets.get_mut(id) {
+            Some(Socket::Tcp(s)) => s.watched = on,
+            Some(Socket::Quic(q)) => q.watched = on,
+            _ => {}
         }
     }
 

@@ -44,6 +44,9 @@ pub(super) struct QuicSocket<M> {
     pipes: Arc<QuicPipes<M>>,
     initiator: bool,
     pub(super) waiting_for_link: bool,
+    /// The application asked to hear when the connection's state moves (see
+    /// `NetStack::watch`).
+    pub(super) watched: bool,
     /// Deadline of the timer event in flight, `u64::MAX` if none.
     timer: SimTime,
     /// When this connection's last packet reaches the peer (see `NetStack::transmit`).
@@ -75,6 +78,7 @@ impl<M> QuicSocket<M> {
             pipes,
             initiator,
             waiting_for_link: false,
+            watched: false,
             timer: u64::MAX,
             last_arrival: 0,
             ours: StreamTable::default(),
@@ -495,6 +499,11 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         id: SocketId,
     ) {
         let now = ctx.now();
+        // Every change to the connection's state, from a packet, a timer, the link or the
+        // application, ends here.
+        if self.quic_ref(id).is_some_and(|q| q.watched) {
+            self.watch_hit = true;
+        }
         loop {
             let Some(q) = self.quic_mut(id) else {
                 return;

@@ -165,19 +165,33 @@ impl Relay {
     }
 
     /// Whether a connection of a pending channel has room for a cell now: what the parked
-    /// scheduler's next run would find first (as `refresh_limit` and `count_room` read it).
-    /// No scheduler parks while a pending channel holds several connections (a run finds
-    /// their room only as it tries them) or under QUIC, so each is a TCP socket's.
+    /// scheduler's next run would find first (as `start_run` reads it). No scheduler parks
+    /// while a pending channel holds several connections whose room a run finds only as it
+    /// tries them (IMUX), so each is a TCP socket, or a QUIC stream whose room is its
+    /// connection's.
     pub(super) fn parked_room(&self, io: &impl Io<RelayTimer>) -> bool {
         let params = &self.world.params;
+        let reads_every_limit = with_design!(self.design, D => D::reads_every_limit(self));
         self.sched.pending.iter().any(|&ch| {
             let chan = &self.table.channels[ch];
             let cell_bytes = self.chan_cell_bytes(ch);
-            !chan.mux.is_empty()
-                && chan.conns.iter().any(|&k| {
-                    let conn = &self.table.conns[k];
+            if chan.mux.is_empty() {
+                return false;
+            }
+            let conns = &self.table.conns;
+            match (chan.carrier, chan.quic) {
+                (Carrier::Quic, Some(q)) => {
+                    // A run reads several streams' room only as it tries them (all of it
+                    // while their connection's limit lasts), one stream's at once.
+                    let lazy = chan.conns.len() > 1 && !reads_every_limit;
+                    write_limit(params, io.send_window(q).as_ref()) >= cell_bytes
+                        && (lazy || chan.conns.iter().any(|&k| conns[k].usable()))
+                }
+                _ => chan.conns.iter().any(|&k| {
+                    let conn = &conns[k];
                     conn.usable() && socket_limit(params, io, conn.socket).0 >= cell_bytes
-                })
+                }),
+            }
         })
     }
     /// Whether connection `k` (if any, and if it is still open) may take a cell of
@@ -265,6 +279,11 @@ impl Relay {
                 }
                 self.count_room(ch, cell_bytes);
                 with_design!(run.design, D => D::rank(self, ch, run.now));
+            }
+            let chan = &mut self.table.channels[ch];
+            if chan.carrier == Carrier::Quic && chan.quic_limit < cell_bytes {
+                // Its QUIC connection takes nothing more in this run, on any stream.
+                chan.room = 0;
             }
             if self.requeue(ch, &run.weight, heap) {
                 any_room = true;
@@ -525,8 +544,12 @@ impl Relay {
         if park {
             let (channels, conns) = (&self.table.channels, &self.table.conns);
             let sockets = self.sched.park(|ch, sockets| {
-                let of_conn = |&k: &ConnId| conns[k].socket;
-                sockets.extend(channels[ch].conns.iter().map(of_conn));
+                let chan = &channels[ch];
+                match (chan.carrier, chan.quic) {
+                    // Its streams' room is the connection's.
+                    (Carrier::Quic, Some(q)) => sockets.push(q),
+                    _ => sockets.extend(chan.conns.iter().map(|&k| conns[k].socket)),
+                }
             });
             for &socket in sockets {
                 io.watch(socket, true);

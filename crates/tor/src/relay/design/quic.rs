@@ -22,8 +22,6 @@ impl Design for Quic {
     const JOINS: bool = true;
     /// A new circuit's CREATE2 could overtake an old one's DESTROY on another stream.
     const REUSES_CIRC_IDS: bool = false;
-    /// A channel's limit comes from its QUIC connection, which the stack does not watch.
-    const MAY_PARK: bool = false;
 
     fn start(_r: &mut Relay, io: &mut impl Io<RelayTimer>) {
         io.quic_listen(QUIC_PORT)
