@@ -1087,11 +1087,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                 if run > 0 {
                     self.send_packet(ctx, id, start, run, true);
                 }
-                if self.up.enqueue(ctx.now(), next.wire_bytes()).is_some() {
-                    self.stats.packets_sent += 1;
-                    self.stats.bytes_sent += u64::from(next.wire_bytes());
-                    self.stats.path_losses += 1;
-                }
+                self.lost_on_path(ctx.now(), next.wire_bytes());
                 run = 0;
                 next.seq += u64::from(next.len);
                 start = next;
@@ -1102,6 +1098,17 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         }
         if run > 0 {
             self.send_packet(ctx, id, start, run, true);
+        }
+    }
+
+    /// A segment or datagram of `wire_bytes` that the path loses, its loss rolled by the
+    /// sender of an offloaded batch: it still takes its time on the upstream link and counts
+    /// as sent and lost.
+    fn lost_on_path(&mut self, now: SimTime, wire_bytes: u32) {
+        if self.up.enqueue(now, wire_bytes).is_some() {
+            self.stats.packets_sent += 1;
+            self.stats.bytes_sent += u64::from(wire_bytes);
+            self.stats.path_losses += 1;
         }
     }
 

@@ -20,6 +20,7 @@ use rand::RngExt;
 use super::{NetEvent, NetStack, Sent, Socket, SocketEvent, SocketId};
 use crate::packet::{PacketBody, QuicDatagram, SocketAddr, UDP_HEADER_BYTES};
 use crate::pipe::{ConnPipes, Pipe, QuicPipes};
+use crate::topology::Path;
 use crate::{NetError, NetStats};
 
 /// Most datagrams one `UDP_SEGMENT` send may carry (Linux's `UDP_MAX_SEGMENTS`).
@@ -671,6 +672,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             };
             // The client's first packets carry its pipes, and go alone.
             let joinable = offload > 1 && q.peer_conn.is_some();
+            let peer = q.peer;
             if let Some((first, more, bytes)) = batch.as_mut() {
                 let last = more.last().unwrap_or(first);
                 if joinable
@@ -690,7 +692,8 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             if joinable {
                 batch = Some((packet, Vec::with_capacity(offload - 1), packet.bytes));
             } else {
-                self.send_datagram(ctx, id, packet, Vec::new(), false);
+                let path = self.net.path(self.host, peer);
+                self.send_datagram(ctx, id, packet, Vec::new(), path);
             }
         }
         if let Some((first, more, _)) = batch {
@@ -711,23 +714,20 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         let Some(Socket::Quic(q)) = self.sockets.get(id) else {
             return;
         };
-        let loss = self.net.path(self.host, q.peer).loss;
-        if more.is_empty() || loss <= 0.0 {
-            self.send_datagram(ctx, id, first, more, false);
+        let path = self.net.path(self.host, q.peer);
+        if more.is_empty() || path.loss <= 0.0 {
+            self.send_datagram(ctx, id, first, more, path);
             return;
         }
+        // The loss is rolled here, datagram by datagram; the runs kept go on a lossless path.
+        let kept = Path { loss: 0.0, ..path };
         let mut run: Option<(QuicPacket, Vec<QuicPacket>)> = None;
         for packet in std::iter::once(first).chain(more) {
-            if ctx.rng().random::<f64>() < loss {
+            if ctx.rng().random::<f64>() < path.loss {
                 if let Some((first, more)) = run.take() {
-                    self.send_datagram(ctx, id, first, more, true);
+                    self.send_datagram(ctx, id, first, more, kept);
                 }
-                let bytes = packet.bytes + UDP_HEADER_BYTES;
-                if self.up.enqueue(ctx.now(), bytes).is_some() {
-                    self.stats.packets_sent += 1;
-                    self.stats.bytes_sent += u64::from(bytes);
-                    self.stats.path_losses += 1;
-                }
+                self.lost_on_path(ctx.now(), packet.bytes + UDP_HEADER_BYTES);
                 continue;
             }
             match run.as_mut() {
@@ -736,19 +736,19 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             }
         }
         if let Some((first, more)) = run {
-            self.send_datagram(ctx, id, first, more, true);
+            self.send_datagram(ctx, id, first, more, kept);
         }
     }
 
-    /// Puts `first` and the batch `more` that follows it on the wire as one event.
-    /// `rolled`: the caller has already rolled the path's loss for each, and these were kept.
+    /// Puts `first` and the batch `more` that follows it on the wire as one event, over
+    /// `path` to the peer (without its loss where the caller has already rolled it).
     fn send_datagram<E: From<NetEvent<M>>>(
         &mut self,
         ctx: &mut Context<'_, E>,
         id: SocketId,
         first: QuicPacket,
         more: Vec<QuicPacket>,
-        rolled: bool,
+        path: Path,
     ) {
         let Some(Socket::Quic(q)) = self.sockets.get(id) else {
             return;
@@ -763,10 +763,6 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             pipes: q.peer_conn.is_none().then(|| q.pipes.clone()),
         };
         let (peer, after) = (q.peer, q.last_arrival);
-        let mut path = self.net.path(self.host, peer);
-        if rolled {
-            path.loss = 0.0;
-        }
         let bytes = datagram.wire_bytes();
         let packet = self.packet(peer, bytes, PacketBody::Quic(Box::new(datagram)));
         if let Sent::Arrives(at) = self.transmit(ctx, path, packet, after) {

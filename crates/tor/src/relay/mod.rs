@@ -469,6 +469,14 @@ impl MultiConn {
 static NO_MULTI: MultiConn = MultiConn::NEW;
 
 impl Channel {
+    /// Whether a scheduler run reads this channel's room connection by connection as it
+    /// tries them, instead of all at its start: with several connections, unless the design
+    /// reads every limit (`Design::reads_every_limit`). `start_run` and `parked_room` must
+    /// agree on it.
+    fn reads_room_lazily(&self, reads_every_limit: bool) -> bool {
+        self.conns.len() > 1 && !reads_every_limit
+    }
+
     fn new(peer: HostId, initiator: bool, opener: bool, clock: &EwmaClock, now: SimTime) -> Self {
         Channel {
             peer,

@@ -179,13 +179,13 @@ impl Relay {
                 return false;
             }
             let conns = &self.table.conns;
-            match (chan.carrier, chan.quic) {
-                (Carrier::Quic, Some(q)) => {
+            match chan.carrier {
+                Carrier::Quic => {
                     // A run reads several streams' room only as it tries them (all of it
                     // while their connection's limit lasts), one stream's at once.
-                    let lazy = chan.conns.len() > 1 && !reads_every_limit;
-                    write_limit(params, io.send_window(q).as_ref()) >= cell_bytes
-                        && (lazy || chan.conns.iter().any(|&k| conns[k].usable()))
+                    self.quic_limit_now(io, ch) >= cell_bytes
+                        && (chan.reads_room_lazily(reads_every_limit)
+                            || chan.conns.iter().any(|&k| conns[k].usable()))
                 }
                 _ => chan.conns.iter().any(|&k| {
                     let conn = &conns[k];
@@ -266,7 +266,7 @@ impl Relay {
             if self.table.channels[ch].carrier == Carrier::Quic {
                 self.refresh_quic_limit(io, ch);
             }
-            let lazy = self.table.channels[ch].conns.len() > 1 && !reads_every_limit;
+            let lazy = self.table.channels[ch].reads_room_lazily(reads_every_limit);
             if lazy {
                 // Limits are read as connections are tried; running out of room shows as
                 // the channel's circuits parking one by one.

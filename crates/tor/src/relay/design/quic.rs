@@ -243,7 +243,12 @@ impl Relay {
     /// the connection's free congestion window plus KIST's extra socket space, less what its
     /// streams hold unsent (tor's `tcp_space` with the connection in the socket's place).
     pub(in crate::relay) fn refresh_quic_limit(&mut self, io: &impl Io<RelayTimer>, ch: ChannelId) {
+        self.table.channels[ch].quic_limit = self.quic_limit_now(io, ch);
+    }
+
+    /// The limit [`refresh_quic_limit`](Self::refresh_quic_limit) would read now.
+    pub(in crate::relay) fn quic_limit_now(&self, io: &impl Io<RelayTimer>, ch: ChannelId) -> u64 {
         let info = self.table.channels[ch].quic.and_then(|q| io.send_window(q));
-        self.table.channels[ch].quic_limit = write_limit(&self.world.params, info.as_ref());
+        write_limit(&self.world.params, info.as_ref())
     }
 }
