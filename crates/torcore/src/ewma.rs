@@ -114,9 +114,15 @@ impl CircuitEwma {
 
     /// Records `n` cells sent at `now`.
     pub fn note_cells(&mut self, clock: &EwmaClock, n: u32, now: SimTime) {
-        let (tick, frac) = clock.tick_and_fraction(now);
-        self.rescale_to(clock, tick);
-        self.count += n as f64 * clock.factor.powf(-frac);
+        self.note_weighted(clock, n, &clock.cell_weight(now));
+    }
+
+    /// As [`CircuitEwma::note_cells`], with the instant's weight already worked out by
+    /// `clock`: what a scheduler run that writes many cells at one instant calls, so that a
+    /// cell costs no power (IMUX counts every cell in its connection's EWMA).
+    pub fn note_weighted(&mut self, clock: &EwmaClock, n: u32, weight: &CellWeight) {
+        self.rescale_to(clock, weight.tick);
+        self.count += n as f64 * weight.unit;
     }
 
     /// The count in units of cells sent at the start of `now`'s tick: comparable across

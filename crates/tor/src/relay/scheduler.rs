@@ -31,7 +31,7 @@ pub(super) struct Run {
     /// What is left of the write bucket.
     allowance: u64,
     /// Every cell of the run is sent at `now`: one EWMA weight serves them all.
-    weight: CellWeight,
+    pub(super) weight: CellWeight,
     /// Cells written and not yet handed to their socket (see `Relay::write_held`).
     pub(super) held: Option<HeldCells>,
 }

@@ -165,7 +165,7 @@ impl Design for Imux {
         k: ConnId,
     ) {
         let conn = &mut r.table.conns[k];
-        conn.ewma.note_cells(&r.clock, 1, run.now);
+        conn.ewma.note_weighted(&r.clock, 1, &run.weight);
         if conn.ewma_seen_tick != u64::MAX {
             conn.ewma_seen_tick = u64::MAX;
             r.table.channels[ch].multi_mut().rank_dirty.push(k);
