@@ -681,6 +681,11 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                     && more.len() + 1 < offload
                     && *bytes + packet.bytes <= MAX_UDP_BATCH_BYTES
                 {
+                    if more.capacity() == 0 {
+                        // Allocated once a second datagram joins: most lone datagrams are
+                        // ACKs, which would otherwise each take a batch's worth.
+                        more.reserve_exact(offload - 1);
+                    }
                     more.push(packet);
                     *bytes += packet.bytes;
                     continue;
@@ -690,7 +695,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                 self.send_quic_batch(ctx, id, first, more);
             }
             if joinable {
-                batch = Some((packet, Vec::with_capacity(offload - 1), packet.bytes));
+                batch = Some((packet, Vec::new(), packet.bytes));
             } else {
                 let path = self.net.path(self.host, peer);
                 self.send_datagram(ctx, id, packet, Vec::new(), path);
