@@ -184,6 +184,7 @@ pub(crate) fn transport(sim: &Simulation<TorHost>, world: &TorWorld) -> Transpor
             t.quic_packets_lost += net.quic_lost;
             t.quic_ptos += net.quic_ptos;
             t.relay_packets_sent += net.packets_sent;
+            t.relay_batches_sent += net.batches_sent;
             t.relay_tcp_retransmits += net.tcp_retransmits;
             t.relay_tcp_timeouts += net.tcp_timeouts;
             t.relay_path_losses += net.path_losses;

@@ -127,6 +127,10 @@ pub struct NetStats {
     pub packets_sent: u64,
     /// Wire bytes (IP headers included) of those packets.
     pub bytes_sent: u64,
+    /// Of those packets, the units the upstream link took them in: an offloaded batch of
+    /// segments or datagrams counts once, as it is one event on its way. Against
+    /// `packets_sent`, how well offload batches a host's traffic.
+    pub batches_sent: u64,
     /// Wire packets delivered to this host past its downstream queue (each segment counts).
     pub packets_received: u64,
     /// Wire bytes (IP headers included) of those packets.
@@ -1212,6 +1216,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             return Sent::Dropped;
         };
         self.stats.packets_sent += u64::from(packet.segments());
+        self.stats.batches_sent += 1;
         self.stats.bytes_sent += wire_bytes as u64;
         let rng = ctx.rng();
         if path.loss > 0.0 && rng.random::<f64>() < path.loss {

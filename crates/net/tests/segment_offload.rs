@@ -86,6 +86,11 @@ fn offload_fills_a_bottleneck_in_fewer_events() {
                 (0.97..1.03).contains(&ratio),
                 "{stats:?} against {plain_stats:?}"
             );
+            // Without offload every packet leaves on its own; with it, in batches of several
+            // (fewer per batch on the slow link, whose window per round trip is smaller).
+            assert_eq!(plain_stats.batches_sent, plain_stats.packets_sent);
+            let per_batch = stats.packets_sent as f64 / stats.batches_sent as f64;
+            assert!(per_batch > 1.5, "{per_batch} packets per batch: {stats:?}");
         }
     }
 }

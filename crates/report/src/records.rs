@@ -419,11 +419,17 @@ pub struct TransportRecord {
     pub quic_packets_lost: u64,
     /// Probe timeouts on the relays' QUIC connections.
     pub quic_ptos: u64,
-    /// IP packets the relays' TCP sent. With the four counts after it, it shows how much of
-    /// the relays' traffic went to loss recovery; all five are absent (zero) in results
-    /// written before they were counted.
+    /// IP packets the relays sent, TCP segments and UDP datagrams alike (each one of an
+    /// offloaded batch counts). With the retransmission, timeout and loss counts below, it
+    /// shows how much of the relays' traffic went to loss recovery; all of them are absent
+    /// (zero) in results written before they were counted.
     #[serde(default)]
     pub relay_packets_sent: u64,
+    /// The units the relays' upstream links took those packets in: an offloaded batch of
+    /// segments or datagrams counts once. Against `relay_packets_sent`, how well offload
+    /// batched the relays' traffic (absent, zero, in results written before it was counted).
+    #[serde(default)]
+    pub relay_batches_sent: u64,
     /// Segments the relays' TCP retransmitted.
     #[serde(default)]
     pub relay_tcp_retransmits: u64,
