@@ -4,7 +4,8 @@
 # one thread. Rounds are interleaved (every design once per round, vanilla first), so a
 # shared machine's drift falls on all designs alike; each round's wall time is divided by
 # that round's vanilla. Prints one Markdown table per scenario: events (exact), median
-# wall time, the ratio of the medians, the per-round ratios and the largest peak RSS.
+# wall time, the ratio of the medians, the per-round ratios with their median (the two
+# medians part where the machine's speed changed during a round) and the largest peak RSS.
 #
 # Usage: scripts/design-cost.sh [ROUNDS] [BINARY]
 #   ROUNDS  interleaved rounds (default 3)
@@ -53,7 +54,7 @@ for name, stop in (("toy", sys.argv[4]), ("imux-small", sys.argv[5])):
     base = [load("vanilla", i)["wall_seconds"] for i in range(1, rounds + 1)]
     base_events = load("vanilla", 1)["events"]
     print(f"\n{name}, {stop} simulated, 1 thread, {rounds} interleaved rounds\n")
-    print("| design | events | events against vanilla | median wall | wall against vanilla (medians) | per-round ratios | peak RSS |")
+    print("| design | events | events against vanilla | median wall | wall against vanilla (medians) | per-round ratios (median) | peak RSS |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for d in designs:
         rs = [load(d, i) for i in range(1, rounds + 1)]
@@ -61,7 +62,8 @@ for name, stop in (("toy", sys.argv[4]), ("imux-small", sys.argv[5])):
         assert len(events) == 1, f"{name} {d}: event counts differ between rounds: {events}"
         walls = [r["wall_seconds"] for r in rs]
         ratio = statistics.median(walls) / statistics.median(base)
-        per_round = ", ".join(f"{w / b:.2f}" for w, b in zip(walls, base))
+        ratios = [w / b for w, b in zip(walls, base)]
+        per_round = ", ".join(f"{r:.2f}" for r in ratios) + f" ({statistics.median(ratios):.2f})"
         rss = max(r["peak_rss_bytes"] for r in rs) / 2**20
         n = events.pop()
         print(f"| {d} | {n:,} | {n / base_events:.2f} | {statistics.median(walls):.1f} s | {ratio:.2f} | "
