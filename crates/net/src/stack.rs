@@ -127,8 +127,9 @@ pub struct NetStats {
     pub packets_sent: u64,
     /// Wire bytes (IP headers included) of those packets.
     pub bytes_sent: u64,
-    /// Of those packets, the units the upstream link took them in: an offloaded batch of
-    /// segments or datagrams counts once, as it is one event on its way. Against
+    /// The events those packets left in: an offloaded batch of segments or datagrams counts
+    /// once. A segment that the path loses out of a batch (its loss rolled by the sender, see
+    /// `NetStack::lost_on_path`) is in `packets_sent` and in no batch. Against
     /// `packets_sent`, how well offload batches a host's traffic.
     pub batches_sent: u64,
     /// Wire packets delivered to this host past its downstream queue (each segment counts).

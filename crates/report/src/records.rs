@@ -425,8 +425,8 @@ pub struct TransportRecord {
     /// (zero) in results written before they were counted.
     #[serde(default)]
     pub relay_packets_sent: u64,
-    /// The units the relays' upstream links took those packets in: an offloaded batch of
-    /// segments or datagrams counts once. Against `relay_packets_sent`, how well offload
+    /// The events those packets left the relays in: an offloaded batch of segments or
+    /// datagrams counts once. Against `relay_packets_sent`, how well offload
     /// batched the relays' traffic (absent, zero, in results written before it was counted).
     #[serde(default)]
     pub relay_batches_sent: u64,
