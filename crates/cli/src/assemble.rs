@@ -8,6 +8,7 @@ use onionlab_scenario::{Plan, PlanHost, Scenario};
 use onionlab_tor::attack::AttackPlan;
 use onionlab_tor::build::{HostRole, HostSpec, TorNetwork};
 use onionlab_tor::client::ClientOptions;
+use onionlab_tor::process::ProcessPlan;
 use onionlab_tor::RelayLimits;
 
 fn place(node: usize, up: u64, down: u64) -> HostPlacement {
@@ -18,7 +19,31 @@ fn place(node: usize, up: u64, down: u64) -> HostPlacement {
     }
 }
 
-/// Host order: relays (host id = consensus index), authorities, servers, clients.
+/// Gives every managed process of `network` its working folder, `processes/<host>` under
+/// `out_dir`, the shim at `shim`, and the run's `control`.
+/// Every path is made absolute here: a process runs in its own folder, where the dynamic
+/// loader would look for a relative shim and `exec` for a relative program.
+pub(crate) fn set_process_dirs(
+    network: &mut TorNetwork,
+    out_dir: &std::path::Path,
+    shim: &std::path::Path,
+    control: &onionlab_engine::RunControl,
+) -> std::io::Result<()> {
+    let out_dir = std::path::absolute(out_dir)?;
+    let shim = std::path::absolute(shim)?;
+    for h in &mut network.hosts {
+        if let HostRole::Process(p) = &mut h.role {
+            p.dir = out_dir.join("processes").join(&h.name);
+            p.shim = shim.clone();
+            p.program = std::path::absolute(&p.program)?;
+            p.control = control.clone();
+        }
+    }
+    Ok(())
+}
+
+/// Host order: relays (host id = consensus index), authorities, servers, clients, attackers,
+/// managed processes.
 pub(crate) fn tor_network(
     scenario: &Scenario,
     graph: Graph,
@@ -103,6 +128,23 @@ pub(crate) fn tor_network(
                 end: a.end,
                 circuits: a.circuits,
                 every: a.every,
+            }),
+        });
+    }
+    for p in &plan.processes {
+        hosts.push(HostSpec {
+            name: p.host.name.clone(),
+            placement: place(p.host.node, p.host.link_up_bps, p.host.link_down_bps),
+            role: HostRole::Process(ProcessPlan {
+                program: p.program.clone(),
+                args: p.args.clone(),
+                env: p.env.clone(),
+                start: p.start,
+                stall_limit: std::time::Duration::from_nanos(p.stall_limit),
+                // The run gives each process its folder and the shim (`set_process_dirs`).
+                dir: std::path::PathBuf::new(),
+                shim: std::path::PathBuf::new(),
+                control: Default::default(),
             }),
         });
     }

@@ -110,6 +110,7 @@ pub(crate) fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         directory: None,
         cpu: None,
         state: Vec::new(),
+        processes: Vec::new(),
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(&scenario).unwrap_or(serde_json::Value::Null),
         seed: scenario.run.seed,

@@ -117,6 +117,58 @@ pub(crate) fn drain(
     out
 }
 
+/// What became of each managed process, in host order.
+pub(crate) fn processes(
+    sim: &Simulation<TorHost>,
+    world: &TorWorld,
+) -> Vec<onionlab_report::ProcessRecord> {
+    let mut out = Vec::new();
+    for id in 0..sim.host_count() as u32 {
+        if let TorHost::Process(p) = sim.host(id) {
+            let r = p.record();
+            out.push(onionlab_report::ProcessRecord {
+                host: world.name(id).to_string(),
+                program: p.program().display().to_string(),
+                started_s: r.started.map(as_secs_f64),
+                ended_s: r.ended.map(as_secs_f64),
+                exit_code: r.exit_code,
+                signal: r.signal,
+                failure: r.failure,
+                system_calls: r.calls,
+                unsupported_calls: r.unsupported.into_iter().collect(),
+            });
+        }
+    }
+    out
+}
+
+/// One line per managed process for the run's log: how it ended and, once, the system calls
+/// it made that onionlab does not implement.
+pub(crate) fn process_log(records: &[onionlab_report::ProcessRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|p| {
+            let ended = match (p.ended_s, p.exit_code, &p.failure) {
+                (_, _, Some(why)) => format!("failed: {why}"),
+                (Some(t), Some(code), None) => format!("exited with status {code} at {t:.6} s"),
+                (None, _, None) if p.started_s.is_some() => "still running at the end".into(),
+                _ => "not started (its start time is after the end)".into(),
+            };
+            let mut line = format!("process {}: {ended}", p.host);
+            if !p.unsupported_calls.is_empty() {
+                let calls: Vec<String> = (p.unsupported_calls.iter())
+                    .map(|(name, n)| format!("{name} ×{n}"))
+                    .collect();
+                line += &format!(
+                    "; unsupported system calls, answered ENOSYS: {}",
+                    calls.join(", ")
+                );
+            }
+            line
+        })
+        .collect()
+}
+
 /// Counts what the network's hosts hold now (see [`StateSample`]); `is_relay` is indexed by
 /// host id, `events` is what the run has handled so far.
 pub(crate) fn state(

@@ -479,6 +479,7 @@ pub(crate) fn run_one(
         directory: None,
         cpu: plan.cpu.as_ref().map(results::cpu_record),
         state: Vec::new(),
+        processes: Vec::new(),
         scenario_name: scenario.name.clone(),
         scenario: serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null),
         seed,
@@ -506,8 +507,10 @@ pub(crate) fn run_one(
                 .into(),
         ),
     };
-    let network = assemble::tor_network(scenario, graph, &plan, seed, threads)
+    let mut network = assemble::tor_network(scenario, graph, &plan, seed, threads)
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
+    assemble::set_process_dirs(&mut network, out_dir, &process_shim(out_dir), &control)
+        .map_err(|e| Failure::input(format!("{}: {e}", out_dir.display())))?;
     let hosts = network.hosts.len();
     let built = if control.is_interrupted() {
         Err(BuildError::Stopped {
@@ -550,6 +553,12 @@ pub(crate) fn run_one(
         Err(e) => return Err(build_failure(scenario, e)),
     };
     let out = new_output()?;
+    if !plan.processes.is_empty() {
+        let dir = out_dir.join("processes");
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| onionlab_process::install_shim(&dir).map(drop))
+            .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
+    }
     if let Some((host, at)) = options.inject_fault {
         if host as usize >= sim.host_count() {
             return Err(Failure::input(format!(
@@ -651,6 +660,10 @@ pub(crate) fn run_one(
         info.transport = Some(results::transport(&sim, &world));
         info.directory = results::directory(&sim, &world);
     }
+    info.processes = results::processes(&sim, &world);
+    for line in results::process_log(&info.processes) {
+        eprintln!("{line}");
+    }
     info.spans = sim.span_counts().to_vec();
     info.complete = complete;
     info.progress = progress;
@@ -725,6 +738,12 @@ pub(crate) fn run_one(
         });
     }
     Ok(())
+}
+
+/// Where a run in `out_dir` puts the shim its managed processes load
+/// (`onionlab_process::install_shim` writes it there).
+fn process_shim(out_dir: &Path) -> std::path::PathBuf {
+    out_dir.join("processes").join("libonionlab-shim.so")
 }
 
 /// The run that Ctrl-C, SIGTERM and SIGHUP stop. The handler can be installed only once per

@@ -64,7 +64,8 @@ pub use output::{
 pub use plot::{find_font, FONT_PATHS};
 pub use records::{
     CircuitRecord, CpuRecord, CpuShare, DirectoryRecord, DownloadRecord, Outcome,
-    ParseOutcomeError, RelaySample, RunInfo, StateSample, TransportRecord, WorkerRecord,
+    ParseOutcomeError, ProcessRecord, RelaySample, RunInfo, StateSample, TransportRecord,
+    WorkerRecord,
 };
 pub use report::{
     relative_change, write_comparison, write_comparison_sweep, write_comparison_with, write_report,

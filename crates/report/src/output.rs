@@ -820,6 +820,7 @@ mod tests {
             directory: None,
             cpu: None,
             state: Vec::new(),
+            processes: Vec::new(),
         }
     }
 

@@ -313,6 +313,36 @@ pub struct RunInfo {
     /// emulations and of older run.json files): how memory grows with the run, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub state: Vec<StateSample>,
+    /// The run's managed processes (real programs in simulated time), in host order; left out
+    /// when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessRecord>,
+}
+
+/// What became of one managed process (`run.json`'s `processes`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    /// Its host's name.
+    pub host: String,
+    /// The program, as the scenario named it.
+    pub program: String,
+    /// When it started, in simulated seconds; `null` if the run ended before its start time.
+    pub started_s: Option<f64>,
+    /// When it ended, in simulated seconds; `null` if it was still running at the end of the
+    /// run (onionlab then killed it).
+    pub ended_s: Option<f64>,
+    /// The status it exited with, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did (a crash, or onionlab's kill after a stall).
+    pub signal: Option<i32>,
+    /// Why it failed, in a sentence (it could not start, crashed, or stalled); `null` for a
+    /// process that exited by itself or was still running.
+    pub failure: Option<String>,
+    /// System calls the simulated kernel served (the time and the process's ids, which the
+    /// shim answers itself, and the calls it runs natively are not counted).
+    pub system_calls: u64,
+    /// Calls answered `ENOSYS` because onionlab does not implement them, by name.
+    pub unsupported_calls: std::collections::BTreeMap<String, u64>,
 }
 
 /// The live state of a simulated network at one moment, counted over every host. The counts

@@ -94,6 +94,7 @@ fn info(name: &str, seed: u64) -> RunInfo {
         directory: None,
         cpu: None,
         state: Vec::new(),
+        processes: Vec::new(),
     }
 }
 

@@ -57,9 +57,10 @@ pub use model::*;
 pub use overrides::{load_with_overrides, parse_with_overrides};
 pub use resolve::{
     load_graph, resolve, resolve_trial, ClientWorkload, Plan, PlanHost, PlannedAttack,
-    PlannedClient, PlannedHost, PlannedImpairment, PlannedRelay,
+    PlannedClient, PlannedHost, PlannedImpairment, PlannedProcess, PlannedRelay,
 };
 pub use units::{parse_duration, parse_rate, parse_size, Duration, Rate, Size};
+pub use validate::process_program;
 
 /// Why a scenario cannot be run, located as precisely as the problem allows.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -37,7 +37,8 @@ pub struct Scenario {
     /// The directory authorities (three by default).
     #[serde(default)]
     pub authorities: Authorities,
-    /// Where the relays come from.
+    /// Where the relays come from; none for a scenario of managed processes alone.
+    #[serde(default)]
     pub relays: RelaysSection,
     /// Server groups: the destinations that exits open streams to.
     #[serde(default)]
@@ -54,6 +55,54 @@ pub struct Scenario {
     /// The relays' CPU model (`none` by default).
     #[serde(default, skip_serializing_if = "CpuSection::is_none")]
     pub cpu: CpuSection,
+    /// Real programs in simulated time, each on a host of its own (managed processes), placed
+    /// after every other host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessGroup>,
+}
+
+/// One `processes` entry: a group of hosts, each running the same real Linux program in
+/// simulated time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessGroup {
+    /// The group's name; its hosts are `process-<name>-1`, `process-<name>-2`, and so on.
+    pub name: String,
+    /// Hosts in the group, each running its own instance of the program (1 to 10000).
+    #[serde(default = "one")]
+    pub count: u32,
+    /// The program: a path, relative to the scenario file's folder unless absolute, to a
+    /// dynamically linked x86-64 Linux executable.
+    pub path: String,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables it gets, besides `PATH` and `HOME` (its working directory).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// When it starts, in simulated time.
+    #[serde(default)]
+    pub start: Duration,
+    /// Wall-clock time the program may run without making a system call before onionlab
+    /// stops it as stuck (1 s to 1 h; 60 s by default).
+    #[serde(default = "default_stall_limit")]
+    pub stall_limit: Duration,
+    /// Access link rate of each host, both directions; `None` takes the graph node's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Rate>,
+    /// Upstream access rate of each host, overriding `bandwidth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_up: Option<Rate>,
+    /// Downstream access rate of each host, overriding `bandwidth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_down: Option<Rate>,
+    /// Two-letter country code: places the hosts on that country's graph nodes; `None`: any node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+}
+
+fn default_stall_limit() -> Duration {
+    Duration(60 * 1_000_000_000)
 }
 
 /// `report:` — relays whose throughput and sockets the report plots over time (attack
@@ -397,8 +446,15 @@ pub enum RelaysSection {
     Sample(SampleRelays),
 }
 
+/// No relays: what a scenario of managed processes alone has.
+impl Default for RelaysSection {
+    fn default() -> Self {
+        RelaysSection::Generate(GenerateRelays::default())
+    }
+}
+
 /// `relays.generate`: synthetic relays, counted by kind, with rates from a [`BandwidthModel`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenerateRelays {
     /// Relays with the Guard flag only.
@@ -711,6 +767,7 @@ macro_rules! link_of {
 }
 link_of!(ServerGroup);
 link_of!(ClientGroup);
+link_of!(ProcessGroup);
 link_of!(AttackSpec);
 
 /// What a client does: exactly one workload per group.

@@ -33,8 +33,10 @@ pub struct Plan {
     pub servers: Vec<PlannedHost>,
     /// Client hosts, group by group in file order.
     pub clients: Vec<PlannedClient>,
-    /// Attackers, placed after every other host.
+    /// Attackers, placed after the servers and clients.
     pub attacks: Vec<PlannedAttack>,
+    /// Managed processes, placed after every other host.
+    pub processes: Vec<PlannedProcess>,
     /// `network.impairments` with their names turned into hosts.
     pub impairments: Vec<PlannedImpairment>,
     /// The relays' CPU model, if the scenario has one.
@@ -67,6 +69,23 @@ pub struct PlannedImpairment {
     pub sides: [Vec<PlanHost>; 2],
     /// Probability, from 0 to below 1, that such a packet is lost, on top of its path's loss.
     pub loss: f64,
+}
+
+/// A managed process with its program found and its host placed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedProcess {
+    /// Its host, `process-<group>-<n>`.
+    pub host: PlannedHost,
+    /// The program, as a path from the working directory (or absolute).
+    pub program: std::path::PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its environment variables, in name order.
+    pub env: Vec<(String, String)>,
+    /// When it starts, in nanoseconds.
+    pub start: u64,
+    /// Wall-clock nanoseconds it may run without a system call before it is stopped.
+    pub stall_limit: u64,
 }
 
 /// An attacker with its victim found among the planned relays.
@@ -347,6 +366,7 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
     let servers = r.servers()?;
     let clients = r.clients()?;
     let attacks = r.attacks(&relays)?;
+    let processes = r.processes()?;
     for (i, name) in s.report.relays.iter().enumerate() {
         if !relays.iter().any(|r| &r.name == name) {
             return Err(r.err(
@@ -399,6 +419,7 @@ pub fn resolve_trial(s: &Scenario, graph: &Graph, trial: u32) -> Result<Plan, Sc
         servers,
         clients,
         attacks,
+        processes,
         impairments,
         cpu,
         relays_placed_anywhere: r.placed_anywhere,
@@ -673,6 +694,29 @@ impl Resolver<'_> {
                     &g.link(),
                     &format!("servers[{gi}]"),
                 )?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn processes(&mut self) -> Result<Vec<PlannedProcess>, ScenarioError> {
+        let mut out = Vec::new();
+        for (gi, g) in self.s.processes.iter().enumerate() {
+            for i in 1..=g.count {
+                let host = self.host(
+                    format!("process-{}-{i}", g.name),
+                    &g.name,
+                    &g.link(),
+                    &format!("processes[{gi}]"),
+                )?;
+                out.push(PlannedProcess {
+                    host,
+                    program: crate::validate::process_program(self.s, g),
+                    args: g.args.clone(),
+                    env: g.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    start: g.start.0,
+                    stall_limit: g.stall_limit.0,
+                });
             }
         }
         Ok(out)

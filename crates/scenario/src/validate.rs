@@ -50,6 +50,7 @@ pub(crate) fn check(s: &Scenario) -> Check {
     servers(&cx, s)?;
     clients(&cx, s)?;
     attacks(&cx, s)?;
+    processes(&cx, s)?;
     report(&cx, s)?;
     if let CpuSection::Model(spec) = &s.cpu {
         crate::cpu::check(cx.source, spec)?;
@@ -450,6 +451,9 @@ fn hosts(cx: &Ctx, s: &Scenario) -> Check {
     for (i, g) in s.clients.iter().enumerate() {
         groups.push((format!("clients[{i}].count"), g.count.into()));
     }
+    for (i, g) in s.processes.iter().enumerate() {
+        groups.push((format!("processes[{i}].count"), g.count.into()));
+    }
     let mut total: u64 = 0;
     for (field, n) in groups {
         if n > MAX_HOSTS {
@@ -576,10 +580,11 @@ fn relays(cx: &Ctx, s: &Scenario) -> Check {
                 + u64::from(g.exit)
                 + u64::from(g.guard_exit)
                 + u64::from(g.middle);
-            if total == 0 {
+            if total == 0 && (need_paths || s.processes.is_empty()) {
                 return Err(cx.err(
                     "relays.generate",
-                    "expected at least one relay (guard, exit, guard_exit or middle)",
+                    "expected at least one relay (guard, exit, guard_exit or middle); only a \
+                     scenario of managed processes alone (`processes`, no clients) may have none",
                 ));
             }
             if need_paths && g.exit == 0 && g.guard_exit == 0 {
@@ -950,6 +955,97 @@ fn servers(cx: &Ctx, s: &Scenario) -> Check {
                 ),
             ));
         }
+        link(cx, s, &p, &g.link())?;
+    }
+    Ok(())
+}
+
+/// The most hosts one `processes` group may have: each is a real process on this machine.
+const MAX_PROCESSES: u32 = 10_000;
+/// The range of `processes[].stall_limit`, in wall-clock time.
+const STALL_LIMIT_RANGE: (Duration, Duration) =
+    (Duration(1_000_000_000), Duration(3600 * 1_000_000_000));
+/// Longest argument or environment value a process may be given.
+const MAX_ARG_BYTES: usize = 4096;
+
+/// The program a `processes` entry names, as a path: relative to the scenario file's folder
+/// unless absolute.
+pub fn process_program(s: &Scenario, g: &ProcessGroup) -> std::path::PathBuf {
+    let path = Path::new(&g.path);
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    s.source
+        .parent()
+        .map_or_else(|| path.to_path_buf(), |dir| dir.join(path))
+}
+
+fn processes(cx: &Ctx, s: &Scenario) -> Check {
+    let mut names = HashSet::new();
+    for (i, g) in s.processes.iter().enumerate() {
+        let p = format!("processes[{i}]");
+        name(cx, &format!("{p}.name"), &g.name, false)?;
+        if !names.insert(g.name.as_str()) {
+            return Err(cx.err(
+                format!("{p}.name"),
+                format!("process group {:?} is defined twice", g.name),
+            ));
+        }
+        if !(1..=MAX_PROCESSES).contains(&g.count) {
+            return Err(cx.err(
+                format!("{p}.count"),
+                format!(
+                    "expected 1 to {MAX_PROCESSES} processes (each is a real process on this                      machine), got {}",
+                    g.count
+                ),
+            ));
+        }
+        if g.path.is_empty() {
+            return Err(cx.err(format!("{p}.path"), "expected the program's path, got \"\""));
+        }
+        onionlab_process::check_binary(&process_program(s, g))
+            .map_err(|e| cx.err(format!("{p}.path"), e))?;
+        for (k, a) in g.args.iter().enumerate() {
+            if a.len() > MAX_ARG_BYTES || a.contains('\0') {
+                return Err(cx.err(
+                    format!("{p}.args[{k}]"),
+                    format!(
+                        "expected at most {MAX_ARG_BYTES} bytes and no NUL, got {}",
+                        shown(a)
+                    ),
+                ));
+            }
+        }
+        for (k, v) in &g.env {
+            let plain = !k.is_empty() && !k.contains('=') && !k.contains('\0');
+            if !plain || v.len() > MAX_ARG_BYTES || v.contains('\0') {
+                return Err(cx.err(
+                    format!("{p}.env.{k}"),
+                    format!(
+                        "expected a variable name without '=' and a value of at most                          {MAX_ARG_BYTES} bytes without NUL, got {}={}",
+                        shown(k),
+                        shown(v)
+                    ),
+                ));
+            }
+            if k == "LD_PRELOAD" || k.starts_with("ONIONLAB_") {
+                return Err(cx.err(
+                    format!("{p}.env.{k}"),
+                    format!("{k} is onionlab's own (it loads the shim); leave it out"),
+                ));
+            }
+        }
+        if g.start >= s.run.stop_time {
+            return Err(cx.err(
+                format!("{p}.start"),
+                format!(
+                    "expected a start before run.stop_time ({}), got {}",
+                    s.run.stop_time, g.start
+                ),
+            ));
+        }
+        let (lo, hi) = STALL_LIMIT_RANGE;
+        duration_in(cx, &format!("{p}.stall_limit"), g.stall_limit, lo, hi)?;
         link(cx, s, &p, &g.link())?;
     }
     Ok(())

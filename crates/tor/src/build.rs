@@ -54,6 +54,8 @@ pub enum HostRole {
     },
     /// The socket exhaustion attacker.
     Attacker(AttackPlan),
+    /// A real program in simulated time.
+    Process(crate::process::ProcessPlan),
     /// Takes part in the network, sends nothing (directory authorities).
     Idle,
 }
@@ -92,6 +94,9 @@ pub struct TorNetwork {
 const PURPOSE_DIRECTORY: u32 = 0x70_0001;
 /// The random stream that draws the circuits of a warm start (`tor.warm_channels`).
 const PURPOSE_WARM: u32 = 0x70_0002;
+/// The random stream a managed process's simulated kernel draws from (`getrandom`,
+/// `/dev/urandom`).
+const PURPOSE_PROCESS: u32 = 0x70_0003;
 
 /// Why [`build_with`] made no simulation.
 #[derive(Debug, thiserror::Error)]
@@ -330,6 +335,13 @@ fn host_model(
                 Attacker::new(world.clone(), plan),
             )))
         }
+        HostRole::Process(plan) => TorHost::Process(Box::new(crate::process::ProcessHost::new(
+            stack,
+            &h.name,
+            id,
+            plan,
+            onionlab_engine::host_rng(seed, id, PURPOSE_PROCESS),
+        ))),
         HostRole::Idle => TorHost::Idle,
     })
 }

@@ -7,6 +7,7 @@ use onionlab_net::NetEvent;
 use crate::attack::AttackTimer;
 use crate::client::ClientTimer;
 use crate::cpu::CpuEvent;
+use crate::process::ProcessTimer;
 use crate::relay::RelayTimer;
 use crate::wire::Wire;
 
@@ -25,6 +26,8 @@ pub enum Ev {
     Attack(AttackTimer),
     /// A relay's CPU stage.
     Cpu(CpuEvent),
+    /// A managed-process host's timer.
+    Process(ProcessTimer),
     /// A deliberate failure, for tests of what happens when a model panics: any host handling
     /// it panics with the message [`crate::INJECTED_FAULT`]. Scheduled by [`crate::inject_fault`].
     Fault,

@@ -9,6 +9,7 @@ use crate::client::Client;
 pub use crate::driver::Driven;
 pub use crate::event::Ev;
 use crate::measure::Census;
+use crate::process::ProcessHost;
 use crate::relay::Relay;
 use crate::server::Server;
 use crate::wire::Wire;
@@ -42,6 +43,8 @@ pub enum TorHost {
     Server(Box<Server>),
     /// The socket exhaustion attacker, driven on its network stack.
     Attacker(Box<Driven<Attacker>>),
+    /// A real program in simulated time (a managed process).
+    Process(Box<ProcessHost>),
     /// A host that takes part in the network but whose traffic is not modelled (directory
     /// authorities: the consensus is given to everyone at the start).
     Idle,
@@ -71,6 +74,7 @@ impl TorHost {
             TorHost::Client(c) => Some(&c.stack),
             TorHost::Server(s) => Some(&s.stack),
             TorHost::Attacker(a) => Some(&a.stack),
+            TorHost::Process(p) => Some(&p.stack),
             TorHost::Idle => None,
         }
     }
@@ -111,6 +115,8 @@ impl Host for TorHost {
             (TorHost::Attacker(a), Ev::Net(e)) => a.on_net(ctx, e),
             (TorHost::Attacker(a), Ev::Attack(t)) => a.on_timer(ctx, t),
             (TorHost::Attacker(a), Ev::Start) => a.start(ctx),
+            (TorHost::Process(p), Ev::Process(t)) => p.on_timer(ctx, t),
+            (TorHost::Process(p), Ev::Start) => p.start(ctx),
             _ => {}
         }
     }

@@ -51,6 +51,7 @@ pub mod host;
 pub mod io;
 pub mod link;
 pub mod measure;
+pub mod process;
 pub mod relay;
 pub mod server;
 pub mod transport;

@@ -1,0 +1,374 @@
+//! Real programs in simulated time (`processes:` in a scenario), through the `onionlab`
+//! command: their outputs, their determinism, how failures are recorded, and that no process
+//! outlives the run.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn onionlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(args)
+        .output()
+        .expect("onionlab runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("onionlab-proc-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Test program `name` built into `dir` (a copy per test, so that a search for leftover
+/// processes by path finds only this test's).
+fn program(name: &str, dir: &Path) -> PathBuf {
+    let shared = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("programs");
+    let built = onionlab_process::programs::build(name, &shared).unwrap();
+    let own = dir.join(name);
+    fs::copy(built, &own).unwrap();
+    own
+}
+
+fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
+    let path = dir.join(file);
+    fs::write(&path, text).unwrap();
+    path
+}
+
+fn run_json(out_dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap()
+}
+
+fn stdout_of(out_dir: &Path, host: &str) -> String {
+    fs::read_to_string(out_dir.join("processes").join(host).join("stdout")).unwrap()
+}
+
+/// Processes whose command line names `path` (a program copied for one test).
+fn processes_running(path: &Path) -> Vec<u32> {
+    let want = path.to_str().unwrap().as_bytes();
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = fs::read(entry.path().join("cmdline")) {
+            if cmd.split(|&b| b == 0).next() == Some(want) {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+#[test]
+fn programs_run_in_simulated_time_identically_on_any_thread_count() {
+    let dir = tmp("clock");
+    let clock = program("clock", &dir);
+    let scenario = write(
+        &dir,
+        "clock.yaml",
+        &format!(
+            "name: clock\nrun: {{ seed: 5, stop_time: 20s }}\nprocesses:\n  \
+             - {{ name: clock, count: 2, path: {}, start: 1s }}\n  \
+             - {{ name: date, path: /bin/date, args: [-u, '+%F %T.%N'], start: 2500ms }}\n",
+            clock.display()
+        ),
+    );
+    let mut runs = Vec::new();
+    for threads in ["1", "2"] {
+        let out_dir = dir.join(format!("out-{threads}"));
+        let out = onionlab(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--no-report",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(
+            stderr.contains(
+                "process process-clock-1: exited with status 3 at 4.020000 s; unsupported \
+                 system calls, answered ENOSYS: socket ×1"
+            ),
+            "{stderr}"
+        );
+        runs.push(out_dir);
+    }
+    let out_dir = &runs[0];
+    let text = stdout_of(out_dir, "process-clock-1");
+    let lines: Vec<&str> = text.lines().collect();
+    // Started at 1 s: the clocks read 2000-01-01 00:00:01, then move only by what it slept.
+    assert_eq!(
+        lines[0],
+        "start: realtime 946684801.000000000 monotonic 946684801.000000000 gettimeofday \
+         946684801.000000 time 946684801"
+    );
+    assert!(lines[1].starts_with("after nanosleep 1.5 s: realtime 946684802.500000000 "));
+    assert!(
+        lines[2].starts_with("after clock_nanosleep to +2 s 250 ns: realtime 946684804.000000250 ")
+    );
+    assert!(lines[3].starts_with("after usleep 20 ms: realtime 946684804.020000250 "));
+    assert!(
+        text.contains("uname: Linux process-clock-1 x86_64\n"),
+        "{text}"
+    );
+    // Each host draws from its own stream: the two instances print different bytes.
+    let bytes = |t: &str| {
+        t.lines()
+            .find(|l| l.starts_with("getrandom:"))
+            .unwrap()
+            .to_string()
+    };
+    let other = stdout_of(out_dir, "process-clock-2");
+    assert_ne!(bytes(&text), bytes(&other));
+    assert_eq!(
+        stdout_of(out_dir, "process-date-1"),
+        "2000-01-01 00:00:02.500000000\n"
+    );
+    assert_eq!(
+        fs::read_to_string(out_dir.join("processes/process-clock-1/note.txt")).unwrap(),
+        "written natively in the process's directory\n"
+    );
+    let run = run_json(out_dir);
+    let procs = run["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 3);
+    assert_eq!(procs[0]["host"], "process-clock-1");
+    assert_eq!(procs[0]["started_s"], 1.0);
+    assert_eq!(procs[0]["ended_s"], 4.02000025);
+    assert_eq!(procs[0]["exit_code"], 3);
+    assert_eq!(procs[0]["failure"], serde_json::Value::Null);
+    assert_eq!(procs[0]["unsupported_calls"]["socket"], 1);
+    assert_eq!(procs[2]["host"], "process-date-1");
+    assert_eq!(procs[2]["exit_code"], 0);
+    // One thread or two, byte for byte: what the programs wrote and what the run recorded.
+    for host in ["process-clock-1", "process-clock-2", "process-date-1"] {
+        assert_eq!(
+            stdout_of(&runs[0], host),
+            stdout_of(&runs[1], host),
+            "{host}"
+        );
+    }
+    assert_eq!(run["processes"], run_json(&runs[1])["processes"]);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_refuses_programs_that_cannot_run() {
+    let dir = tmp("check");
+    let script = write(&dir, "script.sh", "#!/bin/sh\necho hi\n");
+    let data = write(&dir, "data.txt", "not a program\n");
+    let src = onionlab_process::programs::source_dir().join("crash.c");
+    let fixed = dir.join("static");
+    let built = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&fixed)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc -static");
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let cases = [
+        (dir.join("missing"), "cannot be read"),
+        (data, "not executable"),
+        (script, "a script"),
+        (fixed, "statically linked"),
+    ];
+    for (path, why) in cases {
+        let scenario = write(
+            &dir,
+            "bad.yaml",
+            &format!(
+                "run: {{ stop_time: 10s }}\nprocesses:\n  - {{ name: p, path: {} }}\n",
+                path.display()
+            ),
+        );
+        let out_dir = dir.join("out");
+        let check = ["check", scenario.to_str().unwrap()];
+        let run = [
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+        ];
+        for (cmd, args) in [("check", &check[..]), ("run", &run[..])] {
+            let out = onionlab(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{cmd} {}: {stderr}",
+                path.display()
+            );
+            assert!(stderr.contains("processes[0].path"), "{stderr}");
+            assert!(stderr.contains(why), "{stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+    }
+    for (field, text) in [
+        ("stall_limit", "stall_limit: 0s"),
+        ("start", "start: 20s"),
+        ("count", "count: 0"),
+        ("env.LD_PRELOAD", "env: { LD_PRELOAD: x }"),
+    ] {
+        let scenario = write(
+            &dir,
+            "bad.yaml",
+            &format!("run: {{ stop_time: 10s }}\nprocesses:\n  - {{ name: p, path: /bin/true, {text} }}\n"),
+        );
+        let out = onionlab(&["check", scenario.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {stderr}");
+        assert!(
+            stderr.contains(&format!("processes[0].{field}")),
+            "{stderr}"
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_crash_and_a_busy_loop_are_recorded_and_the_run_goes_on() {
+    let dir = tmp("failures");
+    let crash = program("crash", &dir);
+    let spin = program("spin", &dir);
+    let scenario = write(
+        &dir,
+        "failures.yaml",
+        &format!(
+            "run: {{ stop_time: 10s }}\nprocesses:\n  \
+             - {{ name: crash, path: {} }}\n  \
+             - {{ name: spin, path: {}, stall_limit: 1s, start: 1s }}\n  \
+             - {{ name: sleep, path: /bin/sleep, args: ['2'], start: 3s }}\n",
+            crash.display(),
+            spin.display()
+        ),
+    );
+    let out_dir = dir.join("out");
+    let out = onionlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--no-report",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let run = run_json(&out_dir);
+    assert_eq!(run["complete"], true);
+    let p = &run["processes"];
+    assert_eq!(p[0]["signal"], 11, "{p}");
+    assert!(
+        p[0]["failure"]
+            .as_str()
+            .unwrap()
+            .contains("killed by signal 11"),
+        "{p}"
+    );
+    assert_eq!(stdout_of(&out_dir, "process-crash-1"), "about to crash\n");
+    assert_eq!(p[1]["signal"], 9, "{p}");
+    assert_eq!(p[1]["ended_s"], 1.0, "{p}");
+    assert!(
+        p[1]["failure"]
+            .as_str()
+            .unwrap()
+            .contains("without a system call"),
+        "{p}"
+    );
+    assert_eq!(stdout_of(&out_dir, "process-spin-1"), "spinning\n");
+    assert_eq!(p[2]["exit_code"], 0, "{p}");
+    assert_eq!(p[2]["ended_s"], 5.0, "{p}");
+    assert!(
+        stderr.contains("process process-spin-1: failed: stopped"),
+        "{stderr}"
+    );
+    assert!(processes_running(&spin).is_empty());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Waits until `path` has printed its first line in `out_dir`, i.e. the process is running.
+fn wait_for_output(out_dir: &Path, host: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let file = out_dir.join("processes").join(host).join("stdout");
+    while fs::read_to_string(&file).unwrap_or_default().is_empty() {
+        assert!(Instant::now() < deadline, "{host} never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn no_process_outlives_an_interrupted_or_failed_run() {
+    let dir = tmp("cleanup");
+    let spin = program("spin", &dir);
+    let scenario = write(
+        &dir,
+        "spin.yaml",
+        &format!(
+            "run: {{ stop_time: 100s }}\nprocesses:\n  \
+             - {{ name: spin, path: {}, stall_limit: 1h }}\n",
+            spin.display()
+        ),
+    );
+    // SIGTERM (what `timeout` and batch schedulers send) while the process runs natively.
+    let out_dir = dir.join("term");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args([
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--no-report",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_output(&out_dir, "process-spin-1");
+    assert_eq!(processes_running(&spin).len(), 1);
+    // SAFETY: kill(2) on the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_ne!(status.code(), Some(0));
+    assert!(processes_running(&spin).is_empty());
+    let run = run_json(&out_dir);
+    assert_eq!(run["complete"], false);
+    assert!(run["processes"][0]["failure"]
+        .as_str()
+        .unwrap()
+        .contains("the run was stopped"));
+    // A model failure elsewhere in the run (an injected panic on the process's own host, at a
+    // time it sleeps through) ends the process too.
+    let sleeper = dir.join("sleep");
+    fs::copy("/bin/sleep", &sleeper).unwrap();
+    let scenario = write(
+        &dir,
+        "sleep.yaml",
+        &format!(
+            "run: {{ stop_time: 100s }}\nprocesses:\n  - {{ name: s, path: {}, args: ['50'] }}\n",
+            sleeper.display()
+        ),
+    );
+    let out_dir = dir.join("fault");
+    // Three authorities come first, so the process is host 3.
+    let out = onionlab(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--inject-fault",
+        "3@10s",
+        "--no-report",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("injected fault"), "{stderr}");
+    assert!(processes_running(&sleeper).is_empty());
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,545 @@
+/* onionlab's shim: preloaded into every managed process (LD_PRELOAD), it puts the process in
+ * simulated time and hands its system calls to onionlab.
+ *
+ * How a call travels:
+ *  - The constructor maps the page it shares with onionlab (descriptor ONIONLAB_SHM_FD), points
+ *    the vDSO's time functions at real system calls, installs a SIGSYS handler and then a
+ *    seccomp filter that lets through only system calls made from one instruction of this
+ *    library (`ol_syscall`'s) and rt_sigreturn, and traps every other one.
+ *  - A trapped call arrives in `on_sigsys`, which decides (`dispatch`): time and process ids are
+ *    answered here from the shared page; memory, signals and calls on the process's own files
+ *    run natively through `ol_syscall`; the rest (sleeping, randomness, the host's name, exit,
+ *    calls on descriptors onionlab serves, and every call the shim does not know) go to
+ *    onionlab as a request on the shared page, and the process waits on a futex until onionlab
+ *    gives it the turn back with the reply. onionlab answers a call it does not implement with
+ *    ENOSYS and counts it.
+ *  - The libc functions a program calls most for the time (`clock_gettime`, `gettimeofday`,
+ *    `time`) are defined here too, so those calls cost no trap at all.
+ * Between two requests the process runs natively and its simulated time stands still.
+ *
+ * The shim allocates nothing and calls nothing in libc after its constructor: everything it
+ * does inside the handler is a raw system call from its own instruction. */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/futex.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "shared.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The one instruction the seccomp filter lets through: `syscall` in this function. The filter
+ * compares the address after it (`ol_syscall_end`) with the call's instruction pointer. */
+long ol_syscall(long nr, long a, long b, long c, long d, long e, long f);
+extern char ol_syscall_end[];
+__asm__(".text\n"
+        ".type ol_syscall,@function\n"
+        "ol_syscall:\n"
+        "  mov %rdi, %rax\n"
+        "  mov %rsi, %rdi\n"
+        "  mov %rdx, %rsi\n"
+        "  mov %rcx, %rdx\n"
+        "  mov %r8, %r10\n"
+        "  mov %r9, %r8\n"
+        "  mov 8(%rsp), %r9\n"
+        "  syscall\n"
+        "ol_syscall_end:\n"
+        "  ret\n"
+        ".size ol_syscall, .-ol_syscall\n");
+
+static struct ol_shared *ol;
+/* The process's real ids, for signals a program sends itself, and the parent it started
+ * under: if onionlab dies the process is handed to another parent and ends itself. */
+static long real_pid, real_parent;
+
+static inline long sys0(long nr) { return ol_syscall(nr, 0, 0, 0, 0, 0, 0); }
+static inline long sys6(long nr, const long *a) {
+    return ol_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+static void copy_bytes(void *dst, const void *src, size_t n) {
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    while (n--)
+        *d++ = *s++;
+}
+
+static size_t cstr_len(const char *s, size_t cap) {
+    size_t n = 0;
+    while (n < cap && s[n])
+        n++;
+    return n;
+}
+
+static int same_str(const char *a, const char *b) {
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
+}
+
+/* ---- Time, from the shared page ---- */
+
+static void fill_timespec(struct timespec *ts) {
+    int64_t now = ol->now_ns;
+    ts->tv_sec = now / 1000000000;
+    ts->tv_nsec = now % 1000000000;
+}
+
+static long sim_clock_gettime(long clock, struct timespec *ts) {
+    (void)clock; /* every clock reads the simulated time: no CPU time passes in a simulation */
+    if (!ts)
+        return -EFAULT;
+    fill_timespec(ts);
+    return 0;
+}
+
+static long sim_gettimeofday(struct timeval *tv, void *tz) {
+    if (tv) {
+        int64_t now = ol->now_ns;
+        tv->tv_sec = now / 1000000000;
+        tv->tv_usec = (now % 1000000000) / 1000;
+    }
+    if (tz)
+        copy_bytes(tz, &(struct timezone){0, 0}, sizeof(struct timezone));
+    return 0;
+}
+
+static long sim_time(time_t *t) {
+    time_t now = ol->now_ns / 1000000000;
+    if (t)
+        *t = now;
+    return now;
+}
+
+/* ---- The turn: a request to onionlab and its reply ---- */
+
+/* Hands the turn to onionlab and waits for it back. */
+static void take_turns(void) {
+    __atomic_store_n(&ol->turn, OL_TURN_SIMULATOR, __ATOMIC_RELEASE);
+    ol_syscall(SYS_futex, (long)&ol->turn, FUTEX_WAKE, 1, 0, 0, 0);
+    for (;;) {
+        if (__atomic_load_n(&ol->turn, __ATOMIC_ACQUIRE) == OL_TURN_PROCESS)
+            return;
+        struct timespec wait = {1, 0};
+        long r = ol_syscall(SYS_futex, (long)&ol->turn, FUTEX_WAIT, OL_TURN_SIMULATOR,
+                            (long)&wait, 0, 0);
+        if (r == -ETIMEDOUT && sys0(SYS_getppid) != real_parent)
+            ol_syscall(SYS_exit_group, 137, 0, 0, 0, 0, 0); /* onionlab is gone */
+    }
+}
+
+/* Sends call `nr` with `in_len` bytes from `in` and copies up to `out_cap` bytes of the reply's
+ * data to `out`. Returns the call's result, made natively if onionlab says so. */
+static long request(long nr, const long *a, const void *in, size_t in_len, void *out,
+                    size_t out_cap) {
+    if (in_len > OL_DATA_BYTES)
+        in_len = OL_DATA_BYTES;
+    if (in_len)
+        copy_bytes(ol->data, in, in_len);
+    ol->nr = nr;
+    for (int i = 0; i < 6; i++)
+        ol->args[i] = a[i];
+    ol->in_len = (uint32_t)in_len;
+    ol->out_len = 0;
+    take_turns();
+    if (ol->reply == OL_REPLY_NATIVE)
+        return sys6(nr, a);
+    size_t n = ol->out_len;
+    if (n > out_cap)
+        n = out_cap;
+    if (n && out)
+        copy_bytes(out, ol->data, n);
+    return ol->ret;
+}
+
+static long forward(long nr, const long *a) { return request(nr, a, 0, 0, 0, 0); }
+
+static int is_virtual_fd(long fd) {
+    return fd >= 0 && fd < (long)OL_MAX_FDS && (ol->virtual_fds[fd / 8] >> (fd % 8)) & 1;
+}
+
+/* Paths onionlab serves instead of the real file: the random devices, which must give the
+ * host's seeded bytes. */
+static int is_virtual_path(const char *path) {
+    return path && (same_str(path, "/dev/urandom") || same_str(path, "/dev/random"));
+}
+
+static long open_path(long nr, const long *a) {
+    const char *path = (const char *)(nr == SYS_open ? a[0] : a[1]);
+    long flags = nr == SYS_open ? a[1] : a[2];
+    if (!is_virtual_path(path))
+        return sys6(nr, a);
+    /* The descriptor's number is reserved in the real table by a placeholder, so that no
+     * native open can take it while onionlab serves it. */
+    long fd = ol_syscall(SYS_openat, AT_FDCWD, (long)"/dev/null", O_RDONLY | (flags & O_CLOEXEC),
+                         0, 0, 0);
+    if (fd < 0)
+        return fd;
+    long req[6] = {fd, 0, 0, 0, 0, 0};
+    long r = request(OL_REQ_OPEN_VIRTUAL, req, path, cstr_len(path, 4095) + 1, 0, 0);
+    if (r < 0) {
+        ol_syscall(SYS_close, fd, 0, 0, 0, 0, 0);
+        return r;
+    }
+    return fd;
+}
+
+/* ---- The dispatch of one trapped call ---- */
+
+static long dispatch(long nr, long *a) {
+    switch (nr) {
+    case SYS_clock_gettime:
+        return sim_clock_gettime(a[0], (struct timespec *)a[1]);
+    case SYS_gettimeofday:
+        return sim_gettimeofday((struct timeval *)a[0], (void *)a[1]);
+    case SYS_time:
+        return sim_time((time_t *)a[0]);
+    case SYS_getcpu:
+        if (a[0])
+            *(unsigned *)a[0] = 0;
+        if (a[1])
+            *(unsigned *)a[1] = 0;
+        return 0;
+    case SYS_getpid:
+    case SYS_gettid:
+        return ol->pid;
+    case SYS_getppid:
+        return 1;
+    case SYS_kill:
+        if (a[0] == ol->pid)
+            return ol_syscall(SYS_kill, real_pid, a[1], 0, 0, 0, 0);
+        return forward(nr, a);
+    case SYS_tgkill:
+        if (a[0] == ol->pid && a[1] == ol->pid)
+            return ol_syscall(SYS_tgkill, real_pid, real_pid, a[2], 0, 0, 0);
+        return forward(nr, a);
+    case SYS_tkill:
+        if (a[0] == ol->pid)
+            return ol_syscall(SYS_tkill, real_pid, a[1], 0, 0, 0, 0);
+        return forward(nr, a);
+
+    /* Signals: SIGSYS stays the shim's and is never blocked, or the next trapped call would
+     * kill the process. */
+    case SYS_rt_sigaction: {
+        if (a[0] == SIGSYS)
+            return -EINVAL;
+        if (!a[1])
+            return sys6(nr, a);
+        struct {
+            long handler, flags, restorer;
+            unsigned long mask;
+        } act;
+        copy_bytes(&act, (void *)a[1], sizeof act);
+        act.mask &= ~(1UL << (SIGSYS - 1));
+        long b[6] = {a[0], (long)&act, a[2], a[3], a[4], a[5]};
+        return sys6(nr, b);
+    }
+    case SYS_rt_sigprocmask: {
+        if (!a[1])
+            return sys6(nr, a);
+        unsigned long set = *(unsigned long *)a[1];
+        set &= ~(1UL << (SIGSYS - 1));
+        long b[6] = {a[0], (long)&set, a[2], a[3], a[4], a[5]};
+        return sys6(nr, b);
+    }
+
+    /* Calls on a descriptor: onionlab's if it serves the descriptor, native otherwise. */
+    case SYS_read:
+        if (is_virtual_fd(a[0]))
+            return request(nr, a, 0, 0, (void *)a[1], (size_t)a[2]);
+        return sys6(nr, a);
+    case SYS_write:
+        if (is_virtual_fd(a[0]))
+            return request(nr, a, (void *)a[1],
+                           (size_t)a[2] > OL_DATA_BYTES ? OL_DATA_BYTES : (size_t)a[2], 0, 0);
+        return sys6(nr, a);
+    case SYS_close:
+        if (is_virtual_fd(a[0])) {
+            long r = forward(nr, a);
+            if (r == 0)
+                ol_syscall(SYS_close, a[0], 0, 0, 0, 0, 0); /* the placeholder */
+            return r;
+        }
+        return sys6(nr, a);
+    case SYS_pread64:
+    case SYS_pwrite64:
+    case SYS_readv:
+    case SYS_writev:
+    case SYS_lseek:
+    case SYS_fstat:
+    case SYS_fcntl:
+    case SYS_ioctl:
+    case SYS_getdents64:
+    case SYS_ftruncate:
+    case SYS_fsync:
+    case SYS_fdatasync:
+    case SYS_dup:
+    case SYS_dup2:
+    case SYS_dup3:
+    case SYS_fchmod:
+    case SYS_fadvise64:
+        if (is_virtual_fd(a[0]))
+            return forward(nr, a);
+        return sys6(nr, a);
+    case SYS_newfstatat:
+    case SYS_statx:
+        if (is_virtual_fd(a[0]) && (a[0] != AT_FDCWD))
+            return forward(nr, a);
+        return sys6(nr, a);
+    case SYS_open:
+    case SYS_openat:
+        return open_path(nr, a);
+
+    /* The process's own memory, files and identity: native. */
+    case SYS_mmap:
+    case SYS_munmap:
+    case SYS_mprotect:
+    case SYS_madvise:
+    case SYS_mremap:
+    case SYS_brk:
+    case SYS_msync:
+    case SYS_mincore:
+    case SYS_stat:
+    case SYS_lstat:
+    case SYS_access:
+    case SYS_faccessat:
+    case SYS_faccessat2:
+    case SYS_readlink:
+    case SYS_readlinkat:
+    case SYS_mkdir:
+    case SYS_mkdirat:
+    case SYS_rmdir:
+    case SYS_unlink:
+    case SYS_unlinkat:
+    case SYS_rename:
+    case SYS_renameat:
+    case SYS_renameat2:
+    case SYS_chmod:
+    case SYS_getcwd:
+    case SYS_chdir:
+    case SYS_umask:
+    case SYS_truncate:
+    case SYS_sigaltstack:
+    case SYS_rt_sigpending:
+    case SYS_arch_prctl:
+    case SYS_set_tid_address:
+    case SYS_set_robust_list:
+    case SYS_rseq:
+    case SYS_getuid:
+    case SYS_geteuid:
+    case SYS_getgid:
+    case SYS_getegid:
+    case SYS_getresuid:
+    case SYS_getresgid:
+    case SYS_getgroups:
+    case SYS_sched_yield:
+    case SYS_getrlimit:
+    case SYS_prlimit64:
+    case SYS_futex: /* one thread: only the process's own waits, which never block */
+        return sys6(nr, a);
+
+    /* Served by onionlab, with what the call carries. */
+    case SYS_nanosleep:
+        return request(nr, a, (void *)a[0], a[0] ? sizeof(struct timespec) : 0, 0, 0);
+    case SYS_clock_nanosleep:
+        return request(nr, a, (void *)a[2], a[2] ? sizeof(struct timespec) : 0, 0, 0);
+    case SYS_getrandom:
+        return request(nr, a, 0, 0, (void *)a[0], (size_t)a[1]);
+    case SYS_uname:
+        return request(nr, a, 0, 0, (void *)a[0], a[0] ? sizeof(struct utsname) : 0);
+    case SYS_exit_group:
+    case SYS_exit:
+        forward(nr, a);
+        return ol_syscall(SYS_exit_group, a[0], 0, 0, 0, 0, 0);
+
+    default:
+        /* Unknown to the shim: onionlab answers it (ENOSYS, counted, for what it does not
+         * implement). */
+        return forward(nr, a);
+    }
+}
+
+static void on_sigsys(int sig, siginfo_t *info, void *context) {
+    (void)sig;
+    (void)info;
+    greg_t *r = ((ucontext_t *)context)->uc_mcontext.gregs;
+    long a[6] = {r[REG_RDI], r[REG_RSI], r[REG_RDX], r[REG_R10], r[REG_R8], r[REG_R9]};
+    r[REG_RAX] = dispatch(r[REG_RAX], a);
+}
+
+/* ---- Libc's time functions, without a trap ---- */
+
+EXPORT int clock_gettime(clockid_t clock, struct timespec *ts) {
+    long r = ol ? sim_clock_gettime(clock, ts)
+                : ol_syscall(SYS_clock_gettime, clock, (long)ts, 0, 0, 0, 0);
+    if (r < 0) {
+        errno = (int)-r;
+        return -1;
+    }
+    return 0;
+}
+
+EXPORT int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
+    long r = ol ? sim_gettimeofday(tv, tz)
+                : ol_syscall(SYS_gettimeofday, (long)tv, (long)tz, 0, 0, 0, 0);
+    if (r < 0) {
+        errno = (int)-r;
+        return -1;
+    }
+    return 0;
+}
+
+EXPORT time_t time(time_t *t) {
+    return ol ? sim_time(t) : ol_syscall(SYS_time, (long)t, 0, 0, 0, 0, 0);
+}
+
+/* ---- Set-up ---- */
+
+/* The address of the vDSO's function `name`, or NULL. */
+static void *vdso_function(const char *name) {
+    uintptr_t base = getauxval(AT_SYSINFO_EHDR);
+    if (!base)
+        return NULL;
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)base;
+    Elf64_Phdr *ph = (Elf64_Phdr *)(base + eh->e_phoff);
+    uintptr_t bias = 0;
+    Elf64_Dyn *dyn = NULL;
+    int have_bias = 0;
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type == PT_LOAD && !have_bias) {
+            bias = base + ph[i].p_offset - ph[i].p_vaddr;
+            have_bias = 1;
+        }
+        if (ph[i].p_type == PT_DYNAMIC)
+            dyn = (Elf64_Dyn *)(base + ph[i].p_offset);
+    }
+    if (!dyn)
+        return NULL;
+    Elf64_Sym *syms = NULL;
+    const char *names = NULL;
+    uint32_t *hash = NULL;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        if (dyn->d_tag == DT_SYMTAB)
+            syms = (Elf64_Sym *)(bias + dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_STRTAB)
+            names = (const char *)(bias + dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_HASH)
+            hash = (uint32_t *)(bias + dyn->d_un.d_ptr);
+    }
+    if (!syms || !names || !hash)
+        return NULL;
+    for (uint32_t i = 0; i < hash[1]; i++)
+        if (syms[i].st_name && same_str(names + syms[i].st_name, name) && syms[i].st_value)
+            return (void *)(bias + syms[i].st_value);
+    return NULL;
+}
+
+/* Makes the vDSO's function `name` a real system call `nr` (`mov eax, nr; syscall; ret`), which
+ * the filter then traps: libc reaches the vDSO through its own pointers, not through the
+ * functions above. Returns 0, or -1 if the function could not be rewritten. */
+static int patch_vdso(const char *name, long nr) {
+    unsigned char *f = vdso_function(name);
+    if (!f)
+        return 0; /* not in this kernel's vDSO: nothing to bypass the filter */
+    unsigned char stub[8] = {0xb8, (unsigned char)nr, (unsigned char)(nr >> 8), 0, 0,
+                             0x0f, 0x05, 0xc3};
+    /* The kernel does not let a part of the vDSO's mapping change its protection, only the
+     * whole of it. */
+    uintptr_t base = getauxval(AT_SYSINFO_EHDR);
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)base;
+    Elf64_Phdr *ph = (Elf64_Phdr *)(base + eh->e_phoff);
+    size_t len = 0;
+    for (int i = 0; i < eh->e_phnum; i++)
+        if (ph[i].p_type == PT_LOAD && ph[i].p_offset + ph[i].p_memsz > len)
+            len = ph[i].p_offset + ph[i].p_memsz;
+    len = (len + 4095) & ~(size_t)4095;
+    if (mprotect((void *)base, len, PROT_READ | PROT_WRITE | PROT_EXEC) != 0)
+        return -1;
+    copy_bytes(f, stub, sizeof stub);
+    mprotect((void *)base, len, PROT_READ | PROT_EXEC);
+    return 0;
+}
+
+static void fail(const char *what) {
+    static const char prefix[] = "onionlab shim: cannot ";
+    ol_syscall(SYS_write, 2, (long)prefix, sizeof prefix - 1, 0, 0, 0);
+    ol_syscall(SYS_write, 2, (long)what, (long)cstr_len(what, 200), 0, 0, 0);
+    ol_syscall(SYS_write, 2, (long)"\n", 1, 0, 0, 0);
+    ol_syscall(SYS_exit_group, 126, 0, 0, 0, 0, 0);
+}
+
+static void install_filter(void) {
+    uintptr_t ip = (uintptr_t)ol_syscall_end;
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_rt_sigreturn, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, instruction_pointer)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)ip, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                 offsetof(struct seccomp_data, instruction_pointer) + 4),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)(ip >> 32), 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+    };
+    struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        fail("set no_new_privs");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        fail("install the seccomp filter");
+}
+
+__attribute__((constructor)) static void ol_start(void) {
+    const char *fd_text = getenv("ONIONLAB_SHM_FD");
+    if (!fd_text)
+        return; /* loaded outside onionlab: stay out of the way */
+    int fd = atoi(fd_text);
+    void *page = mmap(NULL, sizeof(struct ol_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (page == MAP_FAILED)
+        fail("map the shared page");
+    close(fd);
+    struct ol_shared *shared = page;
+    if (shared->magic != OL_MAGIC || shared->version != OL_VERSION)
+        fail("use the shared page (another onionlab version?)");
+    real_pid = sys0(SYS_getpid);
+    real_parent = sys0(SYS_getppid);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigsys;
+    sa.sa_flags = SA_SIGINFO;
+    if (sigaction(SIGSYS, &sa, NULL) != 0)
+        fail("install the SIGSYS handler");
+    sigset_t sys;
+    sigemptyset(&sys);
+    sigaddset(&sys, SIGSYS);
+    sigprocmask(SIG_UNBLOCK, &sys, NULL);
+    if (patch_vdso("__vdso_clock_gettime", SYS_clock_gettime) ||
+        patch_vdso("__vdso_gettimeofday", SYS_gettimeofday) ||
+        patch_vdso("__vdso_time", SYS_time) || patch_vdso("__vdso_getcpu", SYS_getcpu))
+        fail("rewrite the vDSO's time functions");
+    ol = shared;
+    install_filter();
+    long none[6] = {0, 0, 0, 0, 0, 0};
+    forward(OL_REQ_START, none);
+}
