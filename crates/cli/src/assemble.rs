@@ -31,15 +31,31 @@ pub(crate) fn set_process_dirs(
 ) -> std::io::Result<()> {
     let out_dir = std::path::absolute(out_dir)?;
     let shim = std::path::absolute(shim)?;
+    let hosts_file = out_dir.join("processes").join("hosts");
     for h in &mut network.hosts {
         if let HostRole::Process(p) = &mut h.role {
             p.dir = out_dir.join("processes").join(&h.name);
             p.shim = shim.clone();
+            p.hosts_file = Some(hosts_file.clone());
             p.program = std::path::absolute(&p.program)?;
             p.control = control.clone();
         }
     }
     Ok(())
+}
+
+/// The hosts file of a run with managed processes: `localhost`, and every process host's name
+/// with its address, which its programs resolve (through their `/etc/hosts`) to reach each
+/// other.
+pub(crate) fn process_hosts_file(network: &TorNetwork) -> String {
+    let mut text = String::from("127.0.0.1 localhost\n");
+    for (id, h) in network.hosts.iter().enumerate() {
+        if matches!(h.role, HostRole::Process(_)) {
+            let a = onionlab_tor::process::host_address(id as u32).to_be_bytes();
+            text += &format!("{}.{}.{}.{} {}\n", a[0], a[1], a[2], a[3], h.name);
+        }
+    }
+    text
 }
 
 /// Host order: relays (host id = consensus index), authorities, servers, clients, attackers,
@@ -144,6 +160,7 @@ pub(crate) fn tor_network(
                 // The run gives each process its folder and the shim (`set_process_dirs`).
                 dir: std::path::PathBuf::new(),
                 shim: std::path::PathBuf::new(),
+                hosts_file: None,
                 control: Default::default(),
             }),
         });

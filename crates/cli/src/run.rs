@@ -511,6 +511,7 @@ pub(crate) fn run_one(
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
     assemble::set_process_dirs(&mut network, out_dir, &process_shim(out_dir), &control)
         .map_err(|e| Failure::input(format!("{}: {e}", out_dir.display())))?;
+    let hosts_file = assemble::process_hosts_file(&network);
     let hosts = network.hosts.len();
     let built = if control.is_interrupted() {
         Err(BuildError::Stopped {
@@ -557,6 +558,7 @@ pub(crate) fn run_one(
         let dir = out_dir.join("processes");
         std::fs::create_dir_all(&dir)
             .and_then(|()| onionlab_process::install_shim(&dir).map(drop))
+            .and_then(|()| std::fs::write(dir.join("hosts"), &hosts_file))
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
     }
     if let Some((host, at)) = options.inject_fault {

@@ -93,7 +93,7 @@ fn programs_run_in_simulated_time_identically_on_any_thread_count() {
         assert!(
             stderr.contains(
                 "process process-clock-1: exited with status 3 at 4.020000 s; unsupported \
-                 system calls, answered ENOSYS: socket ×1"
+                 system calls, answered ENOSYS: pipe2 ×1"
             ),
             "{stderr}"
         );
@@ -142,7 +142,7 @@ fn programs_run_in_simulated_time_identically_on_any_thread_count() {
     assert_eq!(procs[0]["ended_s"], 4.02000025);
     assert_eq!(procs[0]["exit_code"], 3);
     assert_eq!(procs[0]["failure"], serde_json::Value::Null);
-    assert_eq!(procs[0]["unsupported_calls"]["socket"], 1);
+    assert_eq!(procs[0]["unsupported_calls"]["pipe2"], 1);
     assert_eq!(procs[2]["host"], "process-date-1");
     assert_eq!(procs[2]["exit_code"], 0);
     // One thread or two, byte for byte: what the programs wrote and what the run recorded.
@@ -154,6 +154,76 @@ fn programs_run_in_simulated_time_identically_on_any_thread_count() {
         );
     }
     assert_eq!(run["processes"], run_json(&runs[1])["processes"]);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_programs_talk_over_tcp_in_simulated_time() {
+    let dir = tmp("echo");
+    let server = program("tcp-echo-server", &dir);
+    let client = program("tcp-echo-client", &dir);
+    let scenario = write(
+        &dir,
+        "echo.yaml",
+        &format!(
+            "run: {{ seed: 3, stop_time: 30s }}\n\
+             network: {{ graph: builtin, builtin: {{ latency: 50ms, bandwidth: 100 Mbit }} }}\n\
+             processes:\n  \
+             - {{ name: server, path: {server}, args: ['7000', '2'] }}\n  \
+             - {{ name: small, path: {client}, args: [process-server-1, '7000', '1000', '3'], start: 1s }}\n  \
+             - {{ name: bulk, path: {client}, args: [process-server-1, '7000', '1000000', '2'], start: 2s }}\n",
+            server = server.display(),
+            client = client.display()
+        ),
+    );
+    let mut runs = Vec::new();
+    for threads in ["1", "2"] {
+        let out_dir = dir.join(format!("out-{threads}"));
+        let out = onionlab(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--no-report",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let run = run_json(&out_dir);
+        for p in run["processes"].as_array().unwrap() {
+            // The clients check every byte that comes back against what they sent.
+            assert_eq!(p["exit_code"], 0, "{p}");
+            assert_eq!(p["unsupported_calls"], serde_json::json!({}), "{p}");
+        }
+        runs.push(out_dir);
+    }
+    let out_dir = &runs[0];
+    assert_eq!(
+        stdout_of(out_dir, "process-server-1"),
+        "listening on port 7000\nconnection 1: echoed 3000 bytes\nconnection 2: echoed 2000000 bytes\n"
+    );
+    let small = stdout_of(out_dir, "process-small-1");
+    // Two 50 ms one-way latencies, plus the 60-byte SYN and SYN-ACK each serialised on the
+    // sender's uplink and the receiver's downlink at 100 Mbit/s (4 x 4.8 us).
+    assert!(
+        small.starts_with("connected after 100019200 ns\n"),
+        "{small}"
+    );
+    assert_eq!(small.lines().filter(|l| l.starts_with("round")).count(), 3);
+    assert!(small.ends_with("closed\n"), "{small}");
+    assert!(stdout_of(out_dir, "process-bulk-1").contains("round 2: 1000000 bytes echoed in "));
+    for host in ["process-server-1", "process-small-1", "process-bulk-1"] {
+        assert_eq!(
+            stdout_of(&runs[0], host),
+            stdout_of(&runs[1], host),
+            "{host}"
+        );
+    }
+    assert_eq!(
+        run_json(&runs[0])["processes"],
+        run_json(&runs[1])["processes"]
+    );
     let _ = fs::remove_dir_all(&dir);
 }
 

@@ -1,22 +1,34 @@
 //! The simulated kernel of a managed process: what its system calls do, in simulated time.
 //!
 //! Sans-IO, like the TCP model: the process host hands it one call at a time with the call's
-//! simulated time ([`Kernel::call`]) and gets back an [`Outcome`]: the call's result now, "make
-//! it natively", "blocked until" a time (the host wakes it with [`Kernel::wake`] then), or the
-//! process's exit. The kernel never touches the process or the clock itself, so the same calls
-//! at the same times give the same results whatever thread runs the host.
+//! simulated time and the host's network ([`Kernel::call`]) and gets back an [`Outcome`]: the
+//! call's result now, "make it natively", "blocked" (until a time, until something happens on
+//! a socket, or until whichever comes first), or the process's exit. A blocked call is tried
+//! again when the host tells the kernel what happened on its sockets ([`Kernel::note`], then
+//! [`Kernel::retry`]) or when its time comes ([`Kernel::wake`]). The kernel never touches the
+//! process, the clock or the stack itself, so the same calls at the same times give the same
+//! results whatever thread runs the host.
 //!
-//! What it serves today: sleeping (`nanosleep`, `clock_nanosleep`, relative and absolute), the
-//! host's random bytes (`getrandom`, and reads of `/dev/urandom` and `/dev/random`, which the
-//! shim opens as descriptors onionlab serves), the host's name (`uname`) and the process's exit.
-//! The time and the process's ids never reach it: the shim answers them from the shared page.
-//! Every other call is answered `ENOSYS` and counted by name ([`Kernel::unsupported`]), so a
-//! run says exactly what a program needed that onionlab does not have.
+//! What it serves: sleeping (`nanosleep`, `clock_nanosleep`), the host's random bytes
+//! (`getrandom`, and `/dev/urandom` and `/dev/random`, which the shim opens as descriptors
+//! onionlab serves), the host's name (`uname`), TCP sockets over the host's network stack
+//! (`socket`, `bind`, `listen`, `accept`, `accept4`, `connect`, `read`, `write`, `send`,
+//! `sendto`, `recv`, `recvfrom`, `shutdown`, `close`, `getsockname`, `getpeername`,
+//! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), `poll`, and the process's
+//! exit. The time and the process's ids never reach it: the shim answers them from the
+//! shared page. Every other call is answered `ENOSYS` and counted by name
+//! ([`Kernel::unsupported`]), so a run says exactly what a program needed that onionlab does
+//! not have.
 
 use onionlab_engine::time::SimTime;
 use rand::Rng;
 
 mod names;
+mod net;
+mod sockets;
+
+use net::SocketFile;
+pub use net::{Network, Offline, SocketNote};
 
 /// The highest descriptor number onionlab may serve, plus one (the shim's table).
 pub const MAX_FDS: usize = 1024;
@@ -29,23 +41,51 @@ pub const REQ_START: i64 = -1;
 /// descriptor `args[0]`; the data is the path with its NUL.
 pub const REQ_OPEN_VIRTUAL: i64 = -2;
 
-const EINVAL: i64 = 22;
-const EBADF: i64 = 9;
-const EFAULT: i64 = 14;
-const EMFILE: i64 = 24;
-const ENOENT: i64 = 2;
-const ENOSYS: i64 = 38;
+pub(crate) const ENOENT: i64 = 2;
+pub(crate) const EAGAIN: i64 = 11;
+pub(crate) const EBADF: i64 = 9;
+pub(crate) const EFAULT: i64 = 14;
+pub(crate) const EINVAL: i64 = 22;
+pub(crate) const EMFILE: i64 = 24;
+pub(crate) const EPIPE: i64 = 32;
+pub(crate) const ENOSYS: i64 = 38;
+pub(crate) const ENOTSOCK: i64 = 88;
+pub(crate) const EPROTONOSUPPORT: i64 = 93;
+pub(crate) const EAFNOSUPPORT: i64 = 97;
+pub(crate) const EADDRINUSE: i64 = 98;
+pub(crate) const ENETUNREACH: i64 = 101;
+pub(crate) const ECONNRESET: i64 = 104;
+pub(crate) const EISCONN: i64 = 106;
+pub(crate) const ENOTCONN: i64 = 107;
+pub(crate) const ECONNREFUSED: i64 = 111;
+pub(crate) const EALREADY: i64 = 114;
+pub(crate) const EINPROGRESS: i64 = 115;
 
 // System call numbers (x86-64) the kernel implements.
-const SYS_READ: i64 = 0;
-const SYS_WRITE: i64 = 1;
-const SYS_CLOSE: i64 = 3;
-const SYS_NANOSLEEP: i64 = 35;
-const SYS_EXIT: i64 = 60;
-const SYS_UNAME: i64 = 63;
-const SYS_CLOCK_NANOSLEEP: i64 = 230;
-const SYS_EXIT_GROUP: i64 = 231;
-const SYS_GETRANDOM: i64 = 318;
+pub(crate) const SYS_READ: i64 = 0;
+pub(crate) const SYS_WRITE: i64 = 1;
+pub(crate) const SYS_CLOSE: i64 = 3;
+pub(crate) const SYS_POLL: i64 = 7;
+pub(crate) const SYS_NANOSLEEP: i64 = 35;
+pub(crate) const SYS_SOCKET: i64 = 41;
+pub(crate) const SYS_CONNECT: i64 = 42;
+pub(crate) const SYS_ACCEPT: i64 = 43;
+pub(crate) const SYS_SENDTO: i64 = 44;
+pub(crate) const SYS_RECVFROM: i64 = 45;
+pub(crate) const SYS_SHUTDOWN: i64 = 48;
+pub(crate) const SYS_BIND: i64 = 49;
+pub(crate) const SYS_LISTEN: i64 = 50;
+pub(crate) const SYS_GETSOCKNAME: i64 = 51;
+pub(crate) const SYS_GETPEERNAME: i64 = 52;
+pub(crate) const SYS_SETSOCKOPT: i64 = 54;
+pub(crate) const SYS_GETSOCKOPT: i64 = 55;
+pub(crate) const SYS_EXIT: i64 = 60;
+pub(crate) const SYS_UNAME: i64 = 63;
+pub(crate) const SYS_FCNTL: i64 = 72;
+pub(crate) const SYS_CLOCK_NANOSLEEP: i64 = 230;
+pub(crate) const SYS_EXIT_GROUP: i64 = 231;
+pub(crate) const SYS_ACCEPT4: i64 = 288;
+pub(crate) const SYS_GETRANDOM: i64 = 318;
 
 /// `clock_nanosleep`'s flag for an absolute deadline.
 const TIMER_ABSTIME: i64 = 1;
@@ -57,7 +97,9 @@ const GRND_FLAGS: i64 = 1 | 2 | 4;
 pub struct Call<'a> {
     /// Its number (x86-64), or a `REQ_*`.
     pub nr: i64,
-    /// Its arguments as the program passed them (pointers mean nothing here).
+    /// Its arguments as the program passed them (pointers mean nothing here). For calls that
+    /// make a descriptor (`socket`, `accept`, `accept4`) the shim puts the number it reserved
+    /// for it in `args[5]`.
     pub args: [i64; 6],
     /// What the shim copied from the program's memory for it.
     pub data: &'a [u8],
@@ -71,36 +113,49 @@ pub enum Outcome {
     Done(i64),
     /// The process makes it natively.
     Native,
-    /// It waits until this simulated time; [`Kernel::wake`] then finishes it.
+    /// It waits. With a time, [`Kernel::wake`] at that time finishes it if nothing else has;
+    /// [`Kernel::retry`] after a [`Kernel::note`] finishes it if what it waits for happened.
     Blocked {
-        /// When it may go on.
-        until: SimTime,
+        /// When it gives up waiting (a sleep's end, a `poll` timeout); `None`: no limit.
+        until: Option<SimTime>,
     },
     /// The process exits with this status.
     Exit(i32),
 }
 
+/// What one step of a call came to.
+pub(crate) enum Step {
+    /// Finished with this result.
+    Done(i64),
+    /// Would block: tried again after a note, or at `until`.
+    Block,
+}
+
 /// A descriptor the kernel serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Descriptor {
+#[derive(Debug)]
+enum Descriptor<S> {
     /// `/dev/urandom` or `/dev/random`: the host's random bytes.
     Random,
+    /// A TCP socket.
+    Socket(Box<SocketFile<S>>),
 }
 
-/// What a blocked call waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pending {
-    /// A sleep: it returns 0 when its time comes.
-    Sleep,
+/// A call that blocked, kept to be tried again.
+struct Pending {
+    nr: i64,
+    args: [i64; 6],
+    data: Vec<u8>,
+    /// When it stops waiting, if it has a limit.
+    until: Option<SimTime>,
 }
 
-/// The simulated kernel of one managed process.
-pub struct Kernel<R> {
+/// The simulated kernel of one managed process, whose sockets are `S`.
+pub struct Kernel<R, S> {
     hostname: String,
     /// The process's wall clock at simulated time 0, in nanoseconds since the Unix epoch.
     epoch_ns: i64,
     rng: R,
-    fds: Vec<Option<Descriptor>>,
+    fds: Vec<Option<Descriptor<S>>>,
     virtual_fds: [u8; MAX_FDS / 8],
     pending: Option<Pending>,
     /// Unsupported calls by number (`names::NAMES`' numbering).
@@ -108,9 +163,14 @@ pub struct Kernel<R> {
     /// Unsupported calls with a number no name has.
     unsupported_unknown: u64,
     calls: u64,
+    /// Set while [`Kernel::retry`] tries a blocked call again (a blocking `connect` then
+    /// reports the outcome of its own attempt instead of `EALREADY`).
+    retrying: bool,
+    /// Bytes a blocked blocking write has sent so far.
+    progress: usize,
 }
 
-impl<R: Rng> Kernel<R> {
+impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     /// The kernel of a process on host `hostname` whose wall clock reads `epoch_ns` (ns since
     /// the Unix epoch) at simulated time 0, drawing its random bytes from `rng`.
     pub fn new(hostname: &str, epoch_ns: i64, rng: R) -> Self {
@@ -124,6 +184,8 @@ impl<R: Rng> Kernel<R> {
             unsupported: vec![0; names::NAMES.len()],
             unsupported_unknown: 0,
             calls: 0,
+            retrying: false,
+            progress: 0,
         }
     }
 
@@ -145,6 +207,11 @@ impl<R: Rng> Kernel<R> {
         self.calls
     }
 
+    /// Whether a call is blocked.
+    pub fn is_blocked(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// The calls answered `ENOSYS`, by name, with how often, in call-number order.
     pub fn unsupported(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = self
@@ -160,37 +227,163 @@ impl<R: Rng> Kernel<R> {
         out
     }
 
-    /// Handles `call` made at simulated time `now`; bytes for the program go in `out`
-    /// (cleared first).
-    pub fn call(&mut self, now: SimTime, call: &Call<'_>, out: &mut Vec<u8>) -> Outcome {
+    /// Handles `call` made at simulated time `now` on the host's network `net`; bytes for
+    /// the program go in `out` (cleared first).
+    pub fn call<N: Network<Socket = S>>(
+        &mut self,
+        now: SimTime,
+        call: &Call<'_>,
+        out: &mut Vec<u8>,
+        net: &mut N,
+    ) -> Outcome {
         out.clear();
         self.calls += 1;
-        let a = call.args;
+        self.progress = 0;
+        let until = match self.deadline(now, call) {
+            Ok(until) => until,
+            Err(errno) => return Outcome::Done(-errno),
+        };
         match call.nr {
-            REQ_START => Outcome::Done(0),
-            REQ_OPEN_VIRTUAL => self.open_virtual(a[0], call.data),
-            SYS_NANOSLEEP => match timespec(call.data) {
-                Ok(d) => self.sleep(now, now.saturating_add(d)),
-                Err(e) => Outcome::Done(-e),
-            },
+            SYS_EXIT | SYS_EXIT_GROUP => return Outcome::Exit((call.args[0] & 0xff) as i32),
+            SYS_NANOSLEEP | SYS_CLOCK_NANOSLEEP => {
+                return match until {
+                    Some(t) if t > now => {
+                        self.block(call, Some(t));
+                        Outcome::Blocked { until: Some(t) }
+                    }
+                    _ => Outcome::Done(0),
+                };
+            }
+            _ => {}
+        }
+        match self.step(now, call, out, net) {
+            Step::Done(ret) => Outcome::Done(ret),
+            Step::Block => {
+                self.block(call, until);
+                Outcome::Blocked { until }
+            }
+        }
+    }
+
+    /// Tells the kernel what happened on one of the host's connections.
+    pub fn note<N: Network<Socket = S>>(&mut self, note: SocketNote<S>, net: &mut N) {
+        self.socket_note(note, net);
+    }
+
+    /// Tries the blocked call again after notes: [`Outcome::Blocked`] if it still waits (its
+    /// time limit, if any, stays as it was).
+    pub fn retry<N: Network<Socket = S>>(
+        &mut self,
+        now: SimTime,
+        out: &mut Vec<u8>,
+        net: &mut N,
+    ) -> Outcome {
+        out.clear();
+        let Some(p) = self.pending.take() else {
+            return Outcome::Blocked { until: None };
+        };
+        if matches!(p.nr, SYS_NANOSLEEP | SYS_CLOCK_NANOSLEEP) {
+            let until = p.until;
+            self.pending = Some(p);
+            return Outcome::Blocked { until };
+        }
+        let call = Call {
+            nr: p.nr,
+            args: p.args,
+            data: &p.data,
+        };
+        self.retrying = true;
+        let step = self.step(now, &call, out, net);
+        self.retrying = false;
+        match step {
+            Step::Done(ret) => Outcome::Done(ret),
+            Step::Block => {
+                let until = p.until;
+                self.pending = Some(p);
+                Outcome::Blocked { until }
+            }
+        }
+    }
+
+    /// The time limit `until` of the blocked call has come: finishes it (a sleep returns 0, a
+    /// `poll` with nothing ready returns 0). If the blocked call is another one, with another
+    /// limit (this wake-up was for a call that has finished since), it still waits.
+    pub fn wake<N: Network<Socket = S>>(
+        &mut self,
+        now: SimTime,
+        until: SimTime,
+        out: &mut Vec<u8>,
+        net: &mut N,
+    ) -> Outcome {
+        out.clear();
+        match &self.pending {
+            Some(p) if p.until == Some(until) => {}
+            Some(p) => return Outcome::Blocked { until: p.until },
+            None => return Outcome::Blocked { until: None },
+        }
+        let p = self.pending.take().expect("checked above");
+        if p.nr == SYS_POLL {
+            // One last look, then the timeout's answer: nothing ready.
+            let call = Call {
+                nr: p.nr,
+                args: [p.args[0], p.args[1], 0, 0, 0, 0],
+                data: &p.data,
+            };
+            if let Step::Done(ret) = self.step(now, &call, out, net) {
+                return Outcome::Done(ret);
+            }
+        }
+        Outcome::Done(0)
+    }
+
+    fn block(&mut self, call: &Call<'_>, until: Option<SimTime>) {
+        self.pending = Some(Pending {
+            nr: call.nr,
+            args: call.args,
+            data: call.data.to_vec(),
+            until,
+        });
+    }
+
+    /// A call's time limit: a sleep's end, a `poll` timeout (`None`: none).
+    fn deadline(&self, now: SimTime, call: &Call<'_>) -> Result<Option<SimTime>, i64> {
+        let a = call.args;
+        Ok(match call.nr {
+            SYS_NANOSLEEP => Some(now.saturating_add(timespec(call.data)?)),
             SYS_CLOCK_NANOSLEEP => {
                 if !matches!(a[0], 0 | 1 | 7 | 8 | 9 | 11) {
-                    return Outcome::Done(-EINVAL);
+                    return Err(EINVAL);
                 }
-                match timespec(call.data) {
-                    Ok(t) if a[1] & TIMER_ABSTIME != 0 => {
-                        let until = (t as i64).saturating_sub(self.epoch_ns).max(0) as u64;
-                        self.sleep(now, until)
-                    }
-                    Ok(d) => self.sleep(now, now.saturating_add(d)),
-                    Err(e) => Outcome::Done(-e),
+                let t = timespec(call.data)?;
+                if a[1] & TIMER_ABSTIME != 0 {
+                    Some((t as i64).saturating_sub(self.epoch_ns).max(0) as u64)
+                } else {
+                    Some(now.saturating_add(t))
                 }
             }
+            SYS_POLL if a[2] >= 0 => Some(now.saturating_add((a[2] as u64) * 1_000_000)),
+            _ => None,
+        })
+    }
+
+    /// One attempt at a call that may block.
+    fn step<N: Network<Socket = S>>(
+        &mut self,
+        now: SimTime,
+        call: &Call<'_>,
+        out: &mut Vec<u8>,
+        net: &mut N,
+    ) -> Step {
+        let a = call.args;
+        let done = match call.nr {
+            REQ_START => 0,
+            REQ_OPEN_VIRTUAL => self.open_virtual(a[0], call.data),
             SYS_GETRANDOM => {
                 if a[2] & !GRND_FLAGS != 0 {
-                    return Outcome::Done(-EINVAL);
+                    -EINVAL
+                } else {
+                    self.random(a[1], out)
                 }
-                Outcome::Done(self.random(a[1], out))
             }
             SYS_UNAME => {
                 for field in [
@@ -206,25 +399,23 @@ impl<R: Rng> Kernel<R> {
                     out.extend_from_slice(&bytes[..n]);
                     out.resize(out.len() + 65 - n, 0);
                 }
-                Outcome::Done(0)
+                0
             }
-            SYS_READ => match self.descriptor(a[0]) {
-                Some(Descriptor::Random) => Outcome::Done(self.random(a[2], out)),
-                None => Outcome::Done(-EBADF),
-            },
-            SYS_WRITE => match self.descriptor(a[0]) {
-                // What is written to a random device is taken and changes nothing here.
-                Some(Descriptor::Random) => Outcome::Done(call.data.len() as i64),
-                None => Outcome::Done(-EBADF),
-            },
-            SYS_CLOSE => match self.descriptor(a[0]) {
-                Some(_) => {
-                    self.set_fd(a[0] as usize, None);
-                    Outcome::Done(0)
-                }
-                None => Outcome::Done(-EBADF),
-            },
-            SYS_EXIT | SYS_EXIT_GROUP => Outcome::Exit((a[0] & 0xff) as i32),
+            SYS_READ if matches!(self.descriptor(a[0]), Some(Descriptor::Random)) => {
+                self.random(a[2], out)
+            }
+            // What is written to a random device is taken and changes nothing here.
+            SYS_WRITE if matches!(self.descriptor(a[0]), Some(Descriptor::Random)) => {
+                call.data.len() as i64
+            }
+            SYS_CLOSE if matches!(self.descriptor(a[0]), Some(Descriptor::Random)) => {
+                self.set_fd(a[0] as usize, None);
+                0
+            }
+            SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_FCNTL | SYS_SOCKET | SYS_CONNECT
+            | SYS_ACCEPT | SYS_ACCEPT4 | SYS_SENDTO | SYS_RECVFROM | SYS_SHUTDOWN | SYS_BIND
+            | SYS_LISTEN | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT | SYS_GETSOCKOPT
+            | SYS_POLL => return self.socket_call(now, call, out, net),
             nr => {
                 match usize::try_from(nr)
                     .ok()
@@ -233,27 +424,10 @@ impl<R: Rng> Kernel<R> {
                     Some(count) => *count += 1,
                     None => self.unsupported_unknown += 1,
                 }
-                Outcome::Done(-ENOSYS)
+                -ENOSYS
             }
-        }
-    }
-
-    /// Finishes the blocked call whose time has come (the host calls this at the time
-    /// [`Outcome::Blocked`] gave).
-    pub fn wake(&mut self, _now: SimTime, out: &mut Vec<u8>) -> Outcome {
-        out.clear();
-        match self.pending.take() {
-            Some(Pending::Sleep) => Outcome::Done(0),
-            None => Outcome::Done(-EINVAL),
-        }
-    }
-
-    fn sleep(&mut self, now: SimTime, until: SimTime) -> Outcome {
-        if until <= now {
-            return Outcome::Done(0);
-        }
-        self.pending = Some(Pending::Sleep);
-        Outcome::Blocked { until }
+        };
+        Step::Done(done)
     }
 
     fn random(&mut self, len: i64, out: &mut Vec<u8>) -> i64 {
@@ -263,36 +437,37 @@ impl<R: Rng> Kernel<R> {
         n as i64
     }
 
-    fn descriptor(&self, fd: i64) -> Option<Descriptor> {
+    fn descriptor(&self, fd: i64) -> Option<&Descriptor<S>> {
         usize::try_from(fd)
             .ok()
-            .and_then(|fd| self.fds.get(fd).copied().flatten())
+            .and_then(|fd| self.fds.get(fd))
+            .and_then(Option::as_ref)
     }
 
-    fn set_fd(&mut self, fd: usize, d: Option<Descriptor>) {
+    fn set_fd(&mut self, fd: usize, d: Option<Descriptor<S>>) {
         if self.fds.len() <= fd {
-            self.fds.resize(fd + 1, None);
+            self.fds.resize_with(fd + 1, || None);
         }
-        self.fds[fd] = d;
         let (byte, bit) = (fd / 8, 1u8 << (fd % 8));
         if d.is_some() {
             self.virtual_fds[byte] |= bit;
         } else {
             self.virtual_fds[byte] &= !bit;
         }
+        self.fds[fd] = d;
     }
 
-    fn open_virtual(&mut self, fd: i64, path: &[u8]) -> Outcome {
+    fn open_virtual(&mut self, fd: i64, path: &[u8]) -> i64 {
         let path = path.split(|&b| b == 0).next().unwrap_or_default();
         if !matches!(path, b"/dev/urandom" | b"/dev/random") {
-            return Outcome::Done(-ENOENT);
+            return -ENOENT;
         }
         match usize::try_from(fd) {
             Ok(fd) if fd < MAX_FDS => {
                 self.set_fd(fd, Some(Descriptor::Random));
-                Outcome::Done(0)
+                0
             }
-            _ => Outcome::Done(-EMFILE),
+            _ => -EMFILE,
         }
     }
 }
@@ -317,7 +492,9 @@ mod tests {
     use super::*;
     use onionlab_engine::host_rng;
 
-    fn kernel() -> Kernel<onionlab_engine::rng::HostRng> {
+    type TestKernel = Kernel<onionlab_engine::rng::HostRng, u32>;
+
+    fn kernel() -> TestKernel {
         Kernel::new("process-a-1", 946_684_800_000_000_000, host_rng(1, 2, 3))
     }
 
@@ -337,24 +514,37 @@ mod tests {
         let mut out = Vec::new();
         let d = ts(1, 500);
         assert_eq!(
-            k.call(7, &call(SYS_NANOSLEEP, [0; 6], &d), &mut out),
+            k.call(7, &call(SYS_NANOSLEEP, [0; 6], &d), &mut out, &mut Offline),
             Outcome::Blocked {
-                until: 1_000_000_507
+                until: Some(1_000_000_507)
             }
         );
-        assert_eq!(k.wake(1_000_000_507, &mut out), Outcome::Done(0));
+        assert_eq!(
+            k.wake(1_000_000_507, 1_000_000_507, &mut out, &mut Offline),
+            Outcome::Done(0)
+        );
         let zero = ts(0, 0);
         assert_eq!(
-            k.call(9, &call(SYS_NANOSLEEP, [0; 6], &zero), &mut out),
+            k.call(
+                9,
+                &call(SYS_NANOSLEEP, [0; 6], &zero),
+                &mut out,
+                &mut Offline
+            ),
             Outcome::Done(0)
         );
         let bad = ts(0, 1_000_000_000);
         assert_eq!(
-            k.call(9, &call(SYS_NANOSLEEP, [0; 6], &bad), &mut out),
+            k.call(
+                9,
+                &call(SYS_NANOSLEEP, [0; 6], &bad),
+                &mut out,
+                &mut Offline
+            ),
             Outcome::Done(-EINVAL)
         );
         assert_eq!(
-            k.call(9, &call(SYS_NANOSLEEP, [0; 6], &[]), &mut out),
+            k.call(9, &call(SYS_NANOSLEEP, [0; 6], &[]), &mut out, &mut Offline),
             Outcome::Done(-EFAULT)
         );
         // An absolute deadline on the process's clock: 2 s after the epoch is 2 s simulated.
@@ -363,19 +553,21 @@ mod tests {
             k.call(
                 5,
                 &call(SYS_CLOCK_NANOSLEEP, [0, TIMER_ABSTIME, 0, 0, 0, 0], &at),
-                &mut out
+                &mut out,
+                &mut Offline
             ),
             Outcome::Blocked {
-                until: 2_000_000_000
+                until: Some(2_000_000_000)
             }
         );
-        k.wake(2_000_000_000, &mut out);
+        k.wake(2_000_000_000, 2_000_000_000, &mut out, &mut Offline);
         let past = ts(946_684_801, 0);
         assert_eq!(
             k.call(
                 3_000_000_000,
                 &call(SYS_CLOCK_NANOSLEEP, [1, TIMER_ABSTIME, 0, 0, 0, 0], &past),
-                &mut out
+                &mut out,
+                &mut Offline
             ),
             Outcome::Done(0)
         );
@@ -383,7 +575,8 @@ mod tests {
             k.call(
                 0,
                 &call(SYS_CLOCK_NANOSLEEP, [2, 0, 0, 0, 0, 0], &d),
-                &mut out
+                &mut out,
+                &mut Offline
             ),
             Outcome::Done(-EINVAL)
         );
@@ -395,41 +588,68 @@ mod tests {
         let mut b = kernel();
         let (mut x, mut y) = (Vec::new(), Vec::new());
         assert_eq!(
-            a.call(0, &call(SYS_GETRANDOM, [0, 32, 0, 0, 0, 0], &[]), &mut x),
+            a.call(
+                0,
+                &call(SYS_GETRANDOM, [0, 32, 0, 0, 0, 0], &[]),
+                &mut x,
+                &mut Offline
+            ),
             Outcome::Done(32)
         );
         assert_eq!(
             b.call(
                 0,
                 &call(REQ_OPEN_VIRTUAL, [5, 0, 0, 0, 0, 0], b"/dev/urandom\0"),
-                &mut y
+                &mut y,
+                &mut Offline
             ),
             Outcome::Done(0)
         );
         assert_eq!(b.virtual_fds()[0], 1 << 5);
         assert_eq!(
-            b.call(0, &call(SYS_READ, [5, 0, 32, 0, 0, 0], &[]), &mut y),
+            b.call(
+                0,
+                &call(SYS_READ, [5, 0, 32, 0, 0, 0], &[]),
+                &mut y,
+                &mut Offline
+            ),
             Outcome::Done(32)
         );
         assert_eq!(x, y, "one stream, the same bytes");
         assert_eq!(
-            b.call(0, &call(SYS_CLOSE, [5, 0, 0, 0, 0, 0], &[]), &mut y),
+            b.call(
+                0,
+                &call(SYS_CLOSE, [5, 0, 0, 0, 0, 0], &[]),
+                &mut y,
+                &mut Offline
+            ),
             Outcome::Done(0)
         );
         assert_eq!(b.virtual_fds()[0], 0);
         assert_eq!(
-            b.call(0, &call(SYS_READ, [5, 0, 32, 0, 0, 0], &[]), &mut y),
+            b.call(
+                0,
+                &call(SYS_READ, [5, 0, 32, 0, 0, 0], &[]),
+                &mut y,
+                &mut Offline
+            ),
             Outcome::Done(-EBADF)
         );
         assert_eq!(
-            a.call(0, &call(SYS_GETRANDOM, [0, 8, 0x10, 0, 0, 0], &[]), &mut x),
+            a.call(
+                0,
+                &call(SYS_GETRANDOM, [0, 8, 0x10, 0, 0, 0], &[]),
+                &mut x,
+                &mut Offline
+            ),
             Outcome::Done(-EINVAL)
         );
         assert_eq!(
             a.call(
                 0,
                 &call(REQ_OPEN_VIRTUAL, [3, 0, 0, 0, 0, 0], b"/etc/passwd\0"),
-                &mut x
+                &mut x,
+                &mut Offline
             ),
             Outcome::Done(-ENOENT)
         );
@@ -440,32 +660,33 @@ mod tests {
         let mut k = kernel();
         let mut out = Vec::new();
         assert_eq!(
-            k.call(0, &call(SYS_UNAME, [0; 6], &[]), &mut out),
+            k.call(0, &call(SYS_UNAME, [0; 6], &[]), &mut out, &mut Offline),
             Outcome::Done(0)
         );
         assert_eq!(out.len(), 6 * 65);
         assert_eq!(&out[65..65 + 11], b"process-a-1");
         assert_eq!(out[65 + 11], 0);
-        let socket = 41;
+        let pipe = 22;
         for _ in 0..3 {
             assert_eq!(
-                k.call(0, &call(socket, [2, 1, 0, 0, 0, 0], &[]), &mut out),
+                k.call(0, &call(pipe, [0; 6], &[]), &mut out, &mut Offline),
                 Outcome::Done(-ENOSYS)
             );
         }
         assert_eq!(
-            k.call(0, &call(100_000, [0; 6], &[]), &mut out),
+            k.call(0, &call(100_000, [0; 6], &[]), &mut out, &mut Offline),
             Outcome::Done(-ENOSYS)
         );
         assert_eq!(
             k.unsupported(),
-            vec![("socket".to_string(), 3), ("unknown".to_string(), 1)]
+            vec![("pipe".to_string(), 3), ("unknown".to_string(), 1)]
         );
         assert_eq!(
             k.call(
                 0,
                 &call(SYS_EXIT_GROUP, [300, 0, 0, 0, 0, 0], &[]),
-                &mut out
+                &mut out,
+                &mut Offline
             ),
             Outcome::Exit(44)
         );

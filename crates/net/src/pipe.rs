@@ -187,6 +187,26 @@ impl<M: Clone + PartialEq> Pipe<M> {
         }
     }
 
+    /// Shows `f` the messages not taken yet, oldest first, each with the stream offset where it
+    /// ends, until `f` returns false. A reader that needs what a message says before it has
+    /// read the message's last byte (the bytes a managed process reads, which may stop inside
+    /// a message) looks here; the entries it sees were written before their bytes left the
+    /// sender, as for [`Pipe::take_through`].
+    pub(crate) fn peek(&self, mut f: impl FnMut(u64, &M) -> bool) {
+        let q = self.runs.lock();
+        let rest = q.rest.iter().flat_map(|rest| rest.iter());
+        for run in q.front.iter().chain(rest) {
+            for i in 0..run.count {
+                if !f(
+                    run.first_end + u64::from(run.step) * u64::from(i),
+                    &run.message,
+                ) {
+                    return;
+                }
+            }
+        }
+    }
+
     /// Runs held.
     #[cfg(test)]
     fn runs(&self) -> usize {
@@ -276,6 +296,30 @@ mod tests {
         assert_eq!(take(&pipe, 65), vec![(b'a', 2), (b'b', 1)]);
         assert_eq!(take(&pipe, 1000), vec![(b'a', 1)]);
         assert!(take(&pipe, u64::MAX).is_empty());
+    }
+
+    #[test]
+    fn peek_shows_each_message_not_taken_with_its_end_until_told_to_stop() {
+        let pipe = Pipe::default();
+        for i in 1..=3 {
+            pipe.push(i * 10, b'a');
+        }
+        pipe.push(45, b'b');
+        assert_eq!(take(&pipe, 15), vec![(b'a', 1)]);
+        let mut seen = Vec::new();
+        pipe.peek(|end, &m| {
+            seen.push((end, m));
+            true
+        });
+        assert_eq!(seen, vec![(20, b'a'), (30, b'a'), (45, b'b')]);
+        seen.clear();
+        pipe.peek(|end, &m| {
+            seen.push((end, m));
+            end < 30
+        });
+        assert_eq!(seen, vec![(20, b'a'), (30, b'a')]);
+        // Peeking takes nothing.
+        assert_eq!(take(&pipe, 45), vec![(b'a', 2), (b'b', 1)]);
     }
 
     #[test]

@@ -291,6 +291,9 @@ pub struct NetStack<M> {
     events: VecDeque<SocketEvent<M>>,
     /// Whether a watched socket's state may have moved since the last `take_watch_hit`.
     watch_hit: bool,
+    /// Whether new TCP sockets read arriving data by themselves (see
+    /// [`NetStack::set_auto_read_default`]).
+    auto_read: bool,
     stats: NetStats,
 }
 
@@ -314,8 +317,18 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             next_port: FIRST_EPHEMERAL_PORT,
             events: VecDeque::new(),
             watch_hit: false,
+            auto_read: true,
             stats: NetStats::default(),
         }
+    }
+
+    /// Whether the TCP sockets this stack opens or accepts from now on read arriving data by
+    /// themselves (the default) or wait for [`NetStack::read`]. A host whose application reads
+    /// for itself (a managed process) turns it off before it has a socket: an accepted
+    /// connection's first bytes may come with its handshake, before the application hears of
+    /// it.
+    pub fn set_auto_read_default(&mut self, on: bool) {
+        self.auto_read = on;
     }
 
     /// The host this stack belongs to.
@@ -420,7 +433,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             peer_socket: NO_SOCKET,
             pipes: Arc::new(ConnPipes::default()),
             initiator: true,
-            auto_read: true,
+            auto_read: self.auto_read,
             waiting_for_link: false,
             watched: false,
             marked: false,
@@ -636,6 +649,24 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                 .quic_ref(st.conn)
                 .map_or(0, |q| q.conn.readable(st.stream)),
             _ => 0,
+        }
+    }
+
+    /// The stream offset of a socket's next unread byte (TCP sockets; 0 for others).
+    pub fn read_offset(&self, id: SocketId) -> u64 {
+        match self.sockets.get(id) {
+            Some(Socket::Tcp(s)) => s.conn.delivered() - s.conn.recv_available(),
+            _ => 0,
+        }
+    }
+
+    /// Shows `f` the messages the peer marked that a TCP socket has not read through yet,
+    /// oldest first, each with the stream offset where it ends, until `f` returns false: what
+    /// a reader that stops inside a message (a managed process's `read`) needs to know about
+    /// the bytes it takes. Messages of bytes not received yet may be among them.
+    pub fn peek_messages(&self, id: SocketId, f: impl FnMut(u64, &M) -> bool) {
+        if let Some(Socket::Tcp(s)) = self.sockets.get(id) {
+            s.in_pipe().peek(f);
         }
     }
 
@@ -900,7 +931,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
             peer_socket: packet.src_socket,
             pipes,
             initiator: false,
-            auto_read: true,
+            auto_read: self.auto_read,
             waiting_for_link: false,
             watched: false,
             marked: false,

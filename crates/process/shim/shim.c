@@ -35,6 +35,7 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/utsname.h>
@@ -66,6 +67,9 @@ __asm__(".text\n"
         ".size ol_syscall, .-ol_syscall\n");
 
 static struct ol_shared *ol;
+/* The hosts file onionlab writes for the run (ONIONLAB_HOSTS), which a program's /etc/hosts
+ * opens instead of the machine's: the simulated network's names. */
+static char hosts_path[4096];
 /* The process's real ids, for signals a program sends itself, and the parent it started
  * under: if onionlab dies the process is handed to another parent and ends itself. */
 static long real_pid, real_parent;
@@ -185,6 +189,11 @@ static int is_virtual_path(const char *path) {
 static long open_path(long nr, const long *a) {
     const char *path = (const char *)(nr == SYS_open ? a[0] : a[1]);
     long flags = nr == SYS_open ? a[1] : a[2];
+    if (path && hosts_path[0] && same_str(path, "/etc/hosts")) {
+        long b[6] = {a[0], a[1], a[2], a[3], a[4], a[5]};
+        b[nr == SYS_open ? 0 : 1] = (long)hosts_path;
+        return sys6(nr, b);
+    }
     if (!is_virtual_path(path))
         return sys6(nr, a);
     /* The descriptor's number is reserved in the real table by a placeholder, so that no
@@ -200,6 +209,47 @@ static long open_path(long nr, const long *a) {
         return r;
     }
     return fd;
+}
+
+/* A placeholder for a descriptor onionlab is about to serve: the number is taken in the
+ * real table first, so that no native open can take it while onionlab serves it. */
+static long placeholder(int cloexec) {
+    return ol_syscall(SYS_openat, AT_FDCWD, (long)"/dev/null", O_RDONLY | (cloexec ? O_CLOEXEC : 0),
+                      0, 0, 0);
+}
+
+/* A call that makes a descriptor (socket, accept): onionlab gets the reserved number in
+ * args[5] and answers with it; a socket address it returns goes to `addr` and `*addrlen`. */
+static long new_descriptor(long nr, const long *a, int cloexec, void *addr, socklen_t *addrlen) {
+    long fd = placeholder(cloexec);
+    if (fd < 0)
+        return fd;
+    long b[6] = {a[0], a[1], a[2], a[3], a[4], fd};
+    unsigned char name[128];
+    long r = request(nr, b, 0, 0, name, sizeof name);
+    if (r < 0) {
+        ol_syscall(SYS_close, fd, 0, 0, 0, 0, 0);
+        return r;
+    }
+    if (addr && addrlen) {
+        size_t n = ol->out_len < *addrlen ? ol->out_len : *addrlen;
+        copy_bytes(addr, name, n);
+        *addrlen = ol->out_len;
+    }
+    return r;
+}
+
+/* A call that returns a socket address (getsockname, getpeername) or an option's value
+ * (getsockopt) through a buffer and a length the program passes by pointer. */
+static long with_sized_result(long nr, const long *a, void *buf, socklen_t *len) {
+    unsigned char value[128];
+    long r = request(nr, a, 0, 0, value, sizeof value);
+    if (r >= 0 && buf && len) {
+        size_t n = ol->out_len < *len ? ol->out_len : *len;
+        copy_bytes(buf, value, n);
+        *len = ol->out_len;
+    }
+    return r;
 }
 
 /* ---- The dispatch of one trapped call ---- */
@@ -307,6 +357,39 @@ static long dispatch(long nr, long *a) {
     case SYS_open:
     case SYS_openat:
         return open_path(nr, a);
+
+    /* Sockets: always onionlab's, over the simulated network. */
+    case SYS_socket:
+        return new_descriptor(nr, a, (a[1] & SOCK_CLOEXEC) != 0, 0, 0);
+    case SYS_accept:
+        return new_descriptor(nr, a, 0, (void *)a[1], (socklen_t *)a[2]);
+    case SYS_accept4:
+        return new_descriptor(nr, a, (a[3] & SOCK_CLOEXEC) != 0, (void *)a[1], (socklen_t *)a[2]);
+    case SYS_connect:
+    case SYS_bind:
+        return request(nr, a, (void *)a[1], (size_t)a[2] > 128 ? 128 : (size_t)a[2], 0, 0);
+    case SYS_sendto:
+        return request(nr, a, (void *)a[1],
+                       (size_t)a[2] > OL_DATA_BYTES ? OL_DATA_BYTES : (size_t)a[2], 0, 0);
+    case SYS_recvfrom: {
+        long r = request(nr, a, 0, 0, (void *)a[1], (size_t)a[2]);
+        if (r >= 0 && a[4] && a[5])
+            *(socklen_t *)a[5] = 0; /* a stream socket gives no source address */
+        return r;
+    }
+    case SYS_setsockopt:
+        return request(nr, a, (void *)a[3], (size_t)a[4] > 256 ? 256 : (size_t)a[4], 0, 0);
+    case SYS_getsockopt:
+        return with_sized_result(nr, a, (void *)a[3], (socklen_t *)a[4]);
+    case SYS_getsockname:
+    case SYS_getpeername:
+        return with_sized_result(nr, a, (void *)a[1], (socklen_t *)a[2]);
+    case SYS_poll: {
+        size_t bytes = (size_t)a[1] * 8;
+        if (bytes > OL_DATA_BYTES)
+            return -EINVAL;
+        return request(nr, a, (void *)a[0], bytes, (void *)a[0], bytes);
+    }
 
     /* The process's own memory, files and identity: native. */
     case SYS_mmap:
@@ -514,6 +597,9 @@ __attribute__((constructor)) static void ol_start(void) {
     const char *fd_text = getenv("ONIONLAB_SHM_FD");
     if (!fd_text)
         return; /* loaded outside onionlab: stay out of the way */
+    const char *hosts = getenv("ONIONLAB_HOSTS");
+    if (hosts && strlen(hosts) < sizeof hosts_path)
+        strcpy(hosts_path, hosts);
     int fd = atoi(fd_text);
     void *page = mmap(NULL, sizeof(struct ol_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (page == MAP_FAILED)

@@ -26,6 +26,8 @@ pub const SHIM_LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liboni
 
 /// The environment variable that tells the shim which descriptor holds the shared page.
 pub const SHM_FD_VARIABLE: &str = "ONIONLAB_SHM_FD";
+/// The environment variable that names the hosts file the shim opens for `/etc/hosts`.
+pub const HOSTS_VARIABLE: &str = "ONIONLAB_HOSTS";
 
 /// Writes the shim into `dir` (which must exist) and returns its path. The library is the
 /// same bytes for every run, so that a run's directory is all a process needs.

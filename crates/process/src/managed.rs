@@ -33,6 +33,8 @@ pub struct ProcessSpec<'a> {
     pub dir: &'a Path,
     /// The shim library ([`crate::install_shim`]).
     pub shim: &'a Path,
+    /// The file its `/etc/hosts` opens instead of the machine's, if any.
+    pub hosts_file: Option<&'a Path>,
     /// The pid it sees for itself.
     pub pid: i32,
 }
@@ -173,6 +175,7 @@ impl ManagedProcess {
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env("LD_PRELOAD", spec.shim)
             .env(crate::SHM_FD_VARIABLE, SHM_FD.to_string())
+            .envs(spec.hosts_file.map(|h| (crate::HOSTS_VARIABLE, h)))
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);

@@ -337,7 +337,7 @@ fn host_model(
         }
         HostRole::Process(plan) => TorHost::Process(Box::new(crate::process::ProcessHost::new(
             stack,
-            &h.name,
+            world.clone(),
             id,
             plan,
             onionlab_engine::host_rng(seed, id, PURPOSE_PROCESS),

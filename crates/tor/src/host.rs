@@ -116,6 +116,7 @@ impl Host for TorHost {
             (TorHost::Attacker(a), Ev::Attack(t)) => a.on_timer(ctx, t),
             (TorHost::Attacker(a), Ev::Start) => a.start(ctx),
             (TorHost::Process(p), Ev::Process(t)) => p.on_timer(ctx, t),
+            (TorHost::Process(p), Ev::Net(e)) => p.on_net(ctx, e),
             (TorHost::Process(p), Ev::Start) => p.start(ctx),
             _ => {}
         }

@@ -16,21 +16,67 @@
 //!                                                                Exit: reply, reap, record
 //! ```
 //!
-//! The host sits on the network like any other (its stack gives it its place, links and
-//! graph node); the programs' sockets are the next part of the simulated kernel to come.
+//! The host sits on the network like any other. Its stack is the one every host has, with
+//! sockets that wait for the program's reads; the kernel reaches it through [`HostNet`], and
+//! what happens on its connections reaches the kernel as notes. The bytes the program writes
+//! travel beside the TCP model's byte counts: each write is one [`Wire::Bytes`] message whose
+//! payload waits in the world's [`Payloads`] until the peer has read it; a read that stops
+//! inside a message takes its bytes from there too.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use onionlab_engine::rng::HostRng;
 use onionlab_engine::time::SimTime;
-use onionlab_engine::{Context, RunControl};
-use onionlab_kernel::{Call, Kernel, Outcome};
-use onionlab_net::NetStack;
+use onionlab_engine::{Context, HostId, RunControl};
+use onionlab_kernel::{Call, Kernel, Network, Outcome, SocketNote};
+use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
 use onionlab_process::{Exit, ManagedProcess, ProcessSpec, Turn};
 
 use crate::event::Ev;
 use crate::wire::Wire;
+use crate::world::TorWorld;
+
+/// The first address of the block managed processes' hosts are numbered in (100.64.0.0, the
+/// shared address space of RFC 6598, which no real destination uses).
+const ADDRESS_BASE: u32 = 0x6440_0000;
+
+/// The IPv4 address a managed process sees for host `host`: 100.64.0.1 for host 0, and on.
+pub fn host_address(host: HostId) -> u32 {
+    ADDRESS_BASE + 1 + host
+}
+
+/// The bytes managed processes have written and their peers not read yet, by key. Shared by
+/// every host of a run: a writer puts a payload in before its bytes leave it, a reader takes it
+/// out once it has read the bytes, at least one lookahead later, so no two hosts ever reach
+/// for one payload in the same round.
+#[derive(Default)]
+pub struct Payloads {
+    map: Mutex<HashMap<u64, Arc<[u8]>>>,
+}
+
+impl Payloads {
+    fn put(&self, key: u64, bytes: &[u8]) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, bytes.into());
+    }
+
+    fn get(&self, key: u64) -> Option<Arc<[u8]>> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&key).cloned()
+    }
+
+    fn remove(&self, key: u64) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+    }
+}
 
 /// The Unix time of simulated time 0 as managed processes read it: 2000-01-01 00:00:00 UTC, a
 /// fixed date so that a run's outputs do not depend on the day it ran.
@@ -60,6 +106,9 @@ pub struct ProcessPlan {
     pub dir: PathBuf,
     /// The shim library, written once per run (`onionlab_process::install_shim`).
     pub shim: PathBuf,
+    /// The hosts file the run writes (the process hosts' names and addresses), which the
+    /// program's `/etc/hosts` opens instead of the machine's; none: the machine's.
+    pub hosts_file: Option<PathBuf>,
     /// The run's control: a run stopped while the process runs natively (Ctrl-C, the memory
     /// limit) kills it rather than wait for its next system call.
     pub control: RunControl,
@@ -70,8 +119,12 @@ pub struct ProcessPlan {
 pub enum ProcessTimer {
     /// The process's start time has come.
     Start,
-    /// The call the process is blocked in may go on.
-    Wake,
+    /// The time limit `until` of the call the process is blocked in has come.
+    Wake {
+        /// The limit, as the kernel gave it (a wake-up for a call that has finished since is
+        /// told apart by it).
+        until: SimTime,
+    },
 }
 
 impl From<ProcessTimer> for Ev {
@@ -99,14 +152,119 @@ pub struct ProcessRecord {
     pub unsupported: Vec<(String, u64)>,
 }
 
+/// The kernel's view of the host's network: its stack, at the current event.
+macro_rules! net {
+    ($host:ident, $ctx:ident) => {
+        HostNet {
+            stack: &mut $host.stack,
+            ctx: &mut *$ctx,
+            world: &$host.world,
+            host: $host.host,
+            written: &mut $host.payloads_written,
+        }
+    };
+}
+
+/// The host's stack as the kernel's [`Network`], for the span of one call.
+struct HostNet<'a, 'c> {
+    stack: &'a mut NetStack<Wire>,
+    ctx: &'a mut Context<'c, Ev>,
+    world: &'a TorWorld,
+    host: HostId,
+    written: &'a mut u64,
+}
+
+impl Network for HostNet<'_, '_> {
+    type Socket = SocketId;
+
+    fn address(&self) -> u32 {
+        host_address(self.host)
+    }
+
+    fn host_of(&self, addr: u32) -> Option<u32> {
+        let host = addr.checked_sub(ADDRESS_BASE + 1)?;
+        ((host as usize) < self.world.host_names.len()).then_some(host)
+    }
+
+    fn address_of(&self, host: u32) -> u32 {
+        host_address(host)
+    }
+
+    fn listen(&mut self, port: u16) -> Result<(), i64> {
+        // EADDRINUSE: the stack listens on the port already.
+        self.stack.listen(port).map_err(|_| 98)
+    }
+
+    fn connect(&mut self, host: u32, port: u16) -> Result<SocketId, i64> {
+        Ok(self.stack.connect(self.ctx, host, port))
+    }
+
+    fn send(&mut self, s: SocketId, bytes: &[u8]) -> usize {
+        let n = self.stack.write(s, bytes.len() as u64) as usize;
+        if n > 0 {
+            // Unique in the run: the host in the top bits, its count of writes below.
+            let key = (u64::from(self.host) << 40) | *self.written;
+            *self.written += 1;
+            self.world.payloads.put(key, &bytes[..n]);
+            self.stack.mark(s, Wire::Bytes { key, len: n as u32 });
+            self.stack.flush(self.ctx, s);
+        }
+        n
+    }
+
+    fn send_space(&self, s: SocketId) -> u64 {
+        self.stack.send_space(s)
+    }
+
+    fn readable(&self, s: SocketId) -> u64 {
+        self.stack.readable(s)
+    }
+
+    fn recv(&mut self, s: SocketId, out: &mut Vec<u8>, max: usize) -> usize {
+        let n = (self.stack.readable(s) as usize).min(max);
+        let (mut at, end) = {
+            let from = self.stack.read_offset(s);
+            (from, from + n as u64)
+        };
+        let payloads = &self.world.payloads;
+        self.stack.peek_messages(s, |message_end, message| {
+            if let Wire::Bytes { key, len } = *message {
+                let start = message_end - u64::from(len);
+                let stop = end.min(message_end);
+                if stop > at {
+                    let bytes = payloads.get(key).expect("a payload is kept until read");
+                    out.extend_from_slice(&bytes[(at - start) as usize..(stop - start) as usize]);
+                    at = stop;
+                }
+            }
+            at < end
+        });
+        debug_assert_eq!(at, end, "every byte a process reads was written by one");
+        self.stack.read(self.ctx, s, n as u64);
+        n
+    }
+
+    fn shutdown_write(&mut self, s: SocketId) {
+        self.stack.close(self.ctx, s);
+    }
+
+    fn close(&mut self, s: SocketId) {
+        self.stack.close(self.ctx, s);
+    }
+}
+
 /// A host that runs a real program in simulated time.
 pub struct ProcessHost {
     /// The host's network stack: its place on the network.
     pub stack: NetStack<Wire>,
+    world: Arc<TorWorld>,
+    host: HostId,
+    /// Payloads this host has written (the low bits of their keys).
+    payloads_written: u64,
     name: String,
     pid: i32,
     plan: ProcessPlan,
-    kernel: Kernel<HostRng>,
+    kernel: Kernel<HostRng, SocketId>,
     process: Option<ManagedProcess>,
     /// The bytes a call's reply carries, kept between calls.
     out: Vec<u8>,
@@ -116,18 +274,23 @@ pub struct ProcessHost {
 impl ProcessHost {
     /// The host `name` with id `host`, whose kernel draws from `rng`.
     pub fn new(
-        stack: NetStack<Wire>,
-        name: &str,
-        host: onionlab_engine::HostId,
+        mut stack: NetStack<Wire>,
+        world: Arc<TorWorld>,
+        host: HostId,
         plan: ProcessPlan,
         rng: HostRng,
     ) -> Self {
+        stack.set_auto_read_default(false);
+        let name = world.name(host).to_string();
         ProcessHost {
             stack,
-            name: name.to_string(),
+            world,
+            host,
+            payloads_written: 0,
+            kernel: Kernel::new(&name, EPOCH_UNIX_NS, rng),
+            name,
             pid: simulated_pid(host),
             plan,
-            kernel: Kernel::new(name, EPOCH_UNIX_NS, rng),
             process: None,
             out: Vec::new(),
             record: ProcessRecord::default(),
@@ -157,15 +320,71 @@ impl ProcessHost {
         let now = ctx.now();
         match timer {
             ProcessTimer::Start => self.spawn(ctx),
-            ProcessTimer::Wake => {
+            ProcessTimer::Wake { until } => {
                 let Some(p) = self.process.as_mut() else {
                     return;
                 };
                 p.set_now(self.kernel.wall_clock_ns(now));
-                let outcome = self.kernel.wake(now, &mut self.out);
-                self.serve(ctx, outcome);
+                let mut net = net!(self, ctx);
+                let outcome = self.kernel.wake(now, until, &mut self.out, &mut net);
+                if !matches!(outcome, Outcome::Blocked { .. }) {
+                    self.serve(ctx, outcome);
+                }
             }
         }
+    }
+
+    /// A packet or a timer of the host's stack: what it changes on the connections goes to
+    /// the kernel, and a blocked call that may now go on is tried again.
+    pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
+        self.stack.handle(ctx, event);
+        if !self.take_notes(ctx) || !self.kernel.is_blocked() {
+            return;
+        }
+        let Some(p) = self.process.as_mut() else {
+            return;
+        };
+        let now = ctx.now();
+        p.set_now(self.kernel.wall_clock_ns(now));
+        let mut net = net!(self, ctx);
+        let outcome = self.kernel.retry(now, &mut self.out, &mut net);
+        if !matches!(outcome, Outcome::Blocked { .. }) {
+            self.serve(ctx, outcome);
+        }
+    }
+
+    /// Hands the kernel what the stack reports; returns whether anything was reported that
+    /// may let a blocked call go on.
+    fn take_notes(&mut self, ctx: &mut Context<'_, Ev>) -> bool {
+        let mut noted = false;
+        while let Some(event) = self.stack.poll_event() {
+            let note = match event {
+                SocketEvent::Connected(s) => SocketNote::Connected(s),
+                SocketEvent::Accepted { socket, port, peer } => {
+                    SocketNote::Accepted { socket, port, peer }
+                }
+                SocketEvent::Readable(s) | SocketEvent::Writable(s) => SocketNote::Ready(s),
+                SocketEvent::PeerClosed(s) => SocketNote::PeerClosed(s),
+                SocketEvent::Reset(s) | SocketEvent::TimedOut(s) => SocketNote::Reset(s),
+                SocketEvent::Message {
+                    message: Wire::Bytes { key, .. },
+                    ..
+                } => {
+                    // Read through: the reader copied its bytes before it read them.
+                    self.world.payloads.remove(key);
+                    continue;
+                }
+                SocketEvent::Closed(_)
+                | SocketEvent::Data { .. }
+                | SocketEvent::Message { .. }
+                | SocketEvent::StreamAccepted { .. }
+                | SocketEvent::Datagram { .. } => continue,
+            };
+            noted = true;
+            let mut net = net!(self, ctx);
+            self.kernel.note(note, &mut net);
+        }
+        noted
     }
 
     fn spawn(&mut self, ctx: &mut Context<'_, Ev>) {
@@ -180,6 +399,7 @@ impl ProcessHost {
                     env: &self.plan.env,
                     dir: &self.plan.dir,
                     shim: &self.plan.shim,
+                    hosts_file: self.plan.hosts_file.as_deref(),
                     pid: self.pid,
                 };
                 ManagedProcess::spawn(&spec, self.kernel.wall_clock_ns(now), self.plan.stall_limit)
@@ -188,15 +408,18 @@ impl ProcessHost {
         match started {
             Ok(p) => {
                 self.process = Some(p);
-                let outcome = self.next_call(now);
+                let outcome = self.next_call(ctx);
                 self.serve(ctx, outcome);
             }
             Err(e) => self.fail(now, None, e),
         }
     }
 
-    /// Hands the kernel the request the process is waiting on.
-    fn next_call(&mut self, now: SimTime) -> Outcome {
+    /// Hands the kernel the request the process is waiting on, then what the stack reported
+    /// meanwhile; a call that blocked is tried again if that may have freed it. A call that
+    /// still waits with a time limit gets its wake-up here, once.
+    fn next_call(&mut self, ctx: &mut Context<'_, Ev>) -> Outcome {
+        let now = ctx.now();
         let p = self.process.as_ref().expect("a running process");
         let r = p.request();
         let call = Call {
@@ -204,7 +427,17 @@ impl ProcessHost {
             args: r.args,
             data: r.data,
         };
-        self.kernel.call(now, &call, &mut self.out)
+        let mut net = net!(self, ctx);
+        let mut outcome = self.kernel.call(now, &call, &mut self.out, &mut net);
+        if self.take_notes(ctx) && matches!(outcome, Outcome::Blocked { .. }) {
+            let mut net = net!(self, ctx);
+            outcome = self.kernel.retry(now, &mut self.out, &mut net);
+            self.take_notes(ctx);
+        }
+        if let Outcome::Blocked { until: Some(until) } = outcome {
+            ctx.schedule_at(until, ProcessTimer::Wake { until }.into());
+        }
+        outcome
     }
 
     /// Answers calls until one blocks or the process ends.
@@ -218,10 +451,8 @@ impl ProcessHost {
                     p.reply(ret, &self.out);
                 }
                 Outcome::Native => p.reply_native(),
-                Outcome::Blocked { until } => {
-                    ctx.schedule_at(until, ProcessTimer::Wake.into());
-                    return;
-                }
+                // Its wake-up, if it has a time limit, was scheduled when it blocked.
+                Outcome::Blocked { .. } => return,
                 Outcome::Exit(code) => {
                     p.reply(0, &[]);
                     let exit = p.finish();
@@ -240,7 +471,7 @@ impl ProcessHost {
             }
             let control = &self.plan.control;
             match p.wait_or_stop(&|| control.is_interrupted()) {
-                Turn::Request => outcome = self.next_call(now),
+                Turn::Request => outcome = self.next_call(ctx),
                 Turn::Stopped => {
                     return self.fail(
                         now,

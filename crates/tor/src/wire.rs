@@ -63,6 +63,14 @@ pub enum Wire {
     /// A piece of an upload's body as the exit writes it (the bytes of its DATA cells); the
     /// server counts the bytes it reads and needs nothing from the descriptor.
     UploadBody,
+    /// Bytes a managed process wrote: `len` bytes, kept under `key` in the world's
+    /// [`crate::process::Payloads`] until the peer has read them.
+    Bytes {
+        /// The payload's key.
+        key: u64,
+        /// Its length.
+        len: u32,
+    },
 }
 
 /// Circuit ids chosen by the side that opened the channel (a client, or the relay that

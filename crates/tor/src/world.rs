@@ -32,6 +32,8 @@ pub struct TorWorld {
     /// For each consensus relay, the relays it opens a channel to at its start
     /// (`tor.warm_channels`, see [`crate::warm`]); empty lists for a cold start.
     pub warm_channels: Vec<Vec<u32>>,
+    /// The bytes managed processes wrote that their peers have not read yet.
+    pub payloads: crate::process::Payloads,
 }
 
 impl TorWorld {
@@ -52,6 +54,7 @@ impl TorWorld {
             host_names,
             server_groups,
             warm_channels: Vec::new(),
+            payloads: Default::default(),
         }
     }
 

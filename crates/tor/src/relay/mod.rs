@@ -969,7 +969,7 @@ impl Relay {
             Wire::Switch { circ_id, heavy } => {
                 design::Torchestra::switched(self, k, circ_id, heavy);
             }
-            Wire::Request { .. } | Wire::Upload { .. } | Wire::UploadBody => {}
+            Wire::Request { .. } | Wire::Upload { .. } | Wire::UploadBody | Wire::Bytes { .. } => {}
         }
     }
 
