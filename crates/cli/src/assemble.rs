@@ -44,6 +44,15 @@ pub(crate) fn set_process_dirs(
     Ok(())
 }
 
+/// Whether the managed processes of `network` write their system calls to a log.
+pub(crate) fn trace_processes(network: &mut TorNetwork, on: bool) {
+    for h in &mut network.hosts {
+        if let HostRole::Process(p) = &mut h.role {
+            p.trace = on;
+        }
+    }
+}
+
 /// The hosts file of a run with managed processes: `localhost`, and every process host's name
 /// with its address, which its programs resolve (through their `/etc/hosts`) to reach each
 /// other.
@@ -161,6 +170,7 @@ pub(crate) fn tor_network(
                 dir: std::path::PathBuf::new(),
                 shim: std::path::PathBuf::new(),
                 hosts_file: None,
+                trace: false,
                 control: Default::default(),
             }),
         });

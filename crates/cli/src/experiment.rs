@@ -1728,6 +1728,7 @@ fn trial_run_options(options: &ExperimentOptions) -> Result<RunOptions, Failure>
         // another scenario.
         force: true,
         inject_fault: None,
+        trace_syscalls: false,
         work_stealing: true,
         spans: true,
         summary: false,

@@ -199,6 +199,10 @@ pub(crate) struct RunArgs {
     /// TIME, written HOST@TIME (e.g. 12@30s).
     #[arg(long, hide = true, value_name = "HOST@TIME")]
     pub inject_fault: Option<String>,
+    /// Write every system call each managed process makes to onionlab, with its simulated
+    /// times and result, to processes/HOST/syscalls.log (for debugging and determinism checks).
+    #[arg(long)]
+    pub trace_syscalls: bool,
 }
 
 /// An error with the exit code it deserves.

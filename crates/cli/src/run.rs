@@ -197,6 +197,8 @@ pub(crate) struct RunOptions {
     pub(crate) report: bool,
     pub(crate) force: bool,
     pub(crate) inject_fault: Option<(HostId, SimTime)>,
+    /// Managed processes write their system calls to `processes/HOST/syscalls.log`.
+    pub(crate) trace_syscalls: bool,
     /// Let idle workers run other workers' hosts within a round.
     pub(crate) work_stealing: bool,
     /// Let hosts that nothing reaches within a lookahead run several rounds at a time.
@@ -261,6 +263,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), Failure> {
         report: !args.no_report,
         force: args.force,
         inject_fault,
+        trace_syscalls: args.trace_syscalls,
         work_stealing: !args.no_work_stealing,
         spans: !args.no_spans,
         summary: true,
@@ -510,6 +513,7 @@ pub(crate) fn run_one(
     let mut network = assemble::tor_network(scenario, graph, &plan, seed, threads)
         .map_err(|e| Failure::input(format!("{}: {e}", scenario.source.display())))?;
     assemble::set_process_dirs(&mut network, out_dir, &process_shim(out_dir), &control)
+        .map(|()| assemble::trace_processes(&mut network, options.trace_syscalls))
         .map_err(|e| Failure::input(format!("{}: {e}", out_dir.display())))?;
     let hosts_file = assemble::process_hosts_file(&network);
     let hosts = network.hosts.len();

@@ -187,6 +187,7 @@ fn two_programs_talk_over_tcp_in_simulated_time() {
             "--threads",
             threads,
             "--no-report",
+            "--trace-syscalls",
         ]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -213,12 +214,24 @@ fn two_programs_talk_over_tcp_in_simulated_time() {
     assert_eq!(small.lines().filter(|l| l.starts_with("round")).count(), 3);
     assert!(small.ends_with("closed\n"), "{small}");
     assert!(stdout_of(out_dir, "process-bulk-1").contains("round 2: 1000000 bytes echoed in "));
+    // Every call each process made to onionlab, with its simulated times and result, is the
+    // same on one thread and two.
+    let trace = |dir: &Path, host: &str| {
+        fs::read_to_string(dir.join("processes").join(host).join("syscalls.log")).unwrap()
+    };
+    let server_trace = trace(out_dir, "process-server-1");
+    assert!(server_trace.contains(" listen(0x"), "{server_trace}");
+    assert!(
+        server_trace.lines().last().unwrap().ends_with("= exit 0"),
+        "{server_trace}"
+    );
     for host in ["process-server-1", "process-small-1", "process-bulk-1"] {
         assert_eq!(
             stdout_of(&runs[0], host),
             stdout_of(&runs[1], host),
             "{host}"
         );
+        assert_eq!(trace(&runs[0], host), trace(&runs[1], host), "{host}");
     }
     assert_eq!(
         run_json(&runs[0])["processes"],

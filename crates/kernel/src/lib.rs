@@ -87,6 +87,21 @@ pub(crate) const SYS_EXIT_GROUP: i64 = 231;
 pub(crate) const SYS_ACCEPT4: i64 = 288;
 pub(crate) const SYS_GETRANDOM: i64 = 318;
 
+/// The name of call `nr` as traces and counts give it: the system call's, `start` and
+/// `open_virtual` for the shim's own requests, `unknown` for a number no call has.
+pub fn call_name(nr: i64) -> &'static str {
+    match nr {
+        REQ_START => "start",
+        REQ_OPEN_VIRTUAL => "open_virtual",
+        _ => usize::try_from(nr)
+            .ok()
+            .and_then(|n| names::NAMES.get(n))
+            .copied()
+            .filter(|name| !name.is_empty())
+            .unwrap_or("unknown"),
+    }
+}
+
 /// `clock_nanosleep`'s flag for an absolute deadline.
 const TIMER_ABSTIME: i64 = 1;
 /// `getrandom`'s flags: GRND_NONBLOCK, GRND_RANDOM, GRND_INSECURE.

@@ -109,6 +109,8 @@ pub struct ProcessPlan {
     /// The hosts file the run writes (the process hosts' names and addresses), which the
     /// program's `/etc/hosts` opens instead of the machine's; none: the machine's.
     pub hosts_file: Option<PathBuf>,
+    /// Whether every call that reaches onionlab is written to `syscalls.log` in `dir`.
+    pub trace: bool,
     /// The run's control: a run stopped while the process runs natively (Ctrl-C, the memory
     /// limit) kills it rather than wait for its next system call.
     pub control: RunControl,
@@ -269,6 +271,11 @@ pub struct ProcessHost {
     /// The bytes a call's reply carries, kept between calls.
     out: Vec<u8>,
     record: ProcessRecord,
+    /// The call being served: its number, arguments and the simulated time it was made, for
+    /// the trace.
+    current: (i64, [i64; 6], SimTime),
+    /// `syscalls.log`, when the plan asks for a trace.
+    trace: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 impl ProcessHost {
@@ -294,6 +301,8 @@ impl ProcessHost {
             process: None,
             out: Vec::new(),
             record: ProcessRecord::default(),
+            current: (0, [0; 6], 0),
+            trace: None,
         }
     }
 
@@ -405,6 +414,11 @@ impl ProcessHost {
                 ManagedProcess::spawn(&spec, self.kernel.wall_clock_ns(now), self.plan.stall_limit)
                     .map_err(|e| format!("cannot start {}: {e}", self.plan.program.display()))
             });
+        if self.plan.trace && started.is_ok() {
+            self.trace = std::fs::File::create(self.plan.dir.join("syscalls.log"))
+                .ok()
+                .map(std::io::BufWriter::new);
+        }
         match started {
             Ok(p) => {
                 self.process = Some(p);
@@ -427,6 +441,7 @@ impl ProcessHost {
             args: r.args,
             data: r.data,
         };
+        self.current = (r.nr, r.args, now);
         let mut net = net!(self, ctx);
         let mut outcome = self.kernel.call(now, &call, &mut self.out, &mut net);
         if self.take_notes(ctx) && matches!(outcome, Outcome::Blocked { .. }) {
@@ -440,10 +455,38 @@ impl ProcessHost {
         outcome
     }
 
+    /// Writes the call being served and how it ended to the trace, if there is one: its
+    /// simulated start and end in nanoseconds, its name, arguments and result.
+    fn trace(&mut self, now: SimTime, outcome: Outcome) {
+        use std::io::Write;
+        let Some(w) = self.trace.as_mut() else {
+            return;
+        };
+        let (nr, a, start) = self.current;
+        let result = match outcome {
+            Outcome::Done(ret) => ret.to_string(),
+            Outcome::Native => "native".to_string(),
+            Outcome::Exit(code) => format!("exit {code}"),
+            Outcome::Blocked { .. } => return,
+        };
+        let _ = writeln!(
+            w,
+            "{start} {now} {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x}) = {result}",
+            onionlab_kernel::call_name(nr),
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            a[4],
+            a[5]
+        );
+    }
+
     /// Answers calls until one blocks or the process ends.
     fn serve(&mut self, ctx: &mut Context<'_, Ev>, mut outcome: Outcome) {
         let now = ctx.now();
         loop {
+            self.trace(now, outcome);
             let p = self.process.as_mut().expect("a running process");
             match outcome {
                 Outcome::Done(ret) => {
@@ -457,6 +500,7 @@ impl ProcessHost {
                     p.reply(0, &[]);
                     let exit = p.finish();
                     self.process = None;
+                    self.trace = None;
                     self.record.ended = Some(now);
                     match exit {
                         Exit::Code(c) => self.record.exit_code = Some(c),
@@ -509,6 +553,7 @@ impl ProcessHost {
 
     fn fail(&mut self, now: SimTime, exit: Option<Exit>, why: String) {
         self.process = None;
+        self.trace = None;
         self.record.ended = Some(now);
         match exit {
             Some(Exit::Code(c)) => self.record.exit_code = Some(c),
