@@ -455,3 +455,78 @@ fn no_process_outlives_an_interrupted_or_failed_run() {
     assert!(processes_running(&sleeper).is_empty());
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_epoll_server_serves_many_clients_in_both_trigger_modes() {
+    let dir = tmp("epoll");
+    let server = program("epoll-server", &dir);
+    let clients = program("epoll-clients", &dir);
+    let mut outputs = Vec::new();
+    for mode in ["level", "edge"] {
+        let scenario = write(
+            &dir,
+            &format!("{mode}.yaml"),
+            &format!(
+                "run: {{ seed: 2, stop_time: 60s }}\n\
+                 network: {{ graph: builtin, builtin: {{ latency: 20ms, bandwidth: 100 Mbit }} }}\n\
+                 processes:\n  \
+                 - {{ name: server, path: {server}, args: ['7000', '30', {mode}] }}\n  \
+                 - {{ name: small, path: {clients}, args: [process-server-1, '7000', '20', '4096'], start: 1s }}\n  \
+                 - {{ name: large, path: {clients}, args: [process-server-1, '7000', '10', '300000'], start: 1s }}\n",
+                server = server.display(),
+                clients = clients.display()
+            ),
+        );
+        for threads in ["1", "2"] {
+            let out_dir = dir.join(format!("out-{mode}-{threads}"));
+            let out = onionlab(&[
+                "run",
+                scenario.to_str().unwrap(),
+                "-o",
+                out_dir.to_str().unwrap(),
+                "--threads",
+                threads,
+                "--no-report",
+                "--trace-syscalls",
+            ]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            let run = run_json(&out_dir);
+            for p in run["processes"].as_array().unwrap() {
+                // The clients check every byte that comes back.
+                assert_eq!(p["exit_code"], 0, "{mode}: {p}");
+                assert_eq!(p["unsupported_calls"], serde_json::json!({}), "{mode}: {p}");
+            }
+            let server_out = stdout_of(&out_dir, "process-server-1");
+            assert!(
+                server_out.contains("clients 30\nbytes 3081920\n"),
+                "{mode}: {server_out}"
+            );
+            outputs.push((mode, out_dir));
+        }
+    }
+    // The same on one thread and two, calls and all; edge-triggered waits less often.
+    let trace = |dir: &Path, host: &str| {
+        fs::read_to_string(dir.join("processes").join(host).join("syscalls.log")).unwrap()
+    };
+    let waits = |dir: &Path| {
+        stdout_of(dir, "process-server-1")
+            .lines()
+            .find_map(|l| l.strip_prefix("epoll_wait calls "))
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    for pair in outputs.chunks(2) {
+        for host in ["process-server-1", "process-small-1", "process-large-1"] {
+            assert_eq!(
+                stdout_of(&pair[0].1, host),
+                stdout_of(&pair[1].1, host),
+                "{host}"
+            );
+            assert_eq!(trace(&pair[0].1, host), trace(&pair[1].1, host), "{host}");
+        }
+    }
+    assert!(waits(&outputs[2].1) < waits(&outputs[0].1));
+    let _ = fs::remove_dir_all(&dir);
+}

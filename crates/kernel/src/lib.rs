@@ -14,19 +14,21 @@
 //! onionlab serves), the host's name (`uname`), TCP sockets over the host's network stack
 //! (`socket`, `bind`, `listen`, `accept`, `accept4`, `connect`, `read`, `write`, `send`,
 //! `sendto`, `recv`, `recvfrom`, `shutdown`, `close`, `getsockname`, `getpeername`,
-//! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), `poll`, and the process's
-//! exit. The time and the process's ids never reach it: the shim answers them from the
-//! shared page. Every other call is answered `ENOSYS` and counted by name
-//! ([`Kernel::unsupported`]), so a run says exactly what a program needed that onionlab does
-//! not have.
+//! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), `poll`, `epoll` and
+//! `eventfd` (the `events` module), and the process's exit. The time and the process's ids
+//! never reach it: the shim answers them from the shared page. Every other call is answered
+//! `ENOSYS` and counted by name ([`Kernel::unsupported`]), so a run says exactly what a
+//! program needed that onionlab does not have.
 
 use onionlab_engine::time::SimTime;
 use rand::Rng;
 
+mod events;
 mod names;
 mod net;
 mod sockets;
 
+use events::{Epoll, EventFd};
 use net::SocketFile;
 pub use net::{Network, Offline, SocketNote};
 
@@ -80,6 +82,13 @@ pub(crate) const SYS_GETPEERNAME: i64 = 52;
 pub(crate) const SYS_SETSOCKOPT: i64 = 54;
 pub(crate) const SYS_GETSOCKOPT: i64 = 55;
 pub(crate) const SYS_EXIT: i64 = 60;
+pub(crate) const SYS_EPOLL_CREATE: i64 = 213;
+pub(crate) const SYS_EPOLL_WAIT: i64 = 232;
+pub(crate) const SYS_EPOLL_CTL: i64 = 233;
+pub(crate) const SYS_EPOLL_PWAIT: i64 = 281;
+pub(crate) const SYS_EVENTFD: i64 = 284;
+pub(crate) const SYS_EVENTFD2: i64 = 290;
+pub(crate) const SYS_EPOLL_CREATE1: i64 = 291;
 pub(crate) const SYS_UNAME: i64 = 63;
 pub(crate) const SYS_FCNTL: i64 = 72;
 pub(crate) const SYS_CLOCK_NANOSLEEP: i64 = 230;
@@ -153,6 +162,10 @@ enum Descriptor<S> {
     Random,
     /// A TCP socket.
     Socket(Box<SocketFile<S>>),
+    /// An `eventfd` counter.
+    EventFd(EventFd),
+    /// An `epoll` instance.
+    Epoll(Box<Epoll>),
 }
 
 /// A call that blocked, kept to be tried again.
@@ -337,18 +350,23 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             None => return Outcome::Blocked { until: None },
         }
         let p = self.pending.take().expect("checked above");
-        if p.nr == SYS_POLL {
-            // One last look, then the timeout's answer: nothing ready.
-            let call = Call {
-                nr: p.nr,
-                args: [p.args[0], p.args[1], 0, 0, 0, 0],
-                data: &p.data,
-            };
-            if let Step::Done(ret) = self.step(now, &call, out, net) {
-                return Outcome::Done(ret);
-            }
+        // A wait on descriptors takes one last look, with no time left, then answers that
+        // nothing is ready.
+        let mut args = p.args;
+        match p.nr {
+            SYS_POLL => args[2] = 0,
+            SYS_EPOLL_WAIT | SYS_EPOLL_PWAIT => args[3] = 0,
+            _ => return Outcome::Done(0),
         }
-        Outcome::Done(0)
+        let call = Call {
+            nr: p.nr,
+            args,
+            data: &p.data,
+        };
+        match self.step(now, &call, out, net) {
+            Step::Done(ret) => Outcome::Done(ret),
+            Step::Block => Outcome::Done(0),
+        }
     }
 
     fn block(&mut self, call: &Call<'_>, until: Option<SimTime>) {
@@ -377,6 +395,9 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 }
             }
             SYS_POLL if a[2] >= 0 => Some(now.saturating_add((a[2] as u64) * 1_000_000)),
+            SYS_EPOLL_WAIT | SYS_EPOLL_PWAIT if a[3] >= 0 => {
+                Some(now.saturating_add((a[3] as u64) * 1_000_000))
+            }
             _ => None,
         })
     }
@@ -423,10 +444,38 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_WRITE if matches!(self.descriptor(a[0]), Some(Descriptor::Random)) => {
                 call.data.len() as i64
             }
-            SYS_CLOSE if matches!(self.descriptor(a[0]), Some(Descriptor::Random)) => {
+            SYS_READ | SYS_WRITE
+                if matches!(self.descriptor(a[0]), Some(Descriptor::EventFd(_))) =>
+            {
+                return self.eventfd_io(a[0], call.nr == SYS_WRITE, a[2], call.data, out);
+            }
+            SYS_CLOSE
+                if matches!(
+                    self.descriptor(a[0]),
+                    Some(Descriptor::Random | Descriptor::EventFd(_) | Descriptor::Epoll(_))
+                ) =>
+            {
+                self.forget_in_epolls(a[0]);
                 self.set_fd(a[0] as usize, None);
                 0
             }
+            SYS_FCNTL
+                if matches!(
+                    self.descriptor(a[0]),
+                    Some(Descriptor::EventFd(_) | Descriptor::Epoll(_))
+                ) =>
+            {
+                self.event_fcntl(a[0], a[1], a[2])
+            }
+            SYS_EPOLL_CREATE if a[0] <= 0 => -EINVAL,
+            SYS_EPOLL_CREATE => self.epoll_create(a[5]),
+            SYS_EPOLL_CREATE1 if a[0] & !0o2000000 != 0 => -EINVAL,
+            SYS_EPOLL_CREATE1 => self.epoll_create(a[5]),
+            SYS_EPOLL_CTL => self.epoll_ctl(a[0], a[1], a[2], call.data),
+            SYS_EPOLL_WAIT | SYS_EPOLL_PWAIT => return self.epoll_wait(a[0], a[2], a[3], out, net),
+            SYS_EVENTFD => self.eventfd(a[0], 0, a[5]),
+            SYS_EVENTFD2 if a[1] & !(1 | 0o4000 | 0o2000000) != 0 => -EINVAL,
+            SYS_EVENTFD2 => self.eventfd(a[0], a[1], a[5]),
             SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_FCNTL | SYS_SOCKET | SYS_CONNECT
             | SYS_ACCEPT | SYS_ACCEPT4 | SYS_SENDTO | SYS_RECVFROM | SYS_SHUTDOWN | SYS_BIND
             | SYS_LISTEN | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT | SYS_GETSOCKOPT

@@ -149,6 +149,9 @@ pub(crate) struct SocketFile<S> {
     pub(crate) nonblocking: bool,
     /// An error `getsockopt(SO_ERROR)` reports once (a failed non-blocking connect).
     pub(crate) pending_error: i64,
+    /// How many things have happened to the socket (see `events`): what edge-triggered
+    /// epoll entries compare.
+    pub(crate) generation: u64,
 }
 
 impl<S: Copy + Eq> SocketFile<S> {
@@ -157,6 +160,7 @@ impl<S: Copy + Eq> SocketFile<S> {
             state: SocketState::Fresh { bound: None },
             nonblocking,
             pending_error: 0,
+            generation: 0,
         }
     }
 

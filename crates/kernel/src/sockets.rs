@@ -64,7 +64,10 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_WRITE => return self.send(a[0], call.data, 0, net),
             SYS_SENDTO => return self.send(a[0], call.data, a[3], net),
             SYS_SHUTDOWN => self.shutdown(a[0], a[1], net),
-            SYS_CLOSE => self.close_socket(a[0], net),
+            SYS_CLOSE => {
+                self.forget_in_epolls(a[0]);
+                self.close_socket(a[0], net)
+            }
             SYS_GETSOCKNAME | SYS_GETPEERNAME => self.name(call.nr, a[0], out, net),
             SYS_SETSOCKOPT => self.socket_file(a[0]).map(|_| 0),
             SYS_GETSOCKOPT => self.getsockopt(a[0], a[1], a[2], out),
@@ -410,25 +413,10 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             let revents = if fd < 0 {
                 0
             } else {
-                match self.descriptor(i64::from(fd)) {
-                    Some(Descriptor::Socket(s)) => {
-                        let mut r = 0;
-                        if s.readable(net) {
-                            r |= POLLIN;
-                        }
-                        if s.writable(net) {
-                            r |= POLLOUT;
-                        }
-                        r &= events;
-                        if matches!(s.state, SocketState::Failed { .. }) {
-                            r |= POLLERR;
-                        }
-                        if s.hung_up() {
-                            r |= POLLHUP;
-                        }
-                        r
-                    }
-                    Some(Descriptor::Random) | None => events & (POLLIN | POLLOUT),
+                match self.readiness(i64::from(fd), net) {
+                    // poll's bits are epoll's for the events they share.
+                    Some((mask, _)) => (mask as i16) & (events | POLLERR | POLLHUP),
+                    None => events & (POLLIN | POLLOUT),
                 }
             };
             entry[6..8].copy_from_slice(&revents.to_ne_bytes());
@@ -450,11 +438,27 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             Descriptor::Socket(s) => s.connection() == Some(socket),
             _ => false,
         };
+        // Whatever the note, something happened to the socket that holds the connection.
+        let about = match note {
+            SocketNote::Accepted { .. } => None,
+            SocketNote::Connected(s)
+            | SocketNote::Ready(s)
+            | SocketNote::PeerClosed(s)
+            | SocketNote::Reset(s) => Some(s),
+        };
+        if let Some(Descriptor::Socket(s)) =
+            about.and_then(|socket| self.fds.iter_mut().flatten().find(|d| holds(d, socket)))
+        {
+            s.generation += 1;
+        }
         match note {
             SocketNote::Accepted { socket, port, peer } => {
                 let listener = self.fds.iter_mut().flatten().find_map(|d| match d {
                     Descriptor::Socket(s) => match &mut s.state {
-                        SocketState::Listening { port: p, queue } if *p == port => Some(queue),
+                        SocketState::Listening { port: p, queue } if *p == port => {
+                            s.generation += 1;
+                            Some(queue)
+                        }
                         _ => None,
                     },
                     _ => None,

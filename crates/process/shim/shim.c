@@ -35,6 +35,8 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -384,6 +386,23 @@ static long dispatch(long nr, long *a) {
     case SYS_getsockname:
     case SYS_getpeername:
         return with_sized_result(nr, a, (void *)a[1], (socklen_t *)a[2]);
+    case SYS_epoll_create:
+        return new_descriptor(nr, a, 0, 0, 0);
+    case SYS_epoll_create1:
+        return new_descriptor(nr, a, (a[0] & EPOLL_CLOEXEC) != 0, 0, 0);
+    case SYS_eventfd:
+        return new_descriptor(nr, a, 0, 0, 0);
+    case SYS_eventfd2:
+        return new_descriptor(nr, a, (a[1] & EFD_CLOEXEC) != 0, 0, 0);
+    case SYS_epoll_ctl:
+        return request(nr, a, (void *)a[3], a[3] ? 12 : 0, 0, 0);
+    case SYS_epoll_wait:
+    case SYS_epoll_pwait: {
+        size_t bytes = a[2] > 0 ? (size_t)a[2] * 12 : 0;
+        if (bytes > OL_DATA_BYTES)
+            bytes = OL_DATA_BYTES;
+        return request(nr, a, 0, 0, (void *)a[1], bytes);
+    }
     case SYS_poll: {
         size_t bytes = (size_t)a[1] * 8;
         if (bytes > OL_DATA_BYTES)

@@ -111,7 +111,7 @@ unsafe impl Send for ManagedProcess {}
 impl ManagedProcess {
     /// Starts the process at simulated wall-clock time `now_ns` and waits until the shim is in
     /// place and the program is about to run; the process then waits for its first turn
-    /// ([`ManagedProcess::resume`]). `stall_limit` is the wall time it may run without a
+    /// ([`ManagedProcess::reply`]). `stall_limit` is the wall time it may run without a
     /// system call before it is killed.
     pub fn spawn(
         spec: &ProcessSpec<'_>,

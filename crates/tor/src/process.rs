@@ -17,7 +17,7 @@
 //! ```
 //!
 //! The host sits on the network like any other. Its stack is the one every host has, with
-//! sockets that wait for the program's reads; the kernel reaches it through [`HostNet`], and
+//! sockets that wait for the program's reads; the kernel reaches it through `HostNet`, and
 //! what happens on its connections reaches the kernel as notes. The bytes the program writes
 //! travel beside the TCP model's byte counts: each write is one [`Wire::Bytes`] message whose
 //! payload waits in the world's [`Payloads`] until the peer has read it; a read that stops
