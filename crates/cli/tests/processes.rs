@@ -530,3 +530,61 @@ fn an_epoll_server_serves_many_clients_in_both_trigger_modes() {
     assert!(waits(&outputs[2].1) < waits(&outputs[0].1));
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn udp_round_trips_take_the_latency_and_the_serialisation_exactly() {
+    let dir = tmp("udp");
+    let pong = program("udp-pong", &dir);
+    let ping = program("udp-ping", &dir);
+    let scenario = write(
+        &dir,
+        "udp.yaml",
+        &format!(
+            "run: {{ seed: 2, stop_time: 60s }}\n\
+             network: {{ graph: builtin, builtin: {{ latency: 20ms, bandwidth: 100 Mbit }} }}\n\
+             processes:\n  \
+             - {{ name: pong, path: {pong}, args: ['5353', '8'] }}\n  \
+             - {{ name: ping, path: {ping}, args: [process-pong-1, '5353', '5', '1200'], start: 1s }}\n  \
+             - {{ name: big, path: {ping}, args: [process-pong-1, '5353', '3', '60000'], start: 2s }}\n",
+            pong = pong.display(),
+            ping = ping.display()
+        ),
+    );
+    let mut runs = Vec::new();
+    for threads in ["1", "2"] {
+        let out_dir = dir.join(format!("out-{threads}"));
+        let out = onionlab(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--no-report",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        runs.push(out_dir);
+    }
+    // Two 20 ms one-way latencies, plus each way the datagram (payload and 28 bytes of IP and
+    // UDP headers) serialised on the sender's uplink and the receiver's downlink at 100 Mbit/s:
+    // 1,228 bytes take 98.24 us a link, 60,028 bytes (one packet: the model does not
+    // fragment) 4,802.24 us.
+    let ping = stdout_of(&runs[0], "process-ping-1");
+    assert_eq!(ping.matches("ping ").count(), 5, "{ping}");
+    assert_eq!(ping.matches(": 40392960 ns\n").count(), 5, "{ping}");
+    let big = stdout_of(&runs[0], "process-big-1");
+    assert_eq!(big.matches(": 59208960 ns\n").count(), 3, "{big}");
+    assert_eq!(
+        stdout_of(&runs[0], "process-pong-1"),
+        "listening on udp port 5353\nanswered 8 datagrams\n"
+    );
+    for host in ["process-pong-1", "process-ping-1", "process-big-1"] {
+        assert_eq!(
+            stdout_of(&runs[0], host),
+            stdout_of(&runs[1], host),
+            "{host}"
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -83,6 +83,14 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 }
                 (mask, s.generation)
             }
+            Descriptor::Udp(u) => {
+                let mask = if u.readable() {
+                    EPOLLIN | EPOLLOUT
+                } else {
+                    EPOLLOUT
+                };
+                (mask, u.generation)
+            }
             Descriptor::EventFd(e) => {
                 let mut mask = 0;
                 if e.count > 0 {

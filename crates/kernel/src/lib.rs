@@ -14,7 +14,8 @@
 //! onionlab serves), the host's name (`uname`), TCP sockets over the host's network stack
 //! (`socket`, `bind`, `listen`, `accept`, `accept4`, `connect`, `read`, `write`, `send`,
 //! `sendto`, `recv`, `recvfrom`, `shutdown`, `close`, `getsockname`, `getpeername`,
-//! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), `poll`, `epoll` and
+//! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), UDP sockets (the `udp`
+//! module), `poll`, `epoll` and
 //! `eventfd` (the `events` module), and the process's exit. The time and the process's ids
 //! never reach it: the shim answers them from the shared page. Every other call is answered
 //! `ENOSYS` and counted by name ([`Kernel::unsupported`]), so a run says exactly what a
@@ -27,10 +28,12 @@ mod events;
 mod names;
 mod net;
 mod sockets;
+mod udp;
 
 use events::{Epoll, EventFd};
 use net::SocketFile;
 pub use net::{Network, Offline, SocketNote};
+use udp::UdpFile;
 
 /// The highest descriptor number onionlab may serve, plus one (the shim's table).
 pub const MAX_FDS: usize = 1024;
@@ -52,7 +55,9 @@ pub(crate) const EMFILE: i64 = 24;
 pub(crate) const EPIPE: i64 = 32;
 pub(crate) const ENOSYS: i64 = 38;
 pub(crate) const ENOTSOCK: i64 = 88;
+pub(crate) const EDESTADDRREQ: i64 = 89;
 pub(crate) const EPROTONOSUPPORT: i64 = 93;
+pub(crate) const EOPNOTSUPP: i64 = 95;
 pub(crate) const EAFNOSUPPORT: i64 = 97;
 pub(crate) const EADDRINUSE: i64 = 98;
 pub(crate) const ENETUNREACH: i64 = 101;
@@ -162,6 +167,8 @@ enum Descriptor<S> {
     Random,
     /// A TCP socket.
     Socket(Box<SocketFile<S>>),
+    /// A UDP socket.
+    Udp(Box<UdpFile>),
     /// An `eventfd` counter.
     EventFd(EventFd),
     /// An `epoll` instance.
@@ -196,6 +203,8 @@ pub struct Kernel<R, S> {
     retrying: bool,
     /// Bytes a blocked blocking write has sent so far.
     progress: usize,
+    /// The next ephemeral port a UDP socket that sends unbound may take.
+    next_udp_port: u16,
 }
 
 impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
@@ -214,6 +223,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             calls: 0,
             retrying: false,
             progress: 0,
+            next_udp_port: udp::FIRST_EPHEMERAL_UDP_PORT,
         }
     }
 
@@ -291,6 +301,12 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 Outcome::Blocked { until }
             }
         }
+    }
+
+    /// A UDP datagram of `bytes` from port `from_port` of host `from` arrived for the host's
+    /// port `port`.
+    pub fn datagram(&mut self, port: u16, from: u32, from_port: u16, bytes: &[u8]) {
+        self.udp_arrival(port, from, from_port, bytes);
     }
 
     /// Tells the kernel what happened on one of the host's connections.
@@ -476,6 +492,12 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_EVENTFD => self.eventfd(a[0], 0, a[5]),
             SYS_EVENTFD2 if a[1] & !(1 | 0o4000 | 0o2000000) != 0 => -EINVAL,
             SYS_EVENTFD2 => self.eventfd(a[0], a[1], a[5]),
+            SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_FCNTL | SYS_CONNECT | SYS_SENDTO
+            | SYS_RECVFROM | SYS_BIND | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT
+                if matches!(self.descriptor(a[0]), Some(Descriptor::Udp(_))) =>
+            {
+                return self.udp_call(call, out, net);
+            }
             SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_FCNTL | SYS_SOCKET | SYS_CONNECT
             | SYS_ACCEPT | SYS_ACCEPT4 | SYS_SENDTO | SYS_RECVFROM | SYS_SHUTDOWN | SYS_BIND
             | SYS_LISTEN | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT | SYS_GETSOCKOPT

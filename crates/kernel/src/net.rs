@@ -33,6 +33,10 @@ pub trait Network {
     /// Reads up to `max` bytes (at most [`Network::readable`]) and appends them to `out`;
     /// returns how many.
     fn recv(&mut self, s: Self::Socket, out: &mut Vec<u8>, max: usize) -> usize;
+    /// Receives UDP datagrams on `port` (an errno if it cannot).
+    fn udp_bind(&mut self, port: u16) -> Result<(), i64>;
+    /// Sends a UDP datagram of `bytes` from `src_port` to `port` on `host`.
+    fn udp_send(&mut self, src_port: u16, host: u32, port: u16, bytes: &[u8]);
     /// Ends the sending direction once what was written is sent (a FIN).
     fn shutdown_write(&mut self, s: Self::Socket);
     /// Closes the connection: a FIN after what was written; the socket is gone for the
@@ -75,6 +79,10 @@ impl Network for Offline {
     fn recv(&mut self, _s: u32, _out: &mut Vec<u8>, _max: usize) -> usize {
         0
     }
+    fn udp_bind(&mut self, _port: u16) -> Result<(), i64> {
+        Ok(())
+    }
+    fn udp_send(&mut self, _src_port: u16, _host: u32, _port: u16, _bytes: &[u8]) {}
     fn shutdown_write(&mut self, _s: u32) {}
     fn close(&mut self, _s: u32) {}
 }

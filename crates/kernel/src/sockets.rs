@@ -4,10 +4,12 @@ use onionlab_engine::time::SimTime;
 use rand::Rng;
 
 use crate::net::{parse_sockaddr_in, sockaddr_in, SocketFile, SocketState};
+use crate::udp::UdpFile;
 use crate::*;
 
 const AF_INET: i64 = 2;
 const SOCK_STREAM: i64 = 1;
+const SOCK_DGRAM: i64 = 2;
 const SOCK_NONBLOCK: i64 = 0o4000;
 const O_NONBLOCK: i64 = 0o4000;
 const O_RDWR: i64 = 2;
@@ -62,7 +64,8 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_READ => return self.recv(a[0], a[2], 0, out, net),
             SYS_RECVFROM => return self.recv(a[0], a[2], a[3], out, net),
             SYS_WRITE => return self.send(a[0], call.data, 0, net),
-            SYS_SENDTO => return self.send(a[0], call.data, a[3], net),
+            // sendto's data starts with the destination, which a stream socket ignores.
+            SYS_SENDTO => return self.send(a[0], call.data.get(16..).unwrap_or(&[]), a[3], net),
             SYS_SHUTDOWN => self.shutdown(a[0], a[1], net),
             SYS_CLOSE => {
                 self.forget_in_epolls(a[0]);
@@ -83,15 +86,17 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         if domain != AF_INET {
             return Err(EAFNOSUPPORT);
         }
-        if kind & 0xf != SOCK_STREAM || !matches!(a[2], 0 | 6) {
-            return Err(EPROTONOSUPPORT);
-        }
         let fd = usize::try_from(fd)
             .ok()
             .filter(|&fd| fd < MAX_FDS)
             .ok_or(EMFILE)?;
-        let file = SocketFile::new(kind & SOCK_NONBLOCK != 0);
-        self.set_fd(fd, Some(Descriptor::Socket(Box::new(file))));
+        let nonblocking = kind & SOCK_NONBLOCK != 0;
+        let d = match (kind & 0xf, a[2]) {
+            (SOCK_STREAM, 0 | 6) => Descriptor::Socket(Box::new(SocketFile::new(nonblocking))),
+            (SOCK_DGRAM, 0 | 17) => Descriptor::Udp(Box::new(UdpFile::new(nonblocking))),
+            _ => return Err(EPROTONOSUPPORT),
+        };
+        self.set_fd(fd, Some(d));
         Ok(fd as i64)
     }
 
@@ -572,6 +577,13 @@ mod tests {
             out.extend(self.inbox.drain(..n));
             n
         }
+        fn udp_bind(&mut self, port: u16) -> Result<(), i64> {
+            self.listening.push(port);
+            Ok(())
+        }
+        fn udp_send(&mut self, _src_port: u16, _host: u32, _port: u16, bytes: &[u8]) {
+            self.sent.extend_from_slice(bytes);
+        }
         fn shutdown_write(&mut self, s: u32) {
             self.closed.push(s);
         }
@@ -763,7 +775,7 @@ mod tests {
             Outcome::Done(-EAFNOSUPPORT)
         );
         assert_eq!(
-            call(&mut k, &mut net, SYS_SOCKET, [2, 2, 0, 0, 0, 8], &[]),
+            call(&mut k, &mut net, SYS_SOCKET, [2, 3, 0, 0, 0, 8], &[]),
             Outcome::Done(-EPROTONOSUPPORT)
         );
     }

@@ -112,6 +112,8 @@ pub enum SocketEvent<M> {
         port: u16,
         /// The sending host.
         from: HostId,
+        /// The port it was sent from.
+        from_port: u16,
         /// UDP payload length, in bytes.
         len: u32,
         /// The descriptor the sender gave the datagram.
@@ -810,6 +812,7 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
                             self.events.push_back(SocketEvent::Datagram {
                                 port: d.dst_port,
                                 from,
+                                from_port: d.src_port,
                                 len: d.len,
                                 message: d.message,
                             });

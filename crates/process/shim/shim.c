@@ -254,6 +254,43 @@ static long with_sized_result(long nr, const long *a, void *buf, socklen_t *len)
     return r;
 }
 
+/* sendto: onionlab gets the destination address (16 bytes, zeros when there is none) and
+ * then the payload. */
+static long send_to(const long *a) {
+    size_t len = (size_t)a[2];
+    if (len > OL_DATA_BYTES - 16)
+        len = OL_DATA_BYTES - 16;
+    unsigned char *d = ol->data;
+    for (int i = 0; i < 16; i++)
+        d[i] = 0;
+    if (a[4] && a[5] >= 16)
+        copy_bytes(d, (void *)a[4], 16);
+    copy_bytes(d + 16, (void *)a[1], len);
+    ol->nr = SYS_sendto;
+    for (int i = 0; i < 6; i++)
+        ol->args[i] = a[i];
+    ol->in_len = (uint32_t)(16 + len);
+    ol->out_len = 0;
+    take_turns();
+    return ol->ret;
+}
+
+/* recvfrom: onionlab answers with the payload and, for a datagram, the sender's address
+ * after it. */
+static long receive_from(const long *a) {
+    long r = request(SYS_recvfrom, a, 0, 0, 0, 0);
+    if (r < 0)
+        return r;
+    copy_bytes((void *)a[1], ol->data, (size_t)r);
+    if (a[4] && a[5]) {
+        socklen_t *len = (socklen_t *)a[5];
+        size_t have = ol->out_len - (size_t)r; /* 16 for a datagram, 0 for a stream */
+        copy_bytes((void *)a[4], ol->data + r, have < *len ? have : *len);
+        *len = (socklen_t)have;
+    }
+    return r;
+}
+
 /* ---- The dispatch of one trapped call ---- */
 
 static long dispatch(long nr, long *a) {
@@ -371,14 +408,9 @@ static long dispatch(long nr, long *a) {
     case SYS_bind:
         return request(nr, a, (void *)a[1], (size_t)a[2] > 128 ? 128 : (size_t)a[2], 0, 0);
     case SYS_sendto:
-        return request(nr, a, (void *)a[1],
-                       (size_t)a[2] > OL_DATA_BYTES ? OL_DATA_BYTES : (size_t)a[2], 0, 0);
-    case SYS_recvfrom: {
-        long r = request(nr, a, 0, 0, (void *)a[1], (size_t)a[2]);
-        if (r >= 0 && a[4] && a[5])
-            *(socklen_t *)a[5] = 0; /* a stream socket gives no source address */
-        return r;
-    }
+        return send_to(a);
+    case SYS_recvfrom:
+        return receive_from(a);
     case SYS_setsockopt:
         return request(nr, a, (void *)a[3], (size_t)a[4] > 256 ? 256 : (size_t)a[4], 0, 0);
     case SYS_getsockopt:

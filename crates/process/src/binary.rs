@@ -15,7 +15,8 @@ const ET_DYN: u16 = 3;
 /// shim is loaded by the dynamic loader.
 pub fn check_binary(path: &Path) -> Result<(), String> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot be read: {e}"))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("{shown}: cannot be read: {}", onionlab_data::io_words(&e)))?;
     if !meta.is_file() {
         return Err(format!("{shown}: not a regular file"));
     }
@@ -25,7 +26,7 @@ pub fn check_binary(path: &Path) -> Result<(), String> {
     let mut header = Vec::with_capacity(4096);
     std::fs::File::open(path)
         .and_then(|f| f.take(65536).read_to_end(&mut header))
-        .map_err(|e| format!("{shown}: cannot be read: {e}"))?;
+        .map_err(|e| format!("{shown}: cannot be read: {}", onionlab_data::io_words(&e)))?;
     if header.len() < 64 || &header[..4] != b"\x7fELF" {
         let what = if header.starts_with(b"#!") {
             "a script; name the interpreter's program instead"

@@ -118,12 +118,17 @@ impl ManagedProcess {
         now_ns: i64,
         stall_limit: Duration,
     ) -> Result<Self, ProcessError> {
-        let sys = |what: &str, e: std::io::Error| ProcessError::System(format!("{what}: {e}"));
+        let sys = |what: &str, e: std::io::Error| {
+            ProcessError::System(format!("{what}: {}", onionlab_data::io_words(&e)))
+        };
         let size = std::mem::size_of::<Shared>();
         // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
         let raw = unsafe { libc::memfd_create(c"onionlab-shared".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
-            return Err(sys("memfd_create", std::io::Error::last_os_error()));
+            return Err(sys(
+                "making the shared page",
+                std::io::Error::last_os_error(),
+            ));
         }
         // SAFETY: `raw` is a new descriptor this function owns.
         let memfd = unsafe { OwnedFd::from_raw_fd(raw) };

@@ -246,6 +246,21 @@ impl Network for HostNet<'_, '_> {
         n
     }
 
+    fn udp_bind(&mut self, port: u16) -> Result<(), i64> {
+        // EADDRINUSE: the stack receives on the port already.
+        self.stack.udp_bind(port).map_err(|_| 98)
+    }
+
+    fn udp_send(&mut self, src_port: u16, host: u32, port: u16, bytes: &[u8]) {
+        let key = (u64::from(self.host) << 40) | *self.written;
+        *self.written += 1;
+        self.world.payloads.put(key, bytes);
+        let len = bytes.len() as u32;
+        let message = Wire::Bytes { key, len };
+        self.stack
+            .udp_send(self.ctx, src_port, host, port, len, message);
+    }
+
     fn shutdown_write(&mut self, s: SocketId) {
         self.stack.close(self.ctx, s);
     }
@@ -383,6 +398,21 @@ impl ProcessHost {
                     self.world.payloads.remove(key);
                     continue;
                 }
+                SocketEvent::Datagram {
+                    port,
+                    from,
+                    from_port,
+                    message: Wire::Bytes { key, .. },
+                    ..
+                } => {
+                    // The datagram's one reader takes its payload.
+                    if let Some(bytes) = self.world.payloads.get(key) {
+                        self.world.payloads.remove(key);
+                        self.kernel.datagram(port, from, from_port, &bytes);
+                        noted = true;
+                    }
+                    continue;
+                }
                 SocketEvent::Closed(_)
                 | SocketEvent::Data { .. }
                 | SocketEvent::Message { .. }
@@ -400,7 +430,13 @@ impl ProcessHost {
         let now = ctx.now();
         self.record.started = Some(now);
         let started = std::fs::create_dir_all(&self.plan.dir)
-            .map_err(|e| format!("cannot make its directory {}: {e}", self.plan.dir.display()))
+            .map_err(|e| {
+                format!(
+                    "cannot make its directory {}: {}",
+                    self.plan.dir.display(),
+                    onionlab_data::io_words(&e)
+                )
+            })
             .and_then(|()| {
                 let spec = ProcessSpec {
                     program: &self.plan.program,
