@@ -39,12 +39,18 @@ fn every_example_parses_and_resolves() {
         }
         let (s, graph, plan) =
             load_and_resolve(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(!plan.relays.is_empty(), "{}", s.name);
+        // Only a scenario of managed processes alone may have no relays.
+        assert!(
+            !plan.relays.is_empty() || !plan.processes.is_empty(),
+            "{}",
+            s.name
+        );
         for host in plan
             .authorities
             .iter()
             .chain(&plan.servers)
             .chain(plan.clients.iter().map(|c| &c.host))
+            .chain(plan.processes.iter().map(|p| &p.host))
         {
             assert!(host.node < graph.nodes.len());
             assert!(host.link_up_bps > 0 && host.link_down_bps > 0, "{host:?}");
