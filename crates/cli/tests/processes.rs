@@ -62,6 +62,47 @@ fn processes_running(path: &Path) -> Vec<u32> {
     pids
 }
 
+/// Runs `scenario` on one thread and on two, with `--trace-syscalls`, into `out-LABEL-1` and
+/// `out-LABEL-2` in `dir`; checks that both exit 0 and returns the two folders with what the
+/// first printed on stderr.
+fn run_on_one_and_two_threads(scenario: &Path, dir: &Path, label: &str) -> (Vec<PathBuf>, String) {
+    let mut runs = Vec::new();
+    let mut first_stderr = String::new();
+    for threads in ["1", "2"] {
+        let out_dir = dir.join(format!("out-{label}-{threads}"));
+        let out = onionlab(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "-o",
+            out_dir.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--no-report",
+            "--trace-syscalls",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        if runs.is_empty() {
+            first_stderr = stderr;
+        }
+        runs.push(out_dir);
+    }
+    (runs, first_stderr)
+}
+
+/// Every process of the run in `out_dir` exited 0 and made no call onionlab lacks.
+fn all_exited_cleanly(out_dir: &Path) {
+    for p in run_json(out_dir)["processes"].as_array().unwrap() {
+        assert_eq!(p["exit_code"], 0, "{p}");
+        assert_eq!(p["unsupported_calls"], serde_json::json!({}), "{p}");
+    }
+}
+
+/// The trace of `host`'s calls in the run in `dir`.
+fn trace(dir: &Path, host: &str) -> String {
+    fs::read_to_string(dir.join("processes").join(host).join("syscalls.log")).unwrap()
+}
+
 #[test]
 fn programs_run_in_simulated_time_identically_on_any_thread_count() {
     let dir = tmp("clock");
@@ -76,29 +117,14 @@ fn programs_run_in_simulated_time_identically_on_any_thread_count() {
             clock.display()
         ),
     );
-    let mut runs = Vec::new();
-    for threads in ["1", "2"] {
-        let out_dir = dir.join(format!("out-{threads}"));
-        let out = onionlab(&[
-            "run",
-            scenario.to_str().unwrap(),
-            "-o",
-            out_dir.to_str().unwrap(),
-            "--threads",
-            threads,
-            "--no-report",
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
-        assert!(
-            stderr.contains(
-                "process process-clock-1: exited with status 3 at 4.020000 s; unsupported \
-                 system calls, answered ENOSYS: pipe2 ×1"
-            ),
-            "{stderr}"
-        );
-        runs.push(out_dir);
-    }
+    let (runs, stderr) = run_on_one_and_two_threads(&scenario, &dir, "clock");
+    assert!(
+        stderr.contains(
+            "process process-clock-1: exited with status 3 at 4.020000 s; unsupported \
+             system calls, answered ENOSYS: pipe2 ×1"
+        ),
+        "{stderr}"
+    );
     let out_dir = &runs[0];
     let text = stdout_of(out_dir, "process-clock-1");
     let lines: Vec<&str> = text.lines().collect();
@@ -176,28 +202,10 @@ fn two_programs_talk_over_tcp_in_simulated_time() {
             client = client.display()
         ),
     );
-    let mut runs = Vec::new();
-    for threads in ["1", "2"] {
-        let out_dir = dir.join(format!("out-{threads}"));
-        let out = onionlab(&[
-            "run",
-            scenario.to_str().unwrap(),
-            "-o",
-            out_dir.to_str().unwrap(),
-            "--threads",
-            threads,
-            "--no-report",
-            "--trace-syscalls",
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
-        let run = run_json(&out_dir);
-        for p in run["processes"].as_array().unwrap() {
-            // The clients check every byte that comes back against what they sent.
-            assert_eq!(p["exit_code"], 0, "{p}");
-            assert_eq!(p["unsupported_calls"], serde_json::json!({}), "{p}");
-        }
-        runs.push(out_dir);
+    let (runs, _) = run_on_one_and_two_threads(&scenario, &dir, "echo");
+    for out_dir in &runs {
+        // The clients check every byte that comes back against what they sent.
+        all_exited_cleanly(out_dir);
     }
     let out_dir = &runs[0];
     assert_eq!(
@@ -216,9 +224,6 @@ fn two_programs_talk_over_tcp_in_simulated_time() {
     assert!(stdout_of(out_dir, "process-bulk-1").contains("round 2: 1000000 bytes echoed in "));
     // Every call each process made to onionlab, with its simulated times and result, is the
     // same on one thread and two.
-    let trace = |dir: &Path, host: &str| {
-        fs::read_to_string(dir.join("processes").join(host).join("syscalls.log")).unwrap()
-    };
     let server_trace = trace(out_dir, "process-server-1");
     assert!(server_trace.contains(" listen(0x"), "{server_trace}");
     assert!(
@@ -477,38 +482,19 @@ fn an_epoll_server_serves_many_clients_in_both_trigger_modes() {
                 clients = clients.display()
             ),
         );
-        for threads in ["1", "2"] {
-            let out_dir = dir.join(format!("out-{mode}-{threads}"));
-            let out = onionlab(&[
-                "run",
-                scenario.to_str().unwrap(),
-                "-o",
-                out_dir.to_str().unwrap(),
-                "--threads",
-                threads,
-                "--no-report",
-                "--trace-syscalls",
-            ]);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(0), "{stderr}");
-            let run = run_json(&out_dir);
-            for p in run["processes"].as_array().unwrap() {
-                // The clients check every byte that comes back.
-                assert_eq!(p["exit_code"], 0, "{mode}: {p}");
-                assert_eq!(p["unsupported_calls"], serde_json::json!({}), "{mode}: {p}");
-            }
+        let (runs, _) = run_on_one_and_two_threads(&scenario, &dir, mode);
+        for out_dir in runs {
+            // The clients check every byte that comes back.
+            all_exited_cleanly(&out_dir);
             let server_out = stdout_of(&out_dir, "process-server-1");
             assert!(
                 server_out.contains("clients 30\nbytes 3081920\n"),
                 "{mode}: {server_out}"
             );
-            outputs.push((mode, out_dir));
+            outputs.push(out_dir);
         }
     }
     // The same on one thread and two, calls and all; edge-triggered waits less often.
-    let trace = |dir: &Path, host: &str| {
-        fs::read_to_string(dir.join("processes").join(host).join("syscalls.log")).unwrap()
-    };
     let waits = |dir: &Path| {
         stdout_of(dir, "process-server-1")
             .lines()
@@ -520,14 +506,14 @@ fn an_epoll_server_serves_many_clients_in_both_trigger_modes() {
     for pair in outputs.chunks(2) {
         for host in ["process-server-1", "process-small-1", "process-large-1"] {
             assert_eq!(
-                stdout_of(&pair[0].1, host),
-                stdout_of(&pair[1].1, host),
+                stdout_of(&pair[0], host),
+                stdout_of(&pair[1], host),
                 "{host}"
             );
-            assert_eq!(trace(&pair[0].1, host), trace(&pair[1].1, host), "{host}");
+            assert_eq!(trace(&pair[0], host), trace(&pair[1], host), "{host}");
         }
     }
-    assert!(waits(&outputs[2].1) < waits(&outputs[0].1));
+    assert!(waits(&outputs[2]) < waits(&outputs[0]));
     let _ = fs::remove_dir_all(&dir);
 }
 
@@ -550,22 +536,8 @@ fn udp_round_trips_take_the_latency_and_the_serialisation_exactly() {
             ping = ping.display()
         ),
     );
-    let mut runs = Vec::new();
-    for threads in ["1", "2"] {
-        let out_dir = dir.join(format!("out-{threads}"));
-        let out = onionlab(&[
-            "run",
-            scenario.to_str().unwrap(),
-            "-o",
-            out_dir.to_str().unwrap(),
-            "--threads",
-            threads,
-            "--no-report",
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
-        runs.push(out_dir);
-    }
+    let (runs, _) = run_on_one_and_two_threads(&scenario, &dir, "udp");
+    all_exited_cleanly(&runs[0]);
     // Two 20 ms one-way latencies, plus each way the datagram (payload and 28 bytes of IP and
     // UDP headers) serialised on the sender's uplink and the receiver's downlink at 100 Mbit/s:
     // 1,228 bytes take 98.24 us a link, 60,028 bytes (one packet: the model does not

@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common.h"
+
 #define CHUNK 16384
 
 struct conn {
@@ -28,22 +30,6 @@ struct conn {
 };
 
 static int ep, edge;
-
-static void die(const char *what) {
-    fprintf(stderr, "epoll-server: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
-
-static long num(const char *s, long min, long max, const char *what) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) {
-        fprintf(stderr, "epoll-server: bad %s '%s'\n", what, s);
-        exit(2);
-    }
-    return v;
-}
 
 /* Registers (op ADD) or changes (op MOD) fd's interest: reading, or writing while output waits. */
 static void watch(int op, int fd, void *ptr, int out) {

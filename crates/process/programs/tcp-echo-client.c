@@ -19,33 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void die(const char *what) {
-    fprintf(stderr, "tcp-echo-client: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
-
-static void fail(const char *msg) {
-    fprintf(stderr, "tcp-echo-client: %s\n", msg);
-    exit(1);
-}
-
-static long num(const char *s, long min, long max, const char *what) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) {
-        fprintf(stderr, "tcp-echo-client: bad %s '%s'\n", what, s);
-        exit(2);
-    }
-    return v;
-}
-
-static long long now_ns(void) {
-    struct timespec t;
-    if (clock_gettime(CLOCK_MONOTONIC, &t) < 0)
-        die("clock_gettime");
-    return t.tv_sec * 1000000000LL + t.tv_nsec;
-}
+#include "common.h"
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -14,21 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static void die(const char *what) {
-    fprintf(stderr, "tcp-echo-server: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
-
-static long num(const char *s, long min, long max, const char *what) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) {
-        fprintf(stderr, "tcp-echo-server: bad %s '%s'\n", what, s);
-        exit(2);
-    }
-    return v;
-}
+#include "common.h"
 
 /* Writes all of buf, as a blocking write may still return short (on a signal). */
 static void write_all(int fd, const char *buf, size_t n) {

@@ -14,21 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static void die(const char *what) {
-    fprintf(stderr, "udp-pong: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
-
-static long num(const char *s, long min, long max, const char *what) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) {
-        fprintf(stderr, "udp-pong: bad %s '%s'\n", what, s);
-        exit(2);
-    }
-    return v;
-}
+#include "common.h"
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);

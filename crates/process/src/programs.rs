@@ -10,8 +10,8 @@ pub fn source_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/programs"))
 }
 
-/// Builds test program `name` (`programs/<name>.c`) into `dir` unless a build newer than its
-/// source is there, and returns the executable's path. Extra compiler arguments (`-pthread`)
+/// Builds test program `name` (`programs/<name>.c`, which may include `common.h`) into `dir`
+/// unless a build newer than both is there, and returns the executable's path. Extra compiler arguments (`-pthread`)
 /// may follow the source's name on a `// build:` line of its own in the source.
 pub fn build(name: &str, dir: &Path) -> Result<PathBuf, String> {
     let src = source_dir().join(format!("{name}.c"));
@@ -20,7 +20,7 @@ pub fn build(name: &str, dir: &Path) -> Result<PathBuf, String> {
         let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
         matches!((m(a), m(b)), (Some(x), Some(y)) if x >= y)
     };
-    if newer(&exe, &src) {
+    if newer(&exe, &src) && newer(&exe, &source_dir().join("common.h")) {
         return Ok(exe);
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
