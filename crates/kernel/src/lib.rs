@@ -303,6 +303,18 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         }
     }
 
+    /// The process has ended: every descriptor closes, as Linux closes a dead process's, so
+    /// its peers see its connections close.
+    pub fn close_all<N: Network<Socket = S>>(&mut self, net: &mut N) {
+        for fd in 0..self.fds.len() {
+            if let Some(Descriptor::Socket(_)) = &self.fds[fd] {
+                let _ = self.close_socket(fd as i64, net);
+            }
+            self.set_fd(fd, None);
+        }
+        self.pending = None;
+    }
+
     /// A UDP datagram of `bytes` from port `from_port` of host `from` arrived for the host's
     /// port `port`.
     pub fn datagram(&mut self, port: u16, from: u32, from_port: u16, bytes: &[u8]) {

@@ -327,7 +327,11 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         }
     }
 
-    fn close_socket<N: Network<Socket = S>>(&mut self, fd: i64, net: &mut N) -> Result<i64, i64> {
+    pub(crate) fn close_socket<N: Network<Socket = S>>(
+        &mut self,
+        fd: i64,
+        net: &mut N,
+    ) -> Result<i64, i64> {
         let s = self.socket_file(fd)?;
         match &s.state {
             SocketState::Connecting { socket, .. } | SocketState::Connected { socket, .. } => {
@@ -738,6 +742,24 @@ mod tests {
         );
         assert_eq!(retry(&mut k, &mut net, &mut out), Outcome::Done(4));
         assert_eq!(out, sockaddr_in(0x6440_0006, 0));
+        // When the process ends, its connections close: the accepted one goes to the stack.
+        let mut ended = kernel();
+        let mut net2 = Scripted::default();
+        call(&mut ended, &mut net2, SYS_SOCKET, [2, 1, 0, 0, 0, 3], &[]);
+        call(&mut ended, &mut net2, SYS_BIND, [3, 0, 16, 0, 0, 0], &any);
+        call(&mut ended, &mut net2, SYS_LISTEN, [3, 16, 0, 0, 0, 0], &[]);
+        ended.note(
+            SocketNote::Accepted {
+                socket: 11,
+                port: 7000,
+                peer: 2,
+            },
+            &mut net2,
+        );
+        call(&mut ended, &mut net2, SYS_ACCEPT, [3, 0, 0, 0, 0, 4], &[]);
+        ended.close_all(&mut net2);
+        assert_eq!(net2.closed, vec![11]);
+        assert_eq!(ended.virtual_fds()[0], 0);
         // A second socket may not bind the port; a non-blocking connect that is refused.
         call(
             &mut k,

@@ -461,7 +461,7 @@ impl ProcessHost {
                 let outcome = self.next_call(ctx);
                 self.serve(ctx, outcome);
             }
-            Err(e) => self.fail(now, None, e),
+            Err(e) => self.fail(ctx, None, e),
         }
     }
 
@@ -535,8 +535,7 @@ impl ProcessHost {
                 Outcome::Exit(code) => {
                     p.reply(0, &[]);
                     let exit = p.finish();
-                    self.process = None;
-                    self.trace = None;
+                    self.ended(ctx);
                     self.record.ended = Some(now);
                     match exit {
                         Exit::Code(c) => self.record.exit_code = Some(c),
@@ -554,7 +553,7 @@ impl ProcessHost {
                 Turn::Request => outcome = self.next_call(ctx),
                 Turn::Stopped => {
                     return self.fail(
-                        now,
+                        ctx,
                         Some(Exit::Signal(9)),
                         "killed: the run was stopped while it ran".to_string(),
                     )
@@ -570,12 +569,12 @@ impl ProcessHost {
                     } else {
                         format!("{what}; its stderr ends: {tail}")
                     };
-                    return self.fail(now, Some(exit), what);
+                    return self.fail(ctx, Some(exit), what);
                 }
                 Turn::Stalled => {
                     let limit = self.plan.stall_limit.as_secs_f64();
                     return self.fail(
-                        now,
+                        ctx,
                         Some(Exit::Signal(9)),
                         format!(
                             "stopped: it ran {limit} s of wall time without a system call \
@@ -587,9 +586,19 @@ impl ProcessHost {
         }
     }
 
-    fn fail(&mut self, now: SimTime, exit: Option<Exit>, why: String) {
+    /// The process is gone: its descriptors close (its connections' peers see them close) and
+    /// its trace ends.
+    fn ended(&mut self, ctx: &mut Context<'_, Ev>) {
         self.process = None;
         self.trace = None;
+        let mut net = net!(self, ctx);
+        self.kernel.close_all(&mut net);
+        self.take_notes(ctx);
+    }
+
+    fn fail(&mut self, ctx: &mut Context<'_, Ev>, exit: Option<Exit>, why: String) {
+        let now = ctx.now();
+        self.ended(ctx);
         self.record.ended = Some(now);
         match exit {
             Some(Exit::Code(c)) => self.record.exit_code = Some(c),
