@@ -101,6 +101,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 }
                 (mask, e.generation)
             }
+            Descriptor::Pipe(p) => self.pipe_readiness(p),
             // An epoll instance inside another is not watched: never ready.
             Descriptor::Epoll(_) => (0, 0),
         })

@@ -15,8 +15,8 @@
 //! (`socket`, `bind`, `listen`, `accept`, `accept4`, `connect`, `read`, `write`, `send`,
 //! `sendto`, `recv`, `recvfrom`, `shutdown`, `close`, `getsockname`, `getpeername`,
 //! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), UDP sockets (the `udp`
-//! module), `poll`, `epoll` and
-//! `eventfd` (the `events` module), and the process's exit. The time and the process's ids
+//! module), pipes and socket pairs (`pipes`), `poll`, `epoll` and `eventfd` (the `events`
+//! module), and the process's exit. The time and the process's ids
 //! never reach it: the shim answers them from the shared page. Every other call is answered
 //! `ENOSYS` and counted by name ([`Kernel::unsupported`]), so a run says exactly what a
 //! program needed that onionlab does not have.
@@ -27,6 +27,7 @@ use rand::Rng;
 mod events;
 mod names;
 mod net;
+mod pipes;
 mod sockets;
 mod udp;
 
@@ -73,6 +74,7 @@ pub(crate) const SYS_READ: i64 = 0;
 pub(crate) const SYS_WRITE: i64 = 1;
 pub(crate) const SYS_CLOSE: i64 = 3;
 pub(crate) const SYS_POLL: i64 = 7;
+pub(crate) const SYS_PIPE: i64 = 22;
 pub(crate) const SYS_NANOSLEEP: i64 = 35;
 pub(crate) const SYS_SOCKET: i64 = 41;
 pub(crate) const SYS_CONNECT: i64 = 42;
@@ -84,6 +86,7 @@ pub(crate) const SYS_BIND: i64 = 49;
 pub(crate) const SYS_LISTEN: i64 = 50;
 pub(crate) const SYS_GETSOCKNAME: i64 = 51;
 pub(crate) const SYS_GETPEERNAME: i64 = 52;
+pub(crate) const SYS_SOCKETPAIR: i64 = 53;
 pub(crate) const SYS_SETSOCKOPT: i64 = 54;
 pub(crate) const SYS_GETSOCKOPT: i64 = 55;
 pub(crate) const SYS_EXIT: i64 = 60;
@@ -94,6 +97,7 @@ pub(crate) const SYS_EPOLL_PWAIT: i64 = 281;
 pub(crate) const SYS_EVENTFD: i64 = 284;
 pub(crate) const SYS_EVENTFD2: i64 = 290;
 pub(crate) const SYS_EPOLL_CREATE1: i64 = 291;
+pub(crate) const SYS_PIPE2: i64 = 293;
 pub(crate) const SYS_UNAME: i64 = 63;
 pub(crate) const SYS_FCNTL: i64 = 72;
 pub(crate) const SYS_CLOCK_NANOSLEEP: i64 = 230;
@@ -173,6 +177,8 @@ enum Descriptor<S> {
     EventFd(EventFd),
     /// An `epoll` instance.
     Epoll(Box<Epoll>),
+    /// An end of a pipe or of a socket pair.
+    Pipe(pipes::PipeEnd),
 }
 
 /// A call that blocked, kept to be tried again.
@@ -205,6 +211,8 @@ pub struct Kernel<R, S> {
     progress: usize,
     /// The next ephemeral port a UDP socket that sends unbound may take.
     next_udp_port: u16,
+    /// The buffers of the process's pipes and socket pairs (`None`: free for reuse).
+    buffers: Vec<Option<pipes::Buffer>>,
 }
 
 impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
@@ -224,6 +232,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             retrying: false,
             progress: 0,
             next_udp_port: udp::FIRST_EPHEMERAL_UDP_PORT,
+            buffers: Vec::new(),
         }
     }
 
@@ -312,6 +321,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             }
             self.set_fd(fd, None);
         }
+        self.buffers.clear();
         self.pending = None;
     }
 
@@ -472,6 +482,22 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_WRITE if matches!(self.descriptor(a[0]), Some(Descriptor::Random)) => {
                 call.data.len() as i64
             }
+            SYS_READ | SYS_WRITE | SYS_RECVFROM | SYS_SENDTO
+                if matches!(self.descriptor(a[0]), Some(Descriptor::Pipe(_))) =>
+            {
+                return self.pipe_io(call, out);
+            }
+            SYS_CLOSE if matches!(self.descriptor(a[0]), Some(Descriptor::Pipe(_))) => {
+                self.close_pipe(a[0]);
+                0
+            }
+            SYS_FCNTL if matches!(self.descriptor(a[0]), Some(Descriptor::Pipe(_))) => {
+                self.pipe_fcntl(a[0], a[1], a[2])
+            }
+            SYS_PIPE => self.make_pipe(false, 0, [a[4], a[5]], out),
+            SYS_PIPE2 if a[1] & !(0o4000 | 0o2000000) != 0 => -EINVAL,
+            SYS_PIPE2 => self.make_pipe(false, a[1], [a[4], a[5]], out),
+            SYS_SOCKETPAIR => self.socketpair(a, out),
             SYS_READ | SYS_WRITE
                 if matches!(self.descriptor(a[0]), Some(Descriptor::EventFd(_))) =>
             {
@@ -764,10 +790,10 @@ mod tests {
         assert_eq!(out.len(), 6 * 65);
         assert_eq!(&out[65..65 + 11], b"process-a-1");
         assert_eq!(out[65 + 11], 0);
-        let pipe = 22;
+        let inotify_init1 = 294;
         for _ in 0..3 {
             assert_eq!(
-                k.call(0, &call(pipe, [0; 6], &[]), &mut out, &mut Offline),
+                k.call(0, &call(inotify_init1, [0; 6], &[]), &mut out, &mut Offline),
                 Outcome::Done(-ENOSYS)
             );
         }
@@ -777,7 +803,7 @@ mod tests {
         );
         assert_eq!(
             k.unsupported(),
-            vec![("pipe".to_string(), 3), ("unknown".to_string(), 1)]
+            vec![("inotify_init1".to_string(), 3), ("unknown".to_string(), 1)]
         );
         assert_eq!(
             k.call(

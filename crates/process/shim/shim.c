@@ -241,6 +241,30 @@ static long new_descriptor(long nr, const long *a, int cloexec, void *addr, sock
     return r;
 }
 
+/* A call that makes two descriptors (pipe, pipe2, socketpair): onionlab gets the numbers
+ * reserved for them in args[4] and args[5] and sends them back as two ints for `fds`. */
+static long two_descriptors(long nr, const long *a, int cloexec, int *fds) {
+    long first = placeholder(cloexec);
+    if (first < 0)
+        return first;
+    long second = placeholder(cloexec);
+    if (second < 0) {
+        ol_syscall(SYS_close, first, 0, 0, 0, 0, 0);
+        return second;
+    }
+    long b[6] = {a[0], a[1], a[2], a[3], first, second};
+    int pair[2];
+    long r = request(nr, b, 0, 0, pair, sizeof pair);
+    if (r < 0) {
+        ol_syscall(SYS_close, first, 0, 0, 0, 0, 0);
+        ol_syscall(SYS_close, second, 0, 0, 0, 0, 0);
+        return r;
+    }
+    fds[0] = pair[0];
+    fds[1] = pair[1];
+    return r;
+}
+
 /* A call that returns a socket address (getsockname, getpeername) or an option's value
  * (getsockopt) through a buffer and a length the program passes by pointer. */
 static long with_sized_result(long nr, const long *a, void *buf, socklen_t *len) {
@@ -418,6 +442,12 @@ static long dispatch(long nr, long *a) {
     case SYS_getsockname:
     case SYS_getpeername:
         return with_sized_result(nr, a, (void *)a[1], (socklen_t *)a[2]);
+    case SYS_pipe:
+        return two_descriptors(nr, a, 0, (int *)a[0]);
+    case SYS_pipe2:
+        return two_descriptors(nr, a, (a[1] & O_CLOEXEC) != 0, (int *)a[0]);
+    case SYS_socketpair:
+        return two_descriptors(nr, a, (a[1] & SOCK_CLOEXEC) != 0, (int *)a[3]);
     case SYS_epoll_create:
         return new_descriptor(nr, a, 0, 0, 0);
     case SYS_epoll_create1:

@@ -122,10 +122,10 @@ fn the_clock_program_sees_simulated_time_and_the_host_stream() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("pipe returned -1 errno Function not implemented\n"),
+        stdout.contains("inotify_init1 returned -1 errno Function not implemented\n"),
         "{stdout}"
     );
-    assert_eq!(kernel.unsupported(), vec![("pipe2".to_string(), 1)]);
+    assert_eq!(kernel.unsupported(), vec![("inotify_init1".to_string(), 1)]);
     let note = std::fs::read_to_string(dir.join("work/note.txt")).unwrap();
     assert_eq!(note, "written natively in the process's directory\n");
     // The same run again gives the same output, byte for byte.
