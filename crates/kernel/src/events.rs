@@ -53,7 +53,7 @@ struct Entry {
 pub(crate) struct EventFd {
     count: u64,
     semaphore: bool,
-    nonblocking: bool,
+    pub(crate) nonblocking: bool,
     generation: u64,
 }
 
@@ -234,32 +234,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         }
     }
 
-    /// `fcntl` on an eventfd or an epoll instance: descriptor flags, and `O_NONBLOCK`.
-    pub(crate) fn event_fcntl(&mut self, fd: i64, cmd: i64, arg: i64) -> i64 {
-        const F_GETFD: i64 = 1;
-        const F_SETFD: i64 = 2;
-        const F_GETFL: i64 = 3;
-        const F_SETFL: i64 = 4;
-        let d = usize::try_from(fd)
-            .ok()
-            .and_then(|f| self.fds.get_mut(f))
-            .and_then(Option::as_mut);
-        match (d, cmd) {
-            (Some(_), F_GETFD | F_SETFD) => 0,
-            (Some(Descriptor::EventFd(e)), F_GETFL) => {
-                2 | if e.nonblocking { EFD_NONBLOCK } else { 0 }
-            }
-            (Some(Descriptor::EventFd(e)), F_SETFL) => {
-                e.nonblocking = arg & EFD_NONBLOCK != 0;
-                0
-            }
-            (Some(_), F_GETFL) => 2,
-            (Some(_), F_SETFL) => 0,
-            (Some(_), _) => -EINVAL,
-            (None, _) => -EBADF,
-        }
-    }
-
     pub(crate) fn eventfd(&mut self, initial: i64, flags: i64, fd: i64) -> i64 {
         match usize::try_from(fd).ok().filter(|&f| f < MAX_FDS) {
             Some(fd) => {
@@ -432,6 +406,16 @@ mod tests {
             call(&mut k, SYS_READ, [3, 0, 8, 0, 0, 0], &[], &mut out),
             Outcome::Done(-EAGAIN)
         );
+        // O_NONBLOCK through fcntl, the same for every kind of descriptor.
+        let fcntl = |k: &mut TestKernel, fd, cmd, arg| {
+            call(k, SYS_FCNTL, [fd, cmd, arg, 0, 0, 0], &[], &mut Vec::new())
+        };
+        assert_eq!(fcntl(&mut k, 3, 3, 0), Outcome::Done(2 | EFD_NONBLOCK));
+        assert_eq!(fcntl(&mut k, 3, 4, 0), Outcome::Done(0));
+        assert_eq!(fcntl(&mut k, 3, 3, 0), Outcome::Done(2));
+        assert_eq!(fcntl(&mut k, 4, 3, 0), Outcome::Done(2));
+        assert_eq!(fcntl(&mut k, 9, 3, 0), Outcome::Done(-EBADF));
+        assert_eq!(fcntl(&mut k, 3, 4, EFD_NONBLOCK), Outcome::Done(0));
         // A wait with a timeout blocks until it; closing forgets the descriptor.
         assert_eq!(
             call(&mut k, SYS_EPOLL_WAIT, [4, 0, 8, 5, 0, 0], &[], &mut out),
@@ -439,10 +423,7 @@ mod tests {
                 until: Some(5_000_000)
             }
         );
-        assert_eq!(
-            k.wake(5_000_000, 5_000_000, &mut out, &mut Offline),
-            Outcome::Done(0)
-        );
+        assert_eq!(k.wake(5_000_000, &mut out, &mut Offline), Outcome::Done(0));
         assert_eq!(
             call(&mut k, SYS_CLOSE, [3, 0, 0, 0, 0, 0], &[], &mut out),
             Outcome::Done(0)

@@ -2,7 +2,7 @@
 //!
 //! Sans-IO, like the TCP model: the process host hands it one call at a time with the call's
 //! simulated time and the host's network ([`Kernel::call`]) and gets back an [`Outcome`]: the
-//! call's result now, "make it natively", "blocked" (until a time, until something happens on
+//! call's result now, "blocked" (until a time, until something happens on
 //! a socket, or until whichever comes first), or the process's exit. A blocked call is tried
 //! again when the host tells the kernel what happened on its sockets ([`Kernel::note`], then
 //! [`Kernel::retry`]) or when its time comes ([`Kernel::wake`]). The kernel never touches the
@@ -144,8 +144,6 @@ pub enum Outcome {
     /// Its result (a negative errno on failure); the bytes the kernel put in `out` go back to
     /// the program.
     Done(i64),
-    /// The process makes it natively.
-    Native,
     /// It waits. With a time, [`Kernel::wake`] at that time finishes it if nothing else has;
     /// [`Kernel::retry`] after a [`Kernel::note`] finishes it if what it waits for happened.
     Blocked {
@@ -303,7 +301,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             }
             _ => {}
         }
-        match self.step(now, call, out, net) {
+        match self.step(call, out, net) {
             Step::Done(ret) => Outcome::Done(ret),
             Step::Block => {
                 self.block(call, until);
@@ -338,12 +336,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
 
     /// Tries the blocked call again after notes: [`Outcome::Blocked`] if it still waits (its
     /// time limit, if any, stays as it was).
-    pub fn retry<N: Network<Socket = S>>(
-        &mut self,
-        now: SimTime,
-        out: &mut Vec<u8>,
-        net: &mut N,
-    ) -> Outcome {
+    pub fn retry<N: Network<Socket = S>>(&mut self, out: &mut Vec<u8>, net: &mut N) -> Outcome {
         out.clear();
         let Some(p) = self.pending.take() else {
             return Outcome::Blocked { until: None };
@@ -359,7 +352,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             data: &p.data,
         };
         self.retrying = true;
-        let step = self.step(now, &call, out, net);
+        let step = self.step(&call, out, net);
         self.retrying = false;
         match step {
             Step::Done(ret) => Outcome::Done(ret),
@@ -376,7 +369,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     /// limit (this wake-up was for a call that has finished since), it still waits.
     pub fn wake<N: Network<Socket = S>>(
         &mut self,
-        now: SimTime,
         until: SimTime,
         out: &mut Vec<u8>,
         net: &mut N,
@@ -401,7 +393,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             args,
             data: &p.data,
         };
-        match self.step(now, &call, out, net) {
+        match self.step(&call, out, net) {
             Step::Done(ret) => Outcome::Done(ret),
             Step::Block => Outcome::Done(0),
         }
@@ -443,7 +435,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     /// One attempt at a call that may block.
     fn step<N: Network<Socket = S>>(
         &mut self,
-        now: SimTime,
         call: &Call<'_>,
         out: &mut Vec<u8>,
         net: &mut N,
@@ -491,9 +482,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 self.close_pipe(a[0]);
                 0
             }
-            SYS_FCNTL if matches!(self.descriptor(a[0]), Some(Descriptor::Pipe(_))) => {
-                self.pipe_fcntl(a[0], a[1], a[2])
-            }
             SYS_PIPE => self.make_pipe(false, 0, [a[4], a[5]], out),
             SYS_PIPE2 if a[1] & !(0o4000 | 0o2000000) != 0 => -EINVAL,
             SYS_PIPE2 => self.make_pipe(false, a[1], [a[4], a[5]], out),
@@ -513,14 +501,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 self.set_fd(a[0] as usize, None);
                 0
             }
-            SYS_FCNTL
-                if matches!(
-                    self.descriptor(a[0]),
-                    Some(Descriptor::EventFd(_) | Descriptor::Epoll(_))
-                ) =>
-            {
-                self.event_fcntl(a[0], a[1], a[2])
-            }
             SYS_EPOLL_CREATE if a[0] <= 0 => -EINVAL,
             SYS_EPOLL_CREATE => self.epoll_create(a[5]),
             SYS_EPOLL_CREATE1 if a[0] & !0o2000000 != 0 => -EINVAL,
@@ -530,16 +510,18 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_EVENTFD => self.eventfd(a[0], 0, a[5]),
             SYS_EVENTFD2 if a[1] & !(1 | 0o4000 | 0o2000000) != 0 => -EINVAL,
             SYS_EVENTFD2 => self.eventfd(a[0], a[1], a[5]),
-            SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_FCNTL | SYS_CONNECT | SYS_SENDTO
-            | SYS_RECVFROM | SYS_BIND | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT
+            SYS_FCNTL => self.fcntl(a[0], a[1], a[2]),
+            SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_CONNECT | SYS_SENDTO | SYS_RECVFROM
+            | SYS_BIND | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT
                 if matches!(self.descriptor(a[0]), Some(Descriptor::Udp(_))) =>
             {
                 return self.udp_call(call, out, net);
             }
-            SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_FCNTL | SYS_SOCKET | SYS_CONNECT
-            | SYS_ACCEPT | SYS_ACCEPT4 | SYS_SENDTO | SYS_RECVFROM | SYS_SHUTDOWN | SYS_BIND
-            | SYS_LISTEN | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT | SYS_GETSOCKOPT
-            | SYS_POLL => return self.socket_call(now, call, out, net),
+            SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_SOCKET | SYS_CONNECT | SYS_ACCEPT
+            | SYS_ACCEPT4 | SYS_SENDTO | SYS_RECVFROM | SYS_SHUTDOWN | SYS_BIND | SYS_LISTEN
+            | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT | SYS_GETSOCKOPT | SYS_POLL => {
+                return self.socket_call(call, out, net)
+            }
             nr => {
                 match usize::try_from(nr)
                     .ok()
@@ -552,6 +534,50 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             }
         };
         Step::Done(done)
+    }
+
+    /// `fcntl` on any descriptor the kernel serves: the descriptor flags (close-on-exec is the
+    /// shim's placeholder's business, so they read 0) and the status flags, of which only
+    /// `O_NONBLOCK` means anything here.
+    fn fcntl(&mut self, fd: i64, cmd: i64, arg: i64) -> i64 {
+        const F_GETFD: i64 = 1;
+        const F_SETFD: i64 = 2;
+        const F_GETFL: i64 = 3;
+        const F_SETFL: i64 = 4;
+        const O_RDWR: i64 = 2;
+        const O_NONBLOCK: i64 = 0o4000;
+        let Some(d) = usize::try_from(fd)
+            .ok()
+            .and_then(|f| self.fds.get_mut(f))
+            .and_then(Option::as_mut)
+        else {
+            return -EBADF;
+        };
+        let nonblocking = match d {
+            Descriptor::Socket(s) => Some(&mut s.nonblocking),
+            Descriptor::Udp(u) => Some(&mut u.nonblocking),
+            Descriptor::EventFd(e) => Some(&mut e.nonblocking),
+            Descriptor::Pipe(p) => Some(&mut p.nonblocking),
+            Descriptor::Random | Descriptor::Epoll(_) => None,
+        };
+        match cmd {
+            F_GETFD | F_SETFD => 0,
+            F_GETFL => {
+                O_RDWR
+                    | if nonblocking.is_some_and(|n| *n) {
+                        O_NONBLOCK
+                    } else {
+                        0
+                    }
+            }
+            F_SETFL => {
+                if let Some(n) = nonblocking {
+                    *n = arg & O_NONBLOCK != 0;
+                }
+                0
+            }
+            _ => -EINVAL,
+        }
     }
 
     fn random(&mut self, len: i64, out: &mut Vec<u8>) -> i64 {
@@ -644,7 +670,7 @@ mod tests {
             }
         );
         assert_eq!(
-            k.wake(1_000_000_507, 1_000_000_507, &mut out, &mut Offline),
+            k.wake(1_000_000_507, &mut out, &mut Offline),
             Outcome::Done(0)
         );
         let zero = ts(0, 0);
@@ -684,7 +710,7 @@ mod tests {
                 until: Some(2_000_000_000)
             }
         );
-        k.wake(2_000_000_000, 2_000_000_000, &mut out, &mut Offline);
+        k.wake(2_000_000_000, &mut out, &mut Offline);
         let past = ts(946_684_801, 0);
         assert_eq!(
             k.call(

@@ -230,24 +230,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         self.forget_in_epolls(fd);
         self.set_fd(fd as usize, None);
     }
-
-    /// `fcntl` on a pipe end.
-    pub(crate) fn pipe_fcntl(&mut self, fd: i64, cmd: i64, arg: i64) -> i64 {
-        let Some(Some(Descriptor::Pipe(end))) =
-            usize::try_from(fd).ok().and_then(|f| self.fds.get_mut(f))
-        else {
-            return -EBADF;
-        };
-        match cmd {
-            1 | 2 => 0,
-            3 => 2 | if end.nonblocking { O_NONBLOCK } else { 0 },
-            4 => {
-                end.nonblocking = arg & O_NONBLOCK != 0;
-                0
-            }
-            _ => -EINVAL,
-        }
-    }
 }
 
 #[cfg(test)]

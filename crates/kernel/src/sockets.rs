@@ -1,6 +1,5 @@
 //! The socket calls and `poll`: TCP over the host's network, as [`crate::net`] describes.
 
-use onionlab_engine::time::SimTime;
 use rand::Rng;
 
 use crate::net::{parse_sockaddr_in, sockaddr_in, SocketFile, SocketState};
@@ -11,17 +10,11 @@ const AF_INET: i64 = 2;
 const SOCK_STREAM: i64 = 1;
 const SOCK_DGRAM: i64 = 2;
 const SOCK_NONBLOCK: i64 = 0o4000;
-const O_NONBLOCK: i64 = 0o4000;
-const O_RDWR: i64 = 2;
 const MSG_DONTWAIT: i64 = 0x40;
 const SOL_SOCKET: i64 = 1;
 const SO_TYPE: i64 = 3;
 const SO_ERROR: i64 = 4;
 const ENOPROTOOPT: i64 = 92;
-const F_GETFD: i64 = 1;
-const F_SETFD: i64 = 2;
-const F_GETFL: i64 = 3;
-const F_SETFL: i64 = 4;
 const SHUT_RD: i64 = 0;
 const POLLIN: i16 = 0x1;
 const POLLOUT: i16 = 0x4;
@@ -46,7 +39,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     /// One attempt at a socket call, `poll`, or a call on a socket descriptor.
     pub(crate) fn socket_call<N: Network<Socket = S>>(
         &mut self,
-        _now: SimTime,
         call: &Call<'_>,
         out: &mut Vec<u8>,
         net: &mut N,
@@ -74,7 +66,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_GETSOCKNAME | SYS_GETPEERNAME => self.name(call.nr, a[0], out, net),
             SYS_SETSOCKOPT => self.socket_file(a[0]).map(|_| 0),
             SYS_GETSOCKOPT => self.getsockopt(a[0], a[1], a[2], out),
-            SYS_FCNTL => self.fcntl(a[0], a[1], a[2]),
             SYS_POLL => return self.poll(a[1], a[2], call.data, out, net),
             _ => Err(ENOSYS),
         };
@@ -385,19 +376,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         Ok(0)
     }
 
-    fn fcntl(&mut self, fd: i64, cmd: i64, arg: i64) -> Result<i64, i64> {
-        let s = self.socket_file(fd)?;
-        match cmd {
-            F_GETFD | F_SETFD => Ok(0),
-            F_GETFL => Ok(O_RDWR | if s.nonblocking { O_NONBLOCK } else { 0 }),
-            F_SETFL => {
-                s.nonblocking = arg & O_NONBLOCK != 0;
-                Ok(0)
-            }
-            _ => Err(EINVAL),
-        }
-    }
-
     /// `poll`: the shim sends the `struct pollfd` array and takes it back with `revents`
     /// filled in. A descriptor onionlab does not serve is one of the process's own files,
     /// which, as regular files are, is always ready.
@@ -614,7 +592,7 @@ mod tests {
     }
 
     fn retry(k: &mut TestKernel, net: &mut Scripted, out: &mut Vec<u8>) -> Outcome {
-        k.retry(0, out, net)
+        k.retry(out, net)
     }
 
     #[test]
@@ -678,7 +656,7 @@ mod tests {
             }
         );
         assert_eq!(
-            k.wake(100_001_000, 100_001_000, &mut poll_out, &mut net),
+            k.wake(100_001_000, &mut poll_out, &mut net),
             Outcome::Done(0)
         );
         assert_eq!(poll_out, fds);

@@ -13,7 +13,6 @@ pub(crate) const FIRST_EPHEMERAL_UDP_PORT: u16 = 50_000;
 /// Datagrams a socket holds before it drops new ones, as a full receive buffer does.
 const MAX_QUEUED: usize = 1024;
 const MSG_DONTWAIT: i64 = 0x40;
-const O_NONBLOCK: i64 = 0o4000;
 
 /// A datagram waiting to be read.
 #[derive(Debug)]
@@ -172,15 +171,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 None => -ENOTCONN,
             },
             SYS_SETSOCKOPT => 0,
-            SYS_FCNTL => match (a[1], self.udp_file(fd)) {
-                (1 | 2, Some(_)) => 0,
-                (3, Some(u)) => 2 | if u.nonblocking { O_NONBLOCK } else { 0 },
-                (4, Some(u)) => {
-                    u.nonblocking = a[2] & O_NONBLOCK != 0;
-                    0
-                }
-                _ => -EINVAL,
-            },
             _ => -EOPNOTSUPP,
         };
         Step::Done(done)

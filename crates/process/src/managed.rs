@@ -336,12 +336,6 @@ impl ManagedProcess {
         self.give_turn();
     }
 
-    /// Tells the process to make the waiting call natively, and gives it its turn.
-    pub fn reply_native(&mut self) {
-        self.page_mut().reply = shared::REPLY_NATIVE;
-        self.give_turn();
-    }
-
     fn give_turn(&mut self) {
         self.turn().store(shared::TURN_PROCESS, Ordering::Release);
         // SAFETY: a futex wake on the shared word.

@@ -56,12 +56,11 @@ fn drive(program: &str, dir: &Path) -> (Exit, String, Kernel<onionlab_engine::rn
     let exit = loop {
         match outcome {
             Outcome::Done(ret) => p.reply(ret, &out),
-            Outcome::Native => p.reply_native(),
             Outcome::Blocked { until } => {
                 // Nothing else happens on this host: time jumps to the call's limit.
                 now = until.expect("only sleeps block here");
                 p.set_now(kernel.wall_clock_ns(now));
-                outcome = kernel.wake(now, now, &mut out, &mut Offline);
+                outcome = kernel.wake(now, &mut out, &mut Offline);
                 continue;
             }
             Outcome::Exit(code) => {

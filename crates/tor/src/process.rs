@@ -10,8 +10,8 @@
 //! The call order of one turn:
 //!
 //! ```text
-//! event at `now` ──► kernel.call(now) / kernel.wake(now) ──► Outcome
-//!                      ▲                                       │ Done, Native: reply, process runs
+//! event at `now` ──► kernel.call(now) / kernel.wake(until) ──► Outcome
+//!                      ▲                                       │ Done: reply, process runs
 //!                      └──── process.wait(): next request ◄────┘ Blocked: schedule Wake, return
 //!                                                                Exit: reply, reap, record
 //! ```
@@ -350,7 +350,7 @@ impl ProcessHost {
                 };
                 p.set_now(self.kernel.wall_clock_ns(now));
                 let mut net = net!(self, ctx);
-                let outcome = self.kernel.wake(now, until, &mut self.out, &mut net);
+                let outcome = self.kernel.wake(until, &mut self.out, &mut net);
                 if !matches!(outcome, Outcome::Blocked { .. }) {
                     self.serve(ctx, outcome);
                 }
@@ -371,7 +371,7 @@ impl ProcessHost {
         let now = ctx.now();
         p.set_now(self.kernel.wall_clock_ns(now));
         let mut net = net!(self, ctx);
-        let outcome = self.kernel.retry(now, &mut self.out, &mut net);
+        let outcome = self.kernel.retry(&mut self.out, &mut net);
         if !matches!(outcome, Outcome::Blocked { .. }) {
             self.serve(ctx, outcome);
         }
@@ -482,7 +482,7 @@ impl ProcessHost {
         let mut outcome = self.kernel.call(now, &call, &mut self.out, &mut net);
         if self.take_notes(ctx) && matches!(outcome, Outcome::Blocked { .. }) {
             let mut net = net!(self, ctx);
-            outcome = self.kernel.retry(now, &mut self.out, &mut net);
+            outcome = self.kernel.retry(&mut self.out, &mut net);
             self.take_notes(ctx);
         }
         if let Outcome::Blocked { until: Some(until) } = outcome {
@@ -501,7 +501,6 @@ impl ProcessHost {
         let (nr, a, start) = self.current;
         let result = match outcome {
             Outcome::Done(ret) => ret.to_string(),
-            Outcome::Native => "native".to_string(),
             Outcome::Exit(code) => format!("exit {code}"),
             Outcome::Blocked { .. } => return,
         };
@@ -529,7 +528,6 @@ impl ProcessHost {
                     p.set_virtual_fds(self.kernel.virtual_fds());
                     p.reply(ret, &self.out);
                 }
-                Outcome::Native => p.reply_native(),
                 // Its wake-up, if it has a time limit, was scheduled when it blocked.
                 Outcome::Blocked { .. } => return,
                 Outcome::Exit(code) => {
