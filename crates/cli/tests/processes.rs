@@ -462,6 +462,45 @@ fn no_process_outlives_an_interrupted_or_failed_run() {
 }
 
 #[test]
+fn threads_hand_work_over_a_mutex_a_condition_variable_and_an_eventfd() {
+    let dir = tmp("threads");
+    let threads = program("threads", &dir);
+    let scenario = write(
+        &dir,
+        "threads.yaml",
+        &format!(
+            "run: {{ seed: 3, stop_time: 10s }}\nprocesses:\n  \
+             - {{ name: threads, path: {}, args: ['4', '1000'], start: 1s }}\n",
+            threads.display()
+        ),
+    );
+    let (runs, _) = run_on_one_and_two_threads(&scenario, &dir, "threads");
+    for out_dir in &runs {
+        all_exited_cleanly(out_dir);
+        // Every item summed once; worker 0 sleeps 10 ms after its tenth item while the others
+        // take the rest, and the main thread's join waits for it.
+        assert_eq!(
+            stdout_of(out_dir, "process-threads-1"),
+            "sum 500500\nitems 1000\nelapsed 10000000 ns\n"
+        );
+    }
+    let calls = trace(&runs[0], "process-threads-1");
+    assert_eq!(calls, trace(&runs[1], "process-threads-1"));
+    // Four threads made (pthread_create's clone3) with ids of their own, four ended.
+    for n in 1..=4 {
+        assert!(
+            calls.contains(&format!(") = 1003000{n}\n")),
+            "thread {n} made: {calls}"
+        );
+    }
+    assert_eq!(calls.matches("= thread exit\n").count(), 4);
+    assert!(calls.contains(" 10030001 clock_nanosleep("), "{calls}");
+    // The mutex and the condition variables wait and wake through the simulated futex.
+    assert!(calls.contains(" futex(0x"), "{calls}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn an_epoll_server_serves_many_clients_in_both_trigger_modes() {
     let dir = tmp("epoll");
     let server = program("epoll-server", &dir);

@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn epoll_reports_an_eventfd_by_level_or_by_edge() {
-        let mut k: TestKernel = Kernel::new("h", 0, host_rng(1, 1, 1));
+        let mut k: TestKernel = Kernel::new("h", 1000, 0, host_rng(1, 1, 1));
         let mut out = Vec::new();
         assert_eq!(
             call(
@@ -423,7 +423,10 @@ mod tests {
                 until: Some(5_000_000)
             }
         );
-        assert_eq!(k.wake(5_000_000, &mut out, &mut Offline), Outcome::Done(0));
+        assert_eq!(
+            k.wake_main(5_000_000, &mut out, &mut Offline),
+            Outcome::Done(0)
+        );
         assert_eq!(
             call(&mut k, SYS_CLOSE, [3, 0, 0, 0, 0, 0], &[], &mut out),
             Outcome::Done(0)

@@ -1,13 +1,15 @@
 //! The simulated kernel of a managed process: what its system calls do, in simulated time.
 //!
-//! Sans-IO, like the TCP model: the process host hands it one call at a time with the call's
-//! simulated time and the host's network ([`Kernel::call`]) and gets back an [`Outcome`]: the
-//! call's result now, "blocked" (until a time, until something happens on
-//! a socket, or until whichever comes first), or the process's exit. A blocked call is tried
-//! again when the host tells the kernel what happened on its sockets ([`Kernel::note`], then
-//! [`Kernel::retry`]) or when its time comes ([`Kernel::wake`]). The kernel never touches the
-//! process, the clock or the stack itself, so the same calls at the same times give the same
-//! results whatever thread runs the host.
+//! Sans-IO, like the TCP model: the process host hands it one call at a time, the running
+//! thread's, with the call's simulated time and the host's network ([`Kernel::call`]) and gets
+//! back an [`Outcome`]: the call's result now, "blocked" (until a time, until something
+//! happens on a socket, a wake-up, or whichever comes first), or the thread's or the process's
+//! exit. A blocked call is tried again when the host tells the kernel what happened on its
+//! sockets ([`Kernel::note`], then [`Kernel::retry`]), when another thread's call may have
+//! freed it, or when its time comes ([`Kernel::wake`]); its thread is then ready, and
+//! [`Kernel::resume`] gives the ready threads their turns one after another. The kernel never
+//! touches the process, the clock or the stack itself, so the same calls at the same times
+//! give the same results whatever worker thread runs the host.
 //!
 //! What it serves: sleeping (`nanosleep`, `clock_nanosleep`), the host's random bytes
 //! (`getrandom`, and `/dev/urandom` and `/dev/random`, which the shim opens as descriptors
@@ -16,7 +18,8 @@
 //! `sendto`, `recv`, `recvfrom`, `shutdown`, `close`, `getsockname`, `getpeername`,
 //! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), UDP sockets (the `udp`
 //! module), pipes and socket pairs (`pipes`), `poll`, `epoll` and `eventfd` (the `events`
-//! module), and the process's exit. The time and the process's ids
+//! module), threads, `futex` and `sched_yield` (`threads`, which also decides which thread
+//! runs: one at a time), and the exits of threads and of the process. The time and the process's ids
 //! never reach it: the shim answers them from the shared page. Every other call is answered
 //! `ENOSYS` and counted by name ([`Kernel::unsupported`]), so a run says exactly what a
 //! program needed that onionlab does not have.
@@ -29,11 +32,13 @@ mod names;
 mod net;
 mod pipes;
 mod sockets;
+mod threads;
 mod udp;
 
 use events::{Epoll, EventFd};
 use net::SocketFile;
 pub use net::{Network, Offline, SocketNote};
+pub use threads::{Resume, ThreadId, MAIN_THREAD, MAX_THREADS};
 use udp::UdpFile;
 
 /// The highest descriptor number onionlab may serve, plus one (the shim's table).
@@ -46,6 +51,9 @@ pub const REQ_START: i64 = -1;
 /// A request that is not a system call: open a path onionlab serves on placeholder
 /// descriptor `args[0]`; the data is the path with its NUL.
 pub const REQ_OPEN_VIRTUAL: i64 = -2;
+/// A request that is not a system call: the shim could not make the real thread for the slot
+/// `args[0]` that `clone` gave.
+pub const REQ_THREAD_FAILED: i64 = -3;
 
 pub(crate) const ENOENT: i64 = 2;
 pub(crate) const EAGAIN: i64 = 11;
@@ -74,6 +82,7 @@ pub(crate) const SYS_READ: i64 = 0;
 pub(crate) const SYS_WRITE: i64 = 1;
 pub(crate) const SYS_CLOSE: i64 = 3;
 pub(crate) const SYS_POLL: i64 = 7;
+pub(crate) const SYS_SCHED_YIELD: i64 = 24;
 pub(crate) const SYS_PIPE: i64 = 22;
 pub(crate) const SYS_NANOSLEEP: i64 = 35;
 pub(crate) const SYS_SOCKET: i64 = 41;
@@ -89,7 +98,9 @@ pub(crate) const SYS_GETPEERNAME: i64 = 52;
 pub(crate) const SYS_SOCKETPAIR: i64 = 53;
 pub(crate) const SYS_SETSOCKOPT: i64 = 54;
 pub(crate) const SYS_GETSOCKOPT: i64 = 55;
+pub(crate) const SYS_CLONE: i64 = 56;
 pub(crate) const SYS_EXIT: i64 = 60;
+pub(crate) const SYS_FUTEX: i64 = 202;
 pub(crate) const SYS_EPOLL_CREATE: i64 = 213;
 pub(crate) const SYS_EPOLL_WAIT: i64 = 232;
 pub(crate) const SYS_EPOLL_CTL: i64 = 233;
@@ -104,6 +115,7 @@ pub(crate) const SYS_CLOCK_NANOSLEEP: i64 = 230;
 pub(crate) const SYS_EXIT_GROUP: i64 = 231;
 pub(crate) const SYS_ACCEPT4: i64 = 288;
 pub(crate) const SYS_GETRANDOM: i64 = 318;
+pub(crate) const SYS_CLONE3: i64 = 435;
 
 /// The name of call `nr` as traces and counts give it: the system call's, `start` and
 /// `open_virtual` for the shim's own requests, `unknown` for a number no call has.
@@ -111,6 +123,7 @@ pub fn call_name(nr: i64) -> &'static str {
     match nr {
         REQ_START => "start",
         REQ_OPEN_VIRTUAL => "open_virtual",
+        REQ_THREAD_FAILED => "thread_failed",
         _ => usize::try_from(nr)
             .ok()
             .and_then(|n| names::NAMES.get(n))
@@ -152,6 +165,9 @@ pub enum Outcome {
     },
     /// The process exits with this status.
     Exit(i32),
+    /// The thread that made the call ends (`exit` while others live): the shim ends the real
+    /// thread, and another thread's turn comes.
+    ThreadExit,
 }
 
 /// What one step of a call came to.
@@ -180,12 +196,25 @@ enum Descriptor<S> {
 }
 
 /// A call that blocked, kept to be tried again.
-struct Pending {
-    nr: i64,
-    args: [i64; 6],
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) nr: i64,
+    pub(crate) args: [i64; 6],
     data: Vec<u8>,
     /// When it stops waiting, if it has a limit.
     until: Option<SimTime>,
+    /// Bytes a blocking write had sent when it blocked.
+    progress: usize,
+    /// When it blocked among the process's blocked calls (futex wake-ups take the earliest).
+    pub(crate) seq: u64,
+}
+
+impl Pending {
+    /// Whether it waits on descriptors, and so may go on after anything that happens on them
+    /// (not a sleep or a futex wait, which only time or a wake-up end).
+    fn waits_on_descriptors(&self) -> bool {
+        !matches!(self.nr, SYS_NANOSLEEP | SYS_CLOCK_NANOSLEEP | SYS_FUTEX)
+    }
 }
 
 /// The simulated kernel of one managed process, whose sockets are `S`.
@@ -196,7 +225,8 @@ pub struct Kernel<R, S> {
     rng: R,
     fds: Vec<Option<Descriptor<S>>>,
     virtual_fds: [u8; MAX_FDS / 8],
-    pending: Option<Pending>,
+    /// The process's threads, their blocked calls and whose turn it is.
+    threads: threads::Threads,
     /// Unsupported calls by number (`names::NAMES`' numbering).
     unsupported: Vec<u64>,
     /// Unsupported calls with a number no name has.
@@ -205,25 +235,28 @@ pub struct Kernel<R, S> {
     /// Set while [`Kernel::retry`] tries a blocked call again (a blocking `connect` then
     /// reports the outcome of its own attempt instead of `EALREADY`).
     retrying: bool,
-    /// Bytes a blocked blocking write has sent so far.
+    /// Bytes the blocking write being tried has sent so far.
     progress: usize,
     /// The next ephemeral port a UDP socket that sends unbound may take.
     next_udp_port: u16,
     /// The buffers of the process's pipes and socket pairs (`None`: free for reuse).
     buffers: Vec<Option<pipes::Buffer>>,
+    /// The bytes of a call tried again, kept between calls.
+    scratch: Vec<u8>,
 }
 
 impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
-    /// The kernel of a process on host `hostname` whose wall clock reads `epoch_ns` (ns since
-    /// the Unix epoch) at simulated time 0, drawing its random bytes from `rng`.
-    pub fn new(hostname: &str, epoch_ns: i64, rng: R) -> Self {
+    /// The kernel of process `pid` on host `hostname` whose wall clock reads `epoch_ns` (ns
+    /// since the Unix epoch) at simulated time 0, drawing its random bytes from `rng`. Its main
+    /// thread runs.
+    pub fn new(hostname: &str, pid: i32, epoch_ns: i64, rng: R) -> Self {
         Kernel {
             hostname: hostname.to_string(),
             epoch_ns,
             rng,
             fds: Vec::new(),
             virtual_fds: [0; MAX_FDS / 8],
-            pending: None,
+            threads: threads::Threads::new(pid),
             unsupported: vec![0; names::NAMES.len()],
             unsupported_unknown: 0,
             calls: 0,
@@ -231,6 +264,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             progress: 0,
             next_udp_port: udp::FIRST_EPHEMERAL_UDP_PORT,
             buffers: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -252,11 +286,6 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         self.calls
     }
 
-    /// Whether a call is blocked.
-    pub fn is_blocked(&self) -> bool {
-        self.pending.is_some()
-    }
-
     /// The calls answered `ENOSYS`, by name, with how often, in call-number order.
     pub fn unsupported(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = self
@@ -272,8 +301,9 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         out
     }
 
-    /// Handles `call` made at simulated time `now` on the host's network `net`; bytes for
-    /// the program go in `out` (cleared first).
+    /// Handles `call`, made by the running thread at simulated time `now` on the host's
+    /// network `net`; bytes for the program go in `out` (cleared first). If the call blocks,
+    /// no thread runs until [`Kernel::resume`] gives one the turn.
     pub fn call<N: Network<Socket = S>>(
         &mut self,
         now: SimTime,
@@ -288,26 +318,35 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             Ok(until) => until,
             Err(errno) => return Outcome::Done(-errno),
         };
-        match call.nr {
-            SYS_EXIT | SYS_EXIT_GROUP => return Outcome::Exit((call.args[0] & 0xff) as i32),
-            SYS_NANOSLEEP | SYS_CLOCK_NANOSLEEP => {
-                return match until {
-                    Some(t) if t > now => {
-                        self.block(call, Some(t));
-                        Outcome::Blocked { until: Some(t) }
-                    }
-                    _ => Outcome::Done(0),
-                };
-            }
-            _ => {}
+        let caller = self.threads.running;
+        let outcome = match call.nr {
+            SYS_EXIT => return self.exit_thread(call.args[0], call.args[1]),
+            SYS_EXIT_GROUP => return Outcome::Exit((call.args[0] & 0xff) as i32),
+            SYS_NANOSLEEP | SYS_CLOCK_NANOSLEEP => match until {
+                Some(t) if t > now => {
+                    self.block(call, Some(t));
+                    Outcome::Blocked { until: Some(t) }
+                }
+                _ => Outcome::Done(0),
+            },
+            SYS_FUTEX => self.futex(now, call),
+            SYS_SCHED_YIELD => self.yield_turn(),
+            SYS_CLONE | SYS_CLONE3 => Outcome::Done(self.clone_thread(call, out)),
+            REQ_THREAD_FAILED => Outcome::Done(self.thread_failed(call.args[0])),
+            _ => match self.step(call, out, net) {
+                Step::Done(ret) => Outcome::Done(ret),
+                Step::Block => {
+                    self.block(call, until);
+                    Outcome::Blocked { until }
+                }
+            },
+        };
+        // What this thread did may let another's blocked call go on (a write to a pipe it
+        // reads, an eventfd it waits on).
+        if self.threads.slots() > 1 {
+            self.retry_blocked(caller, net);
         }
-        match self.step(call, out, net) {
-            Step::Done(ret) => Outcome::Done(ret),
-            Step::Block => {
-                self.block(call, until);
-                Outcome::Blocked { until }
-            }
-        }
+        outcome
     }
 
     /// The process has ended: every descriptor closes, as Linux closes a dead process's, so
@@ -320,7 +359,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             self.set_fd(fd, None);
         }
         self.buffers.clear();
-        self.pending = None;
+        self.threads.clear();
     }
 
     /// A UDP datagram of `bytes` from port `from_port` of host `from` arrived for the host's
@@ -334,78 +373,120 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         self.socket_note(note, net);
     }
 
-    /// Tries the blocked call again after notes: [`Outcome::Blocked`] if it still waits (its
-    /// time limit, if any, stays as it was).
-    pub fn retry<N: Network<Socket = S>>(&mut self, out: &mut Vec<u8>, net: &mut N) -> Outcome {
-        out.clear();
-        let Some(p) = self.pending.take() else {
-            return Outcome::Blocked { until: None };
-        };
-        if matches!(p.nr, SYS_NANOSLEEP | SYS_CLOCK_NANOSLEEP) {
-            let until = p.until;
-            self.pending = Some(p);
-            return Outcome::Blocked { until };
-        }
-        let call = Call {
-            nr: p.nr,
-            args: p.args,
-            data: &p.data,
-        };
-        self.retrying = true;
-        let step = self.step(&call, out, net);
-        self.retrying = false;
-        match step {
-            Step::Done(ret) => Outcome::Done(ret),
-            Step::Block => {
-                let until = p.until;
-                self.pending = Some(p);
-                Outcome::Blocked { until }
-            }
-        }
+    /// Tries the blocked calls that wait on descriptors again after notes: those that finish
+    /// make their threads ready ([`Kernel::resume`]); the others wait on, their time limits as
+    /// they were.
+    pub fn retry<N: Network<Socket = S>>(&mut self, net: &mut N) {
+        self.retry_blocked(None, net);
     }
 
-    /// The time limit `until` of the blocked call has come: finishes it (a sleep returns 0, a
-    /// `poll` with nothing ready returns 0). If the blocked call is another one, with another
-    /// limit (this wake-up was for a call that has finished since), it still waits.
-    pub fn wake<N: Network<Socket = S>>(
-        &mut self,
-        until: SimTime,
-        out: &mut Vec<u8>,
-        net: &mut N,
-    ) -> Outcome {
-        out.clear();
-        match &self.pending {
-            Some(p) if p.until == Some(until) => {}
-            Some(p) => return Outcome::Blocked { until: p.until },
-            None => return Outcome::Blocked { until: None },
+    /// Tries again, in slot order, every blocked call that waits on descriptors, but
+    /// `except`'s.
+    fn retry_blocked<N: Network<Socket = S>>(&mut self, except: Option<ThreadId>, net: &mut N) {
+        let mut out = std::mem::take(&mut self.scratch);
+        for i in 0..self.threads.slots() {
+            let t = ThreadId(i as u32);
+            let Some(th) = self.threads.get_mut(t).filter(|_| Some(t) != except) else {
+                continue;
+            };
+            if !th
+                .pending
+                .as_ref()
+                .is_some_and(Pending::waits_on_descriptors)
+            {
+                continue;
+            }
+            let Some(mut p) = th.pending.take() else {
+                continue;
+            };
+            let call = Call {
+                nr: p.nr,
+                args: p.args,
+                data: &p.data,
+            };
+            out.clear();
+            self.retrying = true;
+            self.progress = p.progress;
+            let step = self.step(&call, &mut out, net);
+            self.retrying = false;
+            match step {
+                Step::Done(ret) => self.threads.make_ready(t, ret, &out),
+                Step::Block => {
+                    p.progress = self.progress;
+                    if let Some(th) = self.threads.get_mut(t) {
+                        th.pending = Some(p);
+                    }
+                }
+            }
         }
-        let p = self.pending.take().expect("checked above");
+        self.scratch = out;
+    }
+
+    /// The time limit `until` of thread `t`'s blocked call has come: the call finishes (a
+    /// sleep returns 0, a `poll` with nothing ready 0, a futex wait `ETIMEDOUT`) and the
+    /// thread is ready. If the thread is not blocked, or blocked in another call with another
+    /// limit (this wake-up was for a call that has finished since), nothing happens.
+    pub fn wake<N: Network<Socket = S>>(&mut self, t: ThreadId, until: SimTime, net: &mut N) {
+        let Some(th) = self.threads.get_mut(t) else {
+            return;
+        };
+        if th.pending.as_ref().map(|p| p.until) != Some(Some(until)) {
+            return;
+        }
+        let p = th.pending.take().expect("checked above");
         // A wait on descriptors takes one last look, with no time left, then answers that
         // nothing is ready.
         let mut args = p.args;
         match p.nr {
             SYS_POLL => args[2] = 0,
             SYS_EPOLL_WAIT | SYS_EPOLL_PWAIT => args[3] = 0,
-            _ => return Outcome::Done(0),
+            SYS_FUTEX => return self.threads.make_ready(t, -threads::ETIMEDOUT, &[]),
+            _ => return self.threads.make_ready(t, 0, &[]),
         }
         let call = Call {
             nr: p.nr,
             args,
             data: &p.data,
         };
-        match self.step(&call, out, net) {
-            Step::Done(ret) => Outcome::Done(ret),
-            Step::Block => Outcome::Done(0),
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        let ret = match self.step(&call, &mut out, net) {
+            Step::Done(ret) => ret,
+            Step::Block => 0,
+        };
+        self.threads.make_ready(t, ret, &out);
+        self.scratch = out;
+    }
+
+    /// The running thread blocks in `call`, until `until` at the latest.
+    fn block(&mut self, call: &Call<'_>, until: Option<SimTime>) {
+        let seq = self.threads.next_seq;
+        self.threads.next_seq += 1;
+        let progress = self.progress;
+        let Some(t) = self.threads.running.take() else {
+            return;
+        };
+        if let Some(th) = self.threads.get_mut(t) {
+            th.pending = Some(Pending {
+                nr: call.nr,
+                args: call.args,
+                data: call.data.to_vec(),
+                until,
+                progress,
+                seq,
+            });
         }
     }
 
-    fn block(&mut self, call: &Call<'_>, until: Option<SimTime>) {
-        self.pending = Some(Pending {
-            nr: call.nr,
-            args: call.args,
-            data: call.data.to_vec(),
-            until,
-        });
+    /// Counts call `nr` as one the kernel does not support.
+    pub(crate) fn count_unsupported(&mut self, nr: i64) {
+        match usize::try_from(nr)
+            .ok()
+            .and_then(|n| self.unsupported.get_mut(n))
+        {
+            Some(count) => *count += 1,
+            None => self.unsupported_unknown += 1,
+        }
     }
 
     /// A call's time limit: a sleep's end, a `poll` timeout (`None`: none).
@@ -523,13 +604,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 return self.socket_call(call, out, net)
             }
             nr => {
-                match usize::try_from(nr)
-                    .ok()
-                    .and_then(|n| self.unsupported.get_mut(n))
-                {
-                    Some(count) => *count += 1,
-                    None => self.unsupported_unknown += 1,
-                }
+                self.count_unsupported(nr);
                 -ENOSYS
             }
         };
@@ -622,6 +697,45 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     }
 }
 
+#[cfg(test)]
+impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
+    /// For tests of one thread: [`Kernel::wake`] for the main thread, then its result as an
+    /// [`Outcome`] (`Blocked` if it still waits).
+    pub(crate) fn wake_main<N: Network<Socket = S>>(
+        &mut self,
+        until: SimTime,
+        out: &mut Vec<u8>,
+        net: &mut N,
+    ) -> Outcome {
+        self.wake(MAIN_THREAD, until, net);
+        self.resume_main(out)
+    }
+
+    /// For tests of one thread: [`Kernel::retry`], then the main thread's result as an
+    /// [`Outcome`].
+    pub(crate) fn retry_main<N: Network<Socket = S>>(
+        &mut self,
+        out: &mut Vec<u8>,
+        net: &mut N,
+    ) -> Outcome {
+        self.retry(net);
+        self.resume_main(out)
+    }
+
+    fn resume_main(&mut self, out: &mut Vec<u8>) -> Outcome {
+        match self.resume(out) {
+            Some((_, Resume::Reply(ret))) => Outcome::Done(ret),
+            _ => Outcome::Blocked {
+                until: self
+                    .threads
+                    .get(MAIN_THREAD)
+                    .and_then(|t| t.pending.as_ref())
+                    .and_then(|p| p.until),
+            },
+        }
+    }
+}
+
 /// A `struct timespec` the shim copied: nanoseconds, or the errno a bad one gives.
 fn timespec(data: &[u8]) -> Result<u64, i64> {
     if data.len() < 16 {
@@ -645,7 +759,12 @@ mod tests {
     type TestKernel = Kernel<onionlab_engine::rng::HostRng, u32>;
 
     fn kernel() -> TestKernel {
-        Kernel::new("process-a-1", 946_684_800_000_000_000, host_rng(1, 2, 3))
+        Kernel::new(
+            "process-a-1",
+            1000,
+            946_684_800_000_000_000,
+            host_rng(1, 2, 3),
+        )
     }
 
     fn ts(sec: i64, nsec: i64) -> Vec<u8> {
@@ -670,7 +789,7 @@ mod tests {
             }
         );
         assert_eq!(
-            k.wake(1_000_000_507, &mut out, &mut Offline),
+            k.wake_main(1_000_000_507, &mut out, &mut Offline),
             Outcome::Done(0)
         );
         let zero = ts(0, 0);
@@ -710,7 +829,7 @@ mod tests {
                 until: Some(2_000_000_000)
             }
         );
-        k.wake(2_000_000_000, &mut out, &mut Offline);
+        k.wake_main(2_000_000_000, &mut out, &mut Offline);
         let past = ts(946_684_801, 0);
         assert_eq!(
             k.call(

@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn a_pipe_carries_bytes_one_way_and_a_socket_pair_both_ways() {
-        let mut k: TestKernel = Kernel::new("h", 0, host_rng(1, 1, 1));
+        let mut k: TestKernel = Kernel::new("h", 1000, 0, host_rng(1, 1, 1));
         let mut out = Vec::new();
         assert_eq!(
             call(

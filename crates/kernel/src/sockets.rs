@@ -577,7 +577,7 @@ mod tests {
     type TestKernel = Kernel<onionlab_engine::rng::HostRng, u32>;
 
     fn kernel() -> TestKernel {
-        Kernel::new("h", 0, host_rng(1, 1, 1))
+        Kernel::new("h", 1000, 0, host_rng(1, 1, 1))
     }
 
     fn call(
@@ -592,7 +592,7 @@ mod tests {
     }
 
     fn retry(k: &mut TestKernel, net: &mut Scripted, out: &mut Vec<u8>) -> Outcome {
-        k.retry(out, net)
+        k.retry_main(out, net)
     }
 
     #[test]
@@ -656,7 +656,7 @@ mod tests {
             }
         );
         assert_eq!(
-            k.wake(100_001_000, &mut poll_out, &mut net),
+            k.wake_main(100_001_000, &mut poll_out, &mut net),
             Outcome::Done(0)
         );
         assert_eq!(poll_out, fds);

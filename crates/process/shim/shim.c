@@ -17,6 +17,14 @@
  *    `time`) are defined here too, so those calls cost no trap at all.
  * Between two requests the process runs natively and its simulated time stands still.
  *
+ * Threads run one at a time. Each has a slot in the page's thread table and waits on its own
+ * word there; onionlab gives the turn to one thread at a time. A `clone` goes to onionlab, which
+ * gives the new thread a slot and an id; the shim then makes the real thread, which starts on a
+ * small stack of the shim's, waits for its first turn, and only then enters the program where
+ * the program's `clone` returns, through `rt_sigreturn` with the registers the trap saved
+ * (`start_thread`, `ol_child_main`). A thread's exit is reported to onionlab, which waits until
+ * Linux says the real thread is gone before any other runs.
+ *
  * The shim allocates nothing and calls nothing in libc after its constructor: everything it
  * does inside the handler is a raw system call from its own instruction. */
 #define _GNU_SOURCE
@@ -27,6 +35,7 @@
 #include <linux/filter.h>
 #include <linux/futex.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,6 +84,10 @@ static char hosts_path[4096];
 /* The process's real ids, for signals a program sends itself, and the parent it started
  * under: if onionlab dies the process is handed to another parent and ends itself. */
 static long real_pid, real_parent;
+
+/* This thread's slot in the page's thread table (0: the main thread). Every thread onionlab
+ * starts is made with its own TLS (CLONE_SETTLS), so the slot is the thread's own. */
+static __thread uint32_t my_slot __attribute__((tls_model("initial-exec")));
 
 static inline long sys0(long nr) { return ol_syscall(nr, 0, 0, 0, 0, 0, 0); }
 static inline long sys6(long nr, const long *a) {
@@ -137,19 +150,27 @@ static long sim_time(time_t *t) {
 
 /* ---- The turn: a request to onionlab and its reply ---- */
 
-/* Hands the turn to onionlab and waits for it back. */
-static void take_turns(void) {
-    __atomic_store_n(&ol->turn, OL_TURN_SIMULATOR, __ATOMIC_RELEASE);
-    ol_syscall(SYS_futex, (long)&ol->turn, FUTEX_WAKE, 1, 0, 0, 0);
+/* Waits until onionlab gives thread `slot` the turn. */
+static void wait_for_turn(uint32_t slot) {
+    uint32_t *word = &ol->threads[slot].turn;
     for (;;) {
-        if (__atomic_load_n(&ol->turn, __ATOMIC_ACQUIRE) == OL_TURN_PROCESS)
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == OL_THREAD_GO)
             return;
         struct timespec wait = {1, 0};
-        long r = ol_syscall(SYS_futex, (long)&ol->turn, FUTEX_WAIT, OL_TURN_SIMULATOR,
-                            (long)&wait, 0, 0);
+        long r = ol_syscall(SYS_futex, (long)word, FUTEX_WAIT, OL_THREAD_WAIT, (long)&wait, 0, 0);
         if (r == -ETIMEDOUT && sys0(SYS_getppid) != real_parent)
             ol_syscall(SYS_exit_group, 137, 0, 0, 0, 0, 0); /* onionlab is gone */
     }
+}
+
+/* Hands the turn to onionlab and waits until this thread has it back. */
+static void take_turns(void) {
+    uint32_t slot = my_slot;
+    __atomic_store_n(&ol->threads[slot].turn, OL_THREAD_WAIT, __ATOMIC_RELAXED);
+    ol->current = slot;
+    __atomic_store_n(&ol->turn, OL_TURN_SIMULATOR, __ATOMIC_RELEASE);
+    ol_syscall(SYS_futex, (long)&ol->turn, FUTEX_WAKE, 1, 0, 0, 0);
+    wait_for_turn(slot);
 }
 
 /* Sends call `nr` with `in_len` bytes from `in` and copies up to `out_cap` bytes of the reply's
@@ -315,9 +336,197 @@ static long receive_from(const long *a) {
     return r;
 }
 
+/* ---- Threads ---- */
+
+/* What a new thread needs to enter the program: the registers of the `clone` that made it. */
+struct ol_start {
+    greg_t gregs[NGREG];
+    unsigned long mask;
+    uint32_t slot;
+};
+static struct ol_start starts[OL_MAX_THREADS];
+/* Each slot's start-up stack, made the first time the slot is used and kept: a thread leaves
+ * it for the program's stack before anything else can use the slot. */
+static void *start_stacks[OL_MAX_THREADS];
+#define OL_START_STACK_BYTES 65536
+
+/* Where a new thread goes first: `ol_syscall`'s `ret` in the child takes this address from the
+ * top of its start-up stack; %r9 (the call's sixth argument, which clone ignores) holds its
+ * `struct ol_start`. */
+void ol_child_entry(void);
+__asm__(".text\n"
+        ".type ol_child_entry,@function\n"
+        "ol_child_entry:\n"
+        "  mov %r9, %rdi\n"
+        "  and $-16, %rsp\n"
+        "  call ol_child_main\n"
+        "  ud2\n"
+        ".size ol_child_entry, .-ol_child_entry\n");
+
+/* The new thread: it waits for its first turn, then becomes what the program's `clone` made,
+ * by `rt_sigreturn` into the saved registers (which the filter lets through from anywhere). */
+__attribute__((noreturn, used, visibility("hidden"))) void ol_child_main(struct ol_start *s) {
+    my_slot = s->slot;
+    wait_for_turn(s->slot);
+    ucontext_t uc;
+    unsigned char *z = (unsigned char *)&uc;
+    for (size_t i = 0; i < sizeof uc; i++)
+        z[i] = 0;
+    copy_bytes(uc.uc_mcontext.gregs, s->gregs, sizeof s->gregs);
+    copy_bytes(&uc.uc_sigmask, &s->mask, sizeof s->mask);
+    uc.uc_stack.ss_flags = SS_DISABLE;
+    /* No saved floating-point state: the thread starts with a clean one, as Linux gives. */
+    uc.uc_mcontext.fpregs = 0;
+    __asm__ volatile("mov %0, %%rsp\n"
+                     "mov $15, %%eax\n" /* rt_sigreturn */
+                     "syscall\n"
+                     "ud2\n"
+                     :
+                     : "r"(&uc)
+                     : "memory");
+    __builtin_unreachable();
+}
+
+#define THREAD_CLONE_FLAGS                                                                     \
+    (CLONE_VM | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SETTLS | CLONE_PARENT_SETTID | \
+     CLONE_CHILD_CLEARTID)
+
+/* `clone` or `clone3` (`nr`) of a thread, with clone's arguments: onionlab gives the thread a
+ * slot and an id, then the real thread is made here. `uc` holds the registers at the trap, which
+ * the new thread starts from. */
+static long start_thread(long nr, long flags, long stack_top, long ptid, long ctid, long tls,
+                         ucontext_t *uc) {
+    long b[6] = {flags, stack_top, ptid, ctid, tls, 0};
+    uint32_t slot = 0;
+    long tid = request(nr, b, 0, 0, &slot, sizeof slot);
+    if (tid < 0)
+        return tid;
+    long failed[6] = {slot, 0, 0, 0, 0, 0};
+    if (slot >= OL_MAX_THREADS) {
+        request(OL_REQ_THREAD_FAILED, failed, 0, 0, 0, 0);
+        return -EAGAIN;
+    }
+    if (!start_stacks[slot]) {
+        long m = ol_syscall(SYS_mmap, 0, OL_START_STACK_BYTES, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m < 0 && m > -4096) {
+            request(OL_REQ_THREAD_FAILED, failed, 0, 0, 0, 0);
+            return m;
+        }
+        start_stacks[slot] = (void *)m;
+    }
+    struct ol_thread *th = &ol->threads[slot];
+    th->tid = (int32_t)tid;
+    th->turn = OL_THREAD_WAIT;
+    th->clear_tid = (flags & CLONE_CHILD_CLEARTID) ? (uint64_t)ctid : 0;
+    if ((flags & CLONE_PARENT_SETTID) && ptid)
+        *(int *)ptid = (int)tid;
+    if ((flags & CLONE_CHILD_SETTID) && ctid)
+        *(int *)ctid = (int)tid;
+    struct ol_start *s = &starts[slot];
+    copy_bytes(s->gregs, uc->uc_mcontext.gregs, sizeof s->gregs);
+    s->gregs[REG_RAX] = 0;
+    s->gregs[REG_RSP] = stack_top;
+    copy_bytes(&s->mask, &uc->uc_sigmask, sizeof s->mask);
+    s->slot = slot;
+    uintptr_t top = ((uintptr_t)start_stacks[slot] + OL_START_STACK_BYTES - 64) & ~(uintptr_t)15;
+    *(void **)top = (void *)ol_child_entry;
+    long native = THREAD_CLONE_FLAGS | (flags & (CLONE_FS | CLONE_SYSVSEM));
+    long r = ol_syscall(SYS_clone, native, (long)top, (long)&th->alive, (long)&th->alive, tls,
+                        (long)s);
+    if (r < 0) {
+        request(OL_REQ_THREAD_FAILED, failed, 0, 0, 0, 0);
+        return r;
+    }
+    return tid;
+}
+
+/* clone3's arguments, laid out as clone's for onionlab and `start_thread`. */
+static long start_thread3(const long *a, ucontext_t *uc) {
+    struct clone_args_v0 {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    } args;
+    if (!a[0] || (size_t)a[1] < sizeof args)
+        return -EINVAL;
+    copy_bytes(&args, (void *)a[0], sizeof args);
+    /* What the first version's fields do not hold (set_tid, cgroup) must be zero. */
+    for (size_t i = sizeof args; i < (size_t)a[1] && i < 4096; i++)
+        if (((unsigned char *)a[0])[i])
+            return forward(SYS_clone3, a);
+    long flags = (long)(args.flags | (args.exit_signal & 0xff));
+    long top = args.stack ? (long)(args.stack + args.stack_size) : 0;
+    return start_thread(SYS_clone3, flags, top, (long)args.parent_tid, (long)args.child_tid,
+                        (long)args.tls, uc);
+}
+
+/* A thread's own exit: its tid word is cleared first (the joiner's futex wakes on it at
+ * onionlab), then onionlab says whether the thread ends alone (1) or the process with it. */
+static long exit_thread(long code) {
+    struct ol_thread *me = &ol->threads[my_slot];
+    long clear = (long)me->clear_tid;
+    if (clear)
+        *(int *)clear = 0;
+    long b[6] = {code, clear, 0, 0, 0, 0};
+    long alone = request(SYS_exit, b, 0, 0, 0, 0);
+    return ol_syscall(alone == 1 ? SYS_exit : SYS_exit_group, code, 0, 0, 0, 0, 0);
+}
+
+/* The real id of the thread whose simulated id is `tid`, or 0. */
+static long real_tid(long tid) {
+    for (uint32_t i = 0; i < OL_MAX_THREADS; i++)
+        if (ol->threads[i].tid == tid && ol->threads[i].alive)
+            return ol->threads[i].alive;
+    return 0;
+}
+
+/* `futex`: onionlab gets the value at the address (and for FUTEX_WAKE_OP the second word's
+ * old value, after the shim made the change), read while this thread alone runs, and a wait's
+ * time limit after it. */
+static long futex(const long *a) {
+    long cmd = a[1] & ~(long)(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME);
+    unsigned char d[4 + sizeof(struct timespec)];
+    size_t n = 0;
+    switch (cmd) {
+    case FUTEX_WAIT:
+    case FUTEX_WAIT_BITSET:
+    case FUTEX_CMP_REQUEUE:
+        if (!a[0])
+            return -EFAULT;
+        copy_bytes(d, (void *)a[0], 4);
+        n = 4;
+        if (cmd != FUTEX_CMP_REQUEUE && a[3]) {
+            copy_bytes(d + 4, (void *)a[3], sizeof(struct timespec));
+            n += sizeof(struct timespec);
+        }
+        break;
+    case FUTEX_WAKE_OP: {
+        if (!a[4])
+            return -EFAULT;
+        int32_t *word = (int32_t *)a[4];
+        int32_t old = *word;
+        uint32_t code = (uint32_t)a[5];
+        int32_t arg = ((int32_t)(code << 8)) >> 20; /* bits 12..23, sign-extended */
+        if (code & (8u << 28))
+            arg = 1 << (arg & 31);
+        switch ((code >> 28) & 7) {
+        case 0: *word = arg; break;
+        case 1: *word = old + arg; break;
+        case 2: *word = old | arg; break;
+        case 3: *word = old & ~arg; break;
+        case 4: *word = old ^ arg; break;
+        default: return -ENOSYS;
+        }
+        copy_bytes(d, &old, 4);
+        n = 4;
+        break;
+    }
+    }
+    return request(SYS_futex, a, d, n, 0, 0);
+}
+
 /* ---- The dispatch of one trapped call ---- */
 
-static long dispatch(long nr, long *a) {
+static long dispatch(long nr, long *a, ucontext_t *uc) {
     switch (nr) {
     case SYS_clock_gettime:
         return sim_clock_gettime(a[0], (struct timespec *)a[1]);
@@ -332,8 +541,12 @@ static long dispatch(long nr, long *a) {
             *(unsigned *)a[1] = 0;
         return 0;
     case SYS_getpid:
-    case SYS_gettid:
         return ol->pid;
+    case SYS_gettid:
+        return ol->threads[my_slot].tid;
+    case SYS_set_tid_address:
+        ol->threads[my_slot].clear_tid = (uint64_t)a[0];
+        return ol->threads[my_slot].tid;
     case SYS_getppid:
         return 1;
     case SYS_kill:
@@ -341,12 +554,12 @@ static long dispatch(long nr, long *a) {
             return ol_syscall(SYS_kill, real_pid, a[1], 0, 0, 0, 0);
         return forward(nr, a);
     case SYS_tgkill:
-        if (a[0] == ol->pid && a[1] == ol->pid)
-            return ol_syscall(SYS_tgkill, real_pid, real_pid, a[2], 0, 0, 0);
+        if (a[0] == ol->pid && real_tid(a[1]))
+            return ol_syscall(SYS_tgkill, real_pid, real_tid(a[1]), a[2], 0, 0, 0);
         return forward(nr, a);
     case SYS_tkill:
-        if (a[0] == ol->pid)
-            return ol_syscall(SYS_tkill, real_pid, a[1], 0, 0, 0, 0);
+        if (real_tid(a[0]))
+            return ol_syscall(SYS_tgkill, real_pid, real_tid(a[0]), a[1], 0, 0, 0);
         return forward(nr, a);
 
     /* Signals: SIGSYS stays the shim's and is never blocked, or the next trapped call would
@@ -504,7 +717,6 @@ static long dispatch(long nr, long *a) {
     case SYS_sigaltstack:
     case SYS_rt_sigpending:
     case SYS_arch_prctl:
-    case SYS_set_tid_address:
     case SYS_set_robust_list:
     case SYS_rseq:
     case SYS_getuid:
@@ -514,11 +726,17 @@ static long dispatch(long nr, long *a) {
     case SYS_getresuid:
     case SYS_getresgid:
     case SYS_getgroups:
-    case SYS_sched_yield:
     case SYS_getrlimit:
     case SYS_prlimit64:
-    case SYS_futex: /* one thread: only the process's own waits, which never block */
         return sys6(nr, a);
+
+    /* Threads: onionlab's, which runs them one at a time. */
+    case SYS_clone:
+        return start_thread(nr, a[0], a[1], a[2], a[3], a[4], uc);
+    case SYS_clone3:
+        return start_thread3(a, uc);
+    case SYS_futex:
+        return futex(a);
 
     /* Served by onionlab, with what the call carries. */
     case SYS_nanosleep:
@@ -530,9 +748,10 @@ static long dispatch(long nr, long *a) {
     case SYS_uname:
         return request(nr, a, 0, 0, (void *)a[0], a[0] ? sizeof(struct utsname) : 0);
     case SYS_exit_group:
-    case SYS_exit:
         forward(nr, a);
         return ol_syscall(SYS_exit_group, a[0], 0, 0, 0, 0, 0);
+    case SYS_exit:
+        return exit_thread(a[0]);
 
     default:
         /* Unknown to the shim: onionlab answers it (ENOSYS, counted, for what it does not
@@ -544,9 +763,10 @@ static long dispatch(long nr, long *a) {
 static void on_sigsys(int sig, siginfo_t *info, void *context) {
     (void)sig;
     (void)info;
-    greg_t *r = ((ucontext_t *)context)->uc_mcontext.gregs;
+    ucontext_t *uc = context;
+    greg_t *r = uc->uc_mcontext.gregs;
     long a[6] = {r[REG_RDI], r[REG_RSI], r[REG_RDX], r[REG_R10], r[REG_R8], r[REG_R9]};
-    r[REG_RAX] = dispatch(r[REG_RAX], a);
+    r[REG_RAX] = dispatch(r[REG_RAX], a, uc);
 }
 
 /* ---- Libc's time functions, without a trap ---- */
@@ -691,6 +911,9 @@ __attribute__((constructor)) static void ol_start(void) {
         fail("use the shared page (another onionlab version?)");
     real_pid = sys0(SYS_getpid);
     real_parent = sys0(SYS_getppid);
+    /* Linux clears the main thread's `alive` word when it ends, as it does a new thread's. */
+    shared->threads[0].alive =
+        (uint32_t)ol_syscall(SYS_set_tid_address, (long)&shared->threads[0].alive, 0, 0, 0, 0, 0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigsys;

@@ -5,8 +5,9 @@
 //! the program makes (a seccomp filter lets through only the shim's own), answers the time
 //! from a page it shares with onionlab, runs the process's own memory and file calls natively,
 //! and hands the rest to onionlab as a request on the shared page. The process and onionlab take
-//! turns on one futex word: while onionlab decides a call, the process waits; while the
-//! process runs, onionlab waits. [`ManagedProcess`] is onionlab's end of that exchange;
+//! turns: while onionlab decides a call, every thread of the process waits on its own futex
+//! word in the page; while one thread runs (the one onionlab gave the turn), onionlab waits on
+//! the page's `turn` word. [`ManagedProcess`] is onionlab's end of that exchange;
 //! what a call does is the simulated kernel's business (`onionlab-kernel`), and when it runs
 //! is the process host's (`onionlab-tor`'s `process` module).
 //!

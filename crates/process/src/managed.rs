@@ -65,6 +65,8 @@ pub enum Turn {
 /// A request as the process made it.
 #[derive(Debug)]
 pub struct Request<'a> {
+    /// The slot of the thread that made it.
+    pub thread: u32,
     /// The system call's number, or a `shared::REQ_*`.
     pub nr: i64,
     /// Its arguments as the program passed them.
@@ -160,6 +162,7 @@ impl ManagedProcess {
             (*p).version = shared::VERSION;
             (*p).turn = shared::TURN_PROCESS;
             (*p).pid = spec.pid;
+            (*p).threads[0].tid = spec.pid;
             (*p).now_ns = now_ns;
         }
         let unmap_on_error = |e: ProcessError| {
@@ -263,38 +266,37 @@ impl ManagedProcess {
             if self.turn().load(Ordering::Acquire) == shared::TURN_SIMULATOR {
                 return Turn::Request;
             }
-            let slice = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: WAIT_SLICE.as_nanos() as i64,
-            };
-            // SAFETY: a futex wait on the shared word with a timeout; spurious returns are
-            // handled by the loop.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.turn().as_ptr(),
-                    libc::FUTEX_WAIT,
-                    shared::TURN_PROCESS,
-                    &slice as *const libc::timespec,
-                );
-            }
+            wait_slice(self.turn(), shared::TURN_PROCESS);
             if self.turn().load(Ordering::Acquire) == shared::TURN_SIMULATOR {
                 return Turn::Request;
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                let exit = exit_of(status);
-                self.exit = Some(exit);
-                return Turn::Exited(exit);
-            }
-            if started.elapsed() > self.stall_limit {
-                self.kill();
-                return Turn::Stalled;
-            }
-            if stop() {
-                self.kill();
-                return Turn::Stopped;
+            if let Some(end) = self.ended_stalled_or_stopped(started, stop) {
+                return end;
             }
         }
+    }
+
+    /// Whether, after a slice of waiting since `started`, the process has ended, stalled (it
+    /// is killed) or the run is being stopped (it is killed).
+    fn ended_stalled_or_stopped(
+        &mut self,
+        started: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Option<Turn> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let exit = exit_of(status);
+            self.exit = Some(exit);
+            return Some(Turn::Exited(exit));
+        }
+        if started.elapsed() > self.stall_limit {
+            self.kill();
+            return Some(Turn::Stalled);
+        }
+        if stop() {
+            self.kill();
+            return Some(Turn::Stopped);
+        }
+        None
     }
 
     /// [`ManagedProcess::wait_or_stop`] with nothing to stop it but the stall limit.
@@ -308,6 +310,7 @@ impl ManagedProcess {
         let p = self.page();
         let len = (p.in_len as usize).min(shared::DATA_BYTES);
         Request {
+            thread: p.current,
             nr: p.nr,
             args: p.args,
             data: &p.data[..len],
@@ -324,23 +327,68 @@ impl ManagedProcess {
         self.page_mut().virtual_fds = *bits;
     }
 
-    /// Answers the waiting request with `ret` and `out` (at most `shared::DATA_BYTES`
-    /// bytes), and gives the process its turn.
-    pub fn reply(&mut self, ret: i64, out: &[u8]) {
+    /// Answers thread `thread`'s waiting request with `ret` and `out` (at most
+    /// `shared::DATA_BYTES` bytes), and gives that thread the turn.
+    pub fn reply(&mut self, thread: u32, ret: i64, out: &[u8]) {
         let p = self.page_mut();
         let n = out.len().min(shared::DATA_BYTES);
         p.data[..n].copy_from_slice(&out[..n]);
         p.out_len = n as u32;
         p.ret = ret;
         p.reply = shared::REPLY_DONE;
-        self.give_turn();
+        self.give_turn(thread);
     }
 
-    fn give_turn(&mut self) {
-        self.turn().store(shared::TURN_PROCESS, Ordering::Release);
-        // SAFETY: a futex wake on the shared word.
+    /// Gives new thread `thread` its first turn: it enters the program.
+    pub fn start_thread(&mut self, thread: u32) {
+        self.give_turn(thread);
+    }
+
+    /// The word thread `thread` waits on, or the one that says it is alive.
+    fn thread_word(&self, thread: u32, alive: bool) -> &AtomicU32 {
+        let i = (thread as usize).min(shared::MAX_THREADS - 1);
+        // SAFETY: naturally aligned u32s inside the mapping, which both sides (and Linux, for
+        // `alive`) access atomically only.
         unsafe {
-            libc::syscall(libc::SYS_futex, self.turn().as_ptr(), libc::FUTEX_WAKE, 1);
+            let entry = std::ptr::addr_of_mut!((*self.page.as_ptr()).threads[i]);
+            AtomicU32::from_ptr(if alive {
+                std::ptr::addr_of_mut!((*entry).alive)
+            } else {
+                std::ptr::addr_of_mut!((*entry).turn)
+            })
+        }
+    }
+
+    fn give_turn(&mut self, thread: u32) {
+        // The process's turn first: the thread may hand it back as soon as it runs.
+        self.turn().store(shared::TURN_PROCESS, Ordering::Release);
+        let word = self.thread_word(thread, false);
+        word.store(shared::THREAD_GO, Ordering::Release);
+        // SAFETY: a futex wake on the thread's shared word.
+        unsafe {
+            libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1);
+        }
+    }
+
+    /// Waits until thread `thread`, whose exit onionlab has answered, is gone from Linux (so
+    /// that nothing of it runs while another thread has the turn), or until the process ends,
+    /// stalls or the run is stopped: then the error says which.
+    pub fn wait_thread_gone(&mut self, thread: u32, stop: &dyn Fn() -> bool) -> Result<(), Turn> {
+        let started = Instant::now();
+        loop {
+            let alive = self.thread_word(thread, true);
+            let id = alive.load(Ordering::Acquire);
+            if id == 0 {
+                return Ok(());
+            }
+            // Linux clears the word and wakes it when the thread has ended.
+            wait_slice(alive, id);
+            if self.thread_word(thread, true).load(Ordering::Acquire) == 0 {
+                return Ok(());
+            }
+            if let Some(end) = self.ended_stalled_or_stopped(started, stop) {
+                return Err(end);
+            }
         }
     }
 
@@ -387,6 +435,26 @@ impl Drop for ManagedProcess {
         unsafe {
             libc::munmap(self.page.as_ptr().cast(), std::mem::size_of::<Shared>());
         }
+    }
+}
+
+/// Waits on shared word `word` while it holds `expected`, for one [`WAIT_SLICE`] at most;
+/// callers loop, as a wake-up may also be spurious.
+fn wait_slice(word: &AtomicU32, expected: u32) {
+    let slice = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: WAIT_SLICE.as_nanos() as i64,
+    };
+    // SAFETY: a futex wait with a time limit on a word of the shared mapping (not private:
+    // the other side is another process, or Linux clearing a thread's word).
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &slice as *const libc::timespec,
+        );
     }
 }
 

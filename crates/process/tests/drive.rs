@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use onionlab_kernel::{Call, Kernel, Offline, Outcome};
+use onionlab_kernel::{Call, Kernel, Offline, Outcome, Resume, MAIN_THREAD};
 use onionlab_process::{install_shim, programs, Exit, ManagedProcess, ProcessSpec, Turn};
 
 const EPOCH_NS: i64 = 946_684_800_000_000_000;
@@ -16,7 +16,7 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `program` to its end; returns its exit, its stdout and the kernel.
+/// Runs `program` (one thread) to its end; returns its exit, its stdout and the kernel.
 fn drive(program: &str, dir: &Path) -> (Exit, String, Kernel<onionlab_engine::rng::HostRng, u32>) {
     let exe = programs::build(
         program,
@@ -36,7 +36,12 @@ fn drive(program: &str, dir: &Path) -> (Exit, String, Kernel<onionlab_engine::rn
         pid: 1000,
     };
     let mut now = 0u64;
-    let mut kernel = Kernel::new("proc-host", EPOCH_NS, onionlab_engine::host_rng(7, 1, 1));
+    let mut kernel = Kernel::new(
+        "proc-host",
+        1000,
+        EPOCH_NS,
+        onionlab_engine::host_rng(7, 1, 1),
+    );
     let mut p =
         ManagedProcess::spawn(&spec, kernel.wall_clock_ns(now), Duration::from_secs(10)).unwrap();
     let mut out = Vec::new();
@@ -55,16 +60,21 @@ fn drive(program: &str, dir: &Path) -> (Exit, String, Kernel<onionlab_engine::rn
     };
     let exit = loop {
         match outcome {
-            Outcome::Done(ret) => p.reply(ret, &out),
+            Outcome::Done(ret) => p.reply(0, ret, &out),
             Outcome::Blocked { until } => {
                 // Nothing else happens on this host: time jumps to the call's limit.
                 now = until.expect("only sleeps block here");
                 p.set_now(kernel.wall_clock_ns(now));
-                outcome = kernel.wake(now, &mut out, &mut Offline);
+                kernel.wake(MAIN_THREAD, now, &mut Offline);
+                match kernel.resume(&mut out) {
+                    Some((MAIN_THREAD, Resume::Reply(ret))) => outcome = Outcome::Done(ret),
+                    other => panic!("the main thread is the one to resume, not {other:?}"),
+                }
                 continue;
             }
+            Outcome::ThreadExit => panic!("one thread only"),
             Outcome::Exit(code) => {
-                p.reply(0, &[]);
+                p.reply(0, 0, &[]);
                 let exit = p.finish();
                 assert_eq!(exit, Exit::Code(code));
                 break exit;

@@ -1,19 +1,27 @@
 //! A host whose behaviour is a real Linux program: the managed-process host.
 //!
 //! The host owns the process (`onionlab-process`) and its simulated kernel (`onionlab-kernel`).
-//! At an event it gives the process its turn and serves its system calls one after another at
-//! the event's simulated time, until a call blocks (the host then schedules the wake-up at the
-//! time the kernel gave) or the process ends. While the process runs natively between two
-//! calls no simulated time passes; the worker thread that handles the host waits for it, so a
-//! process's run is as deterministic as any other host's events, whatever the thread count.
+//! At an event it hands the kernel what happened (a socket's news, a blocked call's time limit),
+//! then gives the turn to each thread the kernel says is ready, one at a time, and serves that
+//! thread's system calls one after another at the event's simulated time until one blocks (the
+//! host then schedules the wake-up at the time the kernel gave) or the thread or the process
+//! ends. While a thread runs natively between two calls no simulated time passes; the worker
+//! thread that handles the host waits for it, so a process's run is as deterministic as any
+//! other host's events, whatever the thread count.
 //!
-//! The call order of one turn:
+//! The call order of one event:
 //!
 //! ```text
-//! event at `now` ──► kernel.call(now) / kernel.wake(until) ──► Outcome
-//!                      ▲                                       │ Done: reply, process runs
-//!                      └──── process.wait(): next request ◄────┘ Blocked: schedule Wake, return
-//!                                                                Exit: reply, reap, record
+//! event at `now` ──► kernel.retry / kernel.wake(thread, until)
+//!                      │
+//!   ┌─► kernel.resume(): next ready thread ──► none: return
+//!   │                      │ reply (or start) it
+//!   │                      ▼
+//!   │   process.wait(): its next request ──► kernel.call(now) ──► Outcome
+//!   │                      ▲                                        │ Done: reply, it runs on
+//!   │                      └────────────────────────────────────────┘
+//!   └──── Blocked: schedule Wake{thread, until} · ThreadExit: reply, wait till it is gone
+//!         Exit: reply, reap, record
 //! ```
 //!
 //! The host sits on the network like any other. Its stack is the one every host has, with
@@ -31,7 +39,7 @@ use std::time::Duration;
 use onionlab_engine::rng::HostRng;
 use onionlab_engine::time::SimTime;
 use onionlab_engine::{Context, HostId, RunControl};
-use onionlab_kernel::{Call, Kernel, Network, Outcome, SocketNote};
+use onionlab_kernel::{Call, Kernel, Network, Outcome, Resume, SocketNote, ThreadId, MAIN_THREAD};
 use onionlab_net::{NetEvent, NetStack, SocketEvent, SocketId};
 use onionlab_process::{Exit, ManagedProcess, ProcessSpec, Turn};
 
@@ -121,8 +129,10 @@ pub struct ProcessPlan {
 pub enum ProcessTimer {
     /// The process's start time has come.
     Start,
-    /// The time limit `until` of the call the process is blocked in has come.
+    /// The time limit `until` of the call thread `thread` is blocked in has come.
     Wake {
+        /// The thread's slot.
+        thread: u32,
         /// The limit, as the kernel gave it (a wake-up for a call that has finished since is
         /// told apart by it).
         until: SimTime,
@@ -270,6 +280,17 @@ impl Network for HostNet<'_, '_> {
     }
 }
 
+/// A call as the trace gives it.
+#[derive(Clone, Copy, Debug, Default)]
+struct TracedCall {
+    nr: i64,
+    args: [i64; 6],
+    /// When it was made.
+    start: SimTime,
+    /// The simulated id of the thread that made it.
+    tid: i32,
+}
+
 /// A host that runs a real program in simulated time.
 pub struct ProcessHost {
     /// The host's network stack: its place on the network.
@@ -286,9 +307,11 @@ pub struct ProcessHost {
     /// The bytes a call's reply carries, kept between calls.
     out: Vec<u8>,
     record: ProcessRecord,
-    /// The call being served: its number, arguments and the simulated time it was made, for
-    /// the trace.
-    current: (i64, [i64; 6], SimTime),
+    /// The slot of the thread whose call is being served.
+    caller: ThreadId,
+    /// Each thread's last call, by slot, for the trace: it is written when the call ends,
+    /// which for a blocked call is when its thread resumes.
+    calls: Vec<TracedCall>,
     /// `syscalls.log`, when the plan asks for a trace.
     trace: Option<std::io::BufWriter<std::fs::File>>,
 }
@@ -309,14 +332,15 @@ impl ProcessHost {
             world,
             host,
             payloads_written: 0,
-            kernel: Kernel::new(&name, EPOCH_UNIX_NS, rng),
+            kernel: Kernel::new(&name, simulated_pid(host), EPOCH_UNIX_NS, rng),
             name,
             pid: simulated_pid(host),
             plan,
             process: None,
             out: Vec::new(),
             record: ProcessRecord::default(),
-            current: (0, [0; 6], 0),
+            caller: MAIN_THREAD,
+            calls: Vec::new(),
             trace: None,
         }
     }
@@ -344,16 +368,14 @@ impl ProcessHost {
         let now = ctx.now();
         match timer {
             ProcessTimer::Start => self.spawn(ctx),
-            ProcessTimer::Wake { until } => {
+            ProcessTimer::Wake { thread, until } => {
                 let Some(p) = self.process.as_mut() else {
                     return;
                 };
                 p.set_now(self.kernel.wall_clock_ns(now));
                 let mut net = net!(self, ctx);
-                let outcome = self.kernel.wake(until, &mut self.out, &mut net);
-                if !matches!(outcome, Outcome::Blocked { .. }) {
-                    self.serve(ctx, outcome);
-                }
+                self.kernel.wake(ThreadId(thread), until, &mut net);
+                self.serve(ctx, None);
             }
         }
     }
@@ -362,7 +384,7 @@ impl ProcessHost {
     /// the kernel, and a blocked call that may now go on is tried again.
     pub fn on_net(&mut self, ctx: &mut Context<'_, Ev>, event: NetEvent<Wire>) {
         self.stack.handle(ctx, event);
-        if !self.take_notes(ctx) || !self.kernel.is_blocked() {
+        if !self.take_notes(ctx) {
             return;
         }
         let Some(p) = self.process.as_mut() else {
@@ -371,10 +393,8 @@ impl ProcessHost {
         let now = ctx.now();
         p.set_now(self.kernel.wall_clock_ns(now));
         let mut net = net!(self, ctx);
-        let outcome = self.kernel.retry(&mut self.out, &mut net);
-        if !matches!(outcome, Outcome::Blocked { .. }) {
-            self.serve(ctx, outcome);
-        }
+        self.kernel.retry(&mut net);
+        self.serve(ctx, None);
     }
 
     /// Hands the kernel what the stack reports; returns whether anything was reported that
@@ -459,15 +479,15 @@ impl ProcessHost {
             Ok(p) => {
                 self.process = Some(p);
                 let outcome = self.next_call(ctx);
-                self.serve(ctx, outcome);
+                self.serve(ctx, Some(outcome));
             }
             Err(e) => self.fail(ctx, None, e),
         }
     }
 
-    /// Hands the kernel the request the process is waiting on, then what the stack reported
-    /// meanwhile; a call that blocked is tried again if that may have freed it. A call that
-    /// still waits with a time limit gets its wake-up here, once.
+    /// Hands the kernel the request the running thread is waiting on, then what the stack
+    /// reported meanwhile, which may let a blocked call go on. A call that blocks with a time
+    /// limit gets its wake-up here, once.
     fn next_call(&mut self, ctx: &mut Context<'_, Ev>) -> Outcome {
         let now = ctx.now();
         let p = self.process.as_ref().expect("a running process");
@@ -477,37 +497,57 @@ impl ProcessHost {
             args: r.args,
             data: r.data,
         };
-        self.current = (r.nr, r.args, now);
+        let thread = ThreadId(r.thread);
+        debug_assert_eq!(
+            self.kernel.running(),
+            Some(thread),
+            "one thread runs at a time"
+        );
+        self.caller = thread;
+        let i = thread.0 as usize;
+        if self.calls.len() <= i {
+            self.calls.resize(i + 1, TracedCall::default());
+        }
+        self.calls[i] = TracedCall {
+            nr: r.nr,
+            args: r.args,
+            start: now,
+            tid: self.kernel.tid(thread).unwrap_or(0),
+        };
         let mut net = net!(self, ctx);
-        let mut outcome = self.kernel.call(now, &call, &mut self.out, &mut net);
-        if self.take_notes(ctx) && matches!(outcome, Outcome::Blocked { .. }) {
+        let outcome = self.kernel.call(now, &call, &mut self.out, &mut net);
+        if self.take_notes(ctx) {
             let mut net = net!(self, ctx);
-            outcome = self.kernel.retry(&mut self.out, &mut net);
+            self.kernel.retry(&mut net);
             self.take_notes(ctx);
         }
         if let Outcome::Blocked { until: Some(until) } = outcome {
-            ctx.schedule_at(until, ProcessTimer::Wake { until }.into());
+            let thread = thread.0;
+            ctx.schedule_at(until, ProcessTimer::Wake { thread, until }.into());
         }
         outcome
     }
 
-    /// Writes the call being served and how it ended to the trace, if there is one: its
-    /// simulated start and end in nanoseconds, its name, arguments and result.
-    fn trace(&mut self, now: SimTime, outcome: Outcome) {
+    /// Writes thread `thread`'s last call and its `result` to the trace, if there is one: its
+    /// simulated start and end in nanoseconds, the thread's id, the call's name, arguments and
+    /// result.
+    fn trace(&mut self, thread: ThreadId, now: SimTime, result: std::fmt::Arguments<'_>) {
         use std::io::Write;
         let Some(w) = self.trace.as_mut() else {
             return;
         };
-        let (nr, a, start) = self.current;
-        let result = match outcome {
-            Outcome::Done(ret) => ret.to_string(),
-            Outcome::Exit(code) => format!("exit {code}"),
-            Outcome::Blocked { .. } => return,
-        };
+        let c = self
+            .calls
+            .get(thread.0 as usize)
+            .copied()
+            .unwrap_or_default();
+        let a = c.args;
         let _ = writeln!(
             w,
-            "{start} {now} {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x}) = {result}",
-            onionlab_kernel::call_name(nr),
+            "{} {now} {} {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x}) = {result}",
+            c.start,
+            c.tid,
+            onionlab_kernel::call_name(c.nr),
             a[0],
             a[1],
             a[2],
@@ -517,21 +557,52 @@ impl ProcessHost {
         );
     }
 
-    /// Answers calls until one blocks or the process ends.
-    fn serve(&mut self, ctx: &mut Context<'_, Ev>, mut outcome: Outcome) {
+    /// Answers the running thread's call (`outcome`; `None`: no thread runs), then runs the
+    /// process's threads, one at a time, until none is ready or the process ends.
+    fn serve(&mut self, ctx: &mut Context<'_, Ev>, mut outcome: Option<Outcome>) {
         let now = ctx.now();
+        let stop = self.plan.control.clone();
+        let stop = move || stop.is_interrupted();
         loop {
-            self.trace(now, outcome);
-            let p = self.process.as_mut().expect("a running process");
+            let caller = self.caller;
             match outcome {
-                Outcome::Done(ret) => {
+                Some(Outcome::Done(ret)) => {
+                    self.trace(caller, now, format_args!("{ret}"));
+                    let p = self.process.as_mut().expect("a running process");
                     p.set_virtual_fds(self.kernel.virtual_fds());
-                    p.reply(ret, &self.out);
+                    p.reply(caller.0, ret, &self.out);
                 }
-                // Its wake-up, if it has a time limit, was scheduled when it blocked.
-                Outcome::Blocked { .. } => return,
-                Outcome::Exit(code) => {
-                    p.reply(0, &[]);
+                // The thread's wake-up, if its call has a time limit, was scheduled when it
+                // blocked; the next ready thread runs.
+                Some(Outcome::Blocked { .. }) | None => {
+                    let Some((thread, resume)) = self.kernel.resume(&mut self.out) else {
+                        return;
+                    };
+                    let p = self.process.as_mut().expect("a running process");
+                    match resume {
+                        Resume::Reply(ret) => {
+                            p.set_virtual_fds(self.kernel.virtual_fds());
+                            p.reply(thread.0, ret, &self.out);
+                            self.trace(thread, now, format_args!("{ret}"));
+                        }
+                        Resume::Start => p.start_thread(thread.0),
+                    }
+                }
+                Some(Outcome::ThreadExit) => {
+                    self.trace(caller, now, format_args!("thread exit"));
+                    let p = self.process.as_mut().expect("a running process");
+                    // 1: the thread ends alone.
+                    p.reply(caller.0, 1, &[]);
+                    if let Err(turn) = p.wait_thread_gone(caller.0, &stop) {
+                        return self.lost(ctx, turn);
+                    }
+                    outcome = None;
+                    continue;
+                }
+                Some(Outcome::Exit(code)) => {
+                    self.trace(caller, now, format_args!("exit {code}"));
+                    let p = self.process.as_mut().expect("a running process");
+                    p.reply(caller.0, 0, &[]);
                     let exit = p.finish();
                     self.ended(ctx);
                     self.record.ended = Some(now);
@@ -546,42 +617,50 @@ impl ProcessHost {
                     return;
                 }
             }
-            let control = &self.plan.control;
-            match p.wait_or_stop(&|| control.is_interrupted()) {
-                Turn::Request => outcome = self.next_call(ctx),
-                Turn::Stopped => {
-                    return self.fail(
-                        ctx,
-                        Some(Exit::Signal(9)),
-                        "killed: the run was stopped while it ran".to_string(),
-                    )
-                }
-                Turn::Exited(exit) => {
-                    let tail = p.stderr_tail();
-                    let what = match exit {
-                        Exit::Code(c) => format!("exited with status {c} outside exit_group"),
-                        Exit::Signal(s) => format!("killed by signal {s}"),
-                    };
-                    let what = if tail.is_empty() {
-                        what
-                    } else {
-                        format!("{what}; its stderr ends: {tail}")
-                    };
-                    return self.fail(ctx, Some(exit), what);
-                }
-                Turn::Stalled => {
-                    let limit = self.plan.stall_limit.as_secs_f64();
-                    return self.fail(
-                        ctx,
-                        Some(Exit::Signal(9)),
-                        format!(
-                            "stopped: it ran {limit} s of wall time without a system call \
-                             (a busy loop?); the limit is the process's stall_limit"
-                        ),
-                    );
-                }
+            let p = self.process.as_mut().expect("a running process");
+            match p.wait_or_stop(&stop) {
+                Turn::Request => outcome = Some(self.next_call(ctx)),
+                turn => return self.lost(ctx, turn),
             }
         }
+    }
+
+    /// The process ended, stalled or was stopped while a thread ran (`turn`): why goes to the
+    /// record and the run's log.
+    fn lost(&mut self, ctx: &mut Context<'_, Ev>, turn: Turn) {
+        let (exit, why) = match turn {
+            Turn::Request => return,
+            Turn::Stopped => (
+                Exit::Signal(9),
+                "killed: the run was stopped while it ran".to_string(),
+            ),
+            Turn::Exited(exit) => {
+                let tail = self
+                    .process
+                    .as_ref()
+                    .map(ManagedProcess::stderr_tail)
+                    .unwrap_or_default();
+                let what = match exit {
+                    Exit::Code(c) => format!("exited with status {c} outside exit_group"),
+                    Exit::Signal(s) => format!("killed by signal {s}"),
+                };
+                let what = if tail.is_empty() {
+                    what
+                } else {
+                    format!("{what}; its stderr ends: {tail}")
+                };
+                (exit, what)
+            }
+            Turn::Stalled => (
+                Exit::Signal(9),
+                format!(
+                    "stopped: it ran {} s of wall time without a system call (a busy loop?); \
+                     the limit is the process's stall_limit",
+                    self.plan.stall_limit.as_secs_f64()
+                ),
+            ),
+        };
+        self.fail(ctx, Some(exit), why);
     }
 
     /// The process is gone: its descriptors close (its connections' peers see them close) and
