@@ -501,6 +501,44 @@ fn threads_hand_work_over_a_mutex_a_condition_variable_and_an_eventfd() {
 }
 
 #[test]
+fn a_timerfd_expires_on_simulated_time_under_poll_and_select() {
+    let dir = tmp("timers");
+    let timers = program("timers", &dir);
+    let scenario = write(
+        &dir,
+        "timers.yaml",
+        &format!(
+            "run: {{ seed: 4, stop_time: 10s }}\nprocesses:\n  \
+             - {{ name: timers, path: {}, start: 1s }}\n",
+            timers.display()
+        ),
+    );
+    let (runs, _) = run_on_one_and_two_threads(&scenario, &dir, "timers");
+    for out_dir in &runs {
+        all_exited_cleanly(out_dir);
+        // First at 100 ms, then every 250 ms, to the nanosecond; the eventfd written after tick
+        // 2 wakes the next poll at once; a 600 ms sleep lets two expiries pile up.
+        assert_eq!(
+            stdout_of(out_dir, "process-timers-1"),
+            "tick 1: expirations 1 at 100000000 ns\n\
+             tick 2: expirations 1 at 350000000 ns\n\
+             eventfd 2 at 350000000 ns\n\
+             tick 3: expirations 1 at 600000000 ns\n\
+             tick 4: expirations 1 at 850000000 ns\n\
+             tick 5: expirations 1 at 1100000000 ns\n\
+             after sleeping 600 ms: expirations 2\n\
+             select timed out after 30000000 ns\n\
+             select: eventfd readable\n"
+        );
+    }
+    assert_eq!(
+        trace(&runs[0], "process-timers-1"),
+        trace(&runs[1], "process-timers-1")
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn an_epoll_server_serves_many_clients_in_both_trigger_modes() {
     let dir = tmp("epoll");
     let server = program("epoll-server", &dir);

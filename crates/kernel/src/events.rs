@@ -102,6 +102,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 (mask, e.generation)
             }
             Descriptor::Pipe(p) => self.pipe_readiness(p),
+            Descriptor::Timer(t) => t.readiness(self.now),
             // An epoll instance inside another is not watched: never ready.
             Descriptor::Epoll(_) => (0, 0),
         })

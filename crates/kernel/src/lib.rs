@@ -18,8 +18,9 @@
 //! `sendto`, `recv`, `recvfrom`, `shutdown`, `close`, `getsockname`, `getpeername`,
 //! `setsockopt`, `getsockopt(SO_ERROR)`, `fcntl` for `O_NONBLOCK`), UDP sockets (the `udp`
 //! module), pipes and socket pairs (`pipes`), `poll`, `epoll` and `eventfd` (the `events`
-//! module), threads, `futex` and `sched_yield` (`threads`, which also decides which thread
-//! runs: one at a time), and the exits of threads and of the process. The time and the process's ids
+//! module, with `ppoll`, `select` and `pselect6` in poll's form), `timerfd` (`timers`),
+//! threads, `futex` and `sched_yield` (`threads`, which also decides which thread runs: one
+//! at a time), and the exits of threads and of the process. The time and the process's ids
 //! never reach it: the shim answers them from the shared page. Every other call is answered
 //! `ENOSYS` and counted by name ([`Kernel::unsupported`]), so a run says exactly what a
 //! program needed that onionlab does not have.
@@ -33,6 +34,7 @@ mod net;
 mod pipes;
 mod sockets;
 mod threads;
+mod timers;
 mod udp;
 
 use events::{Epoll, EventFd};
@@ -82,6 +84,7 @@ pub(crate) const SYS_READ: i64 = 0;
 pub(crate) const SYS_WRITE: i64 = 1;
 pub(crate) const SYS_CLOSE: i64 = 3;
 pub(crate) const SYS_POLL: i64 = 7;
+pub(crate) const SYS_SELECT: i64 = 23;
 pub(crate) const SYS_SCHED_YIELD: i64 = 24;
 pub(crate) const SYS_PIPE: i64 = 22;
 pub(crate) const SYS_NANOSLEEP: i64 = 35;
@@ -104,7 +107,12 @@ pub(crate) const SYS_FUTEX: i64 = 202;
 pub(crate) const SYS_EPOLL_CREATE: i64 = 213;
 pub(crate) const SYS_EPOLL_WAIT: i64 = 232;
 pub(crate) const SYS_EPOLL_CTL: i64 = 233;
+pub(crate) const SYS_PSELECT6: i64 = 270;
+pub(crate) const SYS_PPOLL: i64 = 271;
 pub(crate) const SYS_EPOLL_PWAIT: i64 = 281;
+pub(crate) const SYS_TIMERFD_CREATE: i64 = 283;
+pub(crate) const SYS_TIMERFD_SETTIME: i64 = 286;
+pub(crate) const SYS_TIMERFD_GETTIME: i64 = 287;
 pub(crate) const SYS_EVENTFD: i64 = 284;
 pub(crate) const SYS_EVENTFD2: i64 = 290;
 pub(crate) const SYS_EPOLL_CREATE1: i64 = 291;
@@ -193,6 +201,8 @@ enum Descriptor<S> {
     Epoll(Box<Epoll>),
     /// An end of a pipe or of a socket pair.
     Pipe(pipes::PipeEnd),
+    /// A `timerfd`.
+    Timer(Box<timers::TimerFd>),
 }
 
 /// A call that blocked, kept to be tried again.
@@ -243,6 +253,8 @@ pub struct Kernel<R, S> {
     buffers: Vec<Option<pipes::Buffer>>,
     /// The bytes of a call tried again, kept between calls.
     scratch: Vec<u8>,
+    /// The simulated time of the call, retry or wake-up being handled.
+    now: SimTime,
 }
 
 impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
@@ -265,6 +277,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             next_udp_port: udp::FIRST_EPHEMERAL_UDP_PORT,
             buffers: Vec::new(),
             scratch: Vec::new(),
+            now: 0,
         }
     }
 
@@ -314,6 +327,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         out.clear();
         self.calls += 1;
         self.progress = 0;
+        self.now = now;
         let until = match self.deadline(now, call) {
             Ok(until) => until,
             Err(errno) => return Outcome::Done(-errno),
@@ -373,11 +387,24 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         self.socket_note(note, net);
     }
 
-    /// Tries the blocked calls that wait on descriptors again after notes: those that finish
+    /// Tries the blocked calls that wait on descriptors again after notes or when a timer
+    /// expires ([`Kernel::next_timer`]): those that finish
     /// make their threads ready ([`Kernel::resume`]); the others wait on, their time limits as
     /// they were.
-    pub fn retry<N: Network<Socket = S>>(&mut self, net: &mut N) {
+    /// `now` is the simulated time.
+    pub fn retry<N: Network<Socket = S>>(&mut self, now: SimTime, net: &mut N) {
+        self.now = now;
         self.retry_blocked(None, net);
+    }
+
+    /// Whether a thread is blocked on descriptors (not in a sleep or a futex wait).
+    fn blocked_on_descriptors(&self) -> bool {
+        (0..self.threads.slots()).any(|i| {
+            self.threads
+                .get(ThreadId(i as u32))
+                .and_then(|t| t.pending.as_ref())
+                .is_some_and(Pending::waits_on_descriptors)
+        })
     }
 
     /// Tries again, in slot order, every blocked call that waits on descriptors, but
@@ -427,6 +454,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     /// thread is ready. If the thread is not blocked, or blocked in another call with another
     /// limit (this wake-up was for a call that has finished since), nothing happens.
     pub fn wake<N: Network<Socket = S>>(&mut self, t: ThreadId, until: SimTime, net: &mut N) {
+        self.now = until;
         let Some(th) = self.threads.get_mut(t) else {
             return;
         };
@@ -438,7 +466,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         // nothing is ready.
         let mut args = p.args;
         match p.nr {
-            SYS_POLL => args[2] = 0,
+            SYS_POLL | SYS_PPOLL | SYS_SELECT | SYS_PSELECT6 => args[2] = 0,
             SYS_EPOLL_WAIT | SYS_EPOLL_PWAIT => args[3] = 0,
             SYS_FUTEX => return self.threads.make_ready(t, -threads::ETIMEDOUT, &[]),
             _ => return self.threads.make_ready(t, 0, &[]),
@@ -506,6 +534,10 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 }
             }
             SYS_POLL if a[2] >= 0 => Some(now.saturating_add((a[2] as u64) * 1_000_000)),
+            // The shim gives these poll's form, with the time limit in nanoseconds.
+            SYS_PPOLL | SYS_SELECT | SYS_PSELECT6 if a[2] >= 0 => {
+                Some(now.saturating_add(a[2] as u64))
+            }
             SYS_EPOLL_WAIT | SYS_EPOLL_PWAIT if a[3] >= 0 => {
                 Some(now.saturating_add((a[3] as u64) * 1_000_000))
             }
@@ -572,10 +604,22 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             {
                 return self.eventfd_io(a[0], call.nr == SYS_WRITE, a[2], call.data, out);
             }
+            SYS_READ if matches!(self.descriptor(a[0]), Some(Descriptor::Timer(_))) => {
+                return self.timerfd_read(a[0], a[2], out);
+            }
+            SYS_WRITE if matches!(self.descriptor(a[0]), Some(Descriptor::Timer(_))) => -EINVAL,
+            SYS_TIMERFD_CREATE => self.timerfd_create(a[0], a[1], a[5]),
+            SYS_TIMERFD_SETTIME => self.timerfd_settime(a[0], a[1], call.data, out),
+            SYS_TIMERFD_GETTIME => self.timerfd_gettime(a[0], out),
             SYS_CLOSE
                 if matches!(
                     self.descriptor(a[0]),
-                    Some(Descriptor::Random | Descriptor::EventFd(_) | Descriptor::Epoll(_))
+                    Some(
+                        Descriptor::Random
+                            | Descriptor::EventFd(_)
+                            | Descriptor::Epoll(_)
+                            | Descriptor::Timer(_)
+                    )
                 ) =>
             {
                 self.forget_in_epolls(a[0]);
@@ -600,9 +644,8 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             }
             SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_SOCKET | SYS_CONNECT | SYS_ACCEPT
             | SYS_ACCEPT4 | SYS_SENDTO | SYS_RECVFROM | SYS_SHUTDOWN | SYS_BIND | SYS_LISTEN
-            | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT | SYS_GETSOCKOPT | SYS_POLL => {
-                return self.socket_call(call, out, net)
-            }
+            | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT | SYS_GETSOCKOPT | SYS_POLL
+            | SYS_PPOLL | SYS_SELECT | SYS_PSELECT6 => return self.socket_call(call, out, net),
             nr => {
                 self.count_unsupported(nr);
                 -ENOSYS
@@ -633,6 +676,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             Descriptor::Udp(u) => Some(&mut u.nonblocking),
             Descriptor::EventFd(e) => Some(&mut e.nonblocking),
             Descriptor::Pipe(p) => Some(&mut p.nonblocking),
+            Descriptor::Timer(t) => Some(&mut t.nonblocking),
             Descriptor::Random | Descriptor::Epoll(_) => None,
         };
         match cmd {
@@ -715,10 +759,11 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     /// [`Outcome`].
     pub(crate) fn retry_main<N: Network<Socket = S>>(
         &mut self,
+        now: SimTime,
         out: &mut Vec<u8>,
         net: &mut N,
     ) -> Outcome {
-        self.retry(net);
+        self.retry(now, net);
         self.resume_main(out)
     }
 

@@ -66,7 +66,9 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_GETSOCKNAME | SYS_GETPEERNAME => self.name(call.nr, a[0], out, net),
             SYS_SETSOCKOPT => self.socket_file(a[0]).map(|_| 0),
             SYS_GETSOCKOPT => self.getsockopt(a[0], a[1], a[2], out),
-            SYS_POLL => return self.poll(a[1], a[2], call.data, out, net),
+            SYS_POLL | SYS_PPOLL | SYS_SELECT | SYS_PSELECT6 => {
+                return self.poll(a[1], a[2], call.data, out, net)
+            }
             _ => Err(ENOSYS),
         };
         Step::Done(result.unwrap_or_else(|e| -e))
@@ -592,7 +594,7 @@ mod tests {
     }
 
     fn retry(k: &mut TestKernel, net: &mut Scripted, out: &mut Vec<u8>) -> Outcome {
-        k.retry_main(out, net)
+        k.retry_main(0, out, net)
     }
 
     #[test]

@@ -44,7 +44,10 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/timerfd.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -524,6 +527,71 @@ static long futex(const long *a) {
     return request(SYS_futex, a, d, n, 0, 0);
 }
 
+/* ---- Waiting on descriptors ---- */
+
+/* A time limit as nanoseconds: -1 for none (a null pointer), -2 for one Linux refuses. */
+static long timeout_ns(const struct timespec *ts) {
+    if (!ts)
+        return -1;
+    if (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000)
+        return -2;
+    return ts->tv_sec * 1000000000L + ts->tv_nsec;
+}
+
+/* `select` and `pselect6` go to onionlab as a poll of the descriptors in the three sets, with
+ * the time limit in nanoseconds; what it finds ready goes back into the sets. The time left is
+ * not written back. */
+static long select_call(long nr, const long *a, long ns) {
+    long nfds = a[0];
+    if (nfds < 0 || nfds > (long)OL_MAX_FDS)
+        return -EINVAL;
+    fd_set *sets[3] = {(fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3]};
+    struct pollfd *p = (struct pollfd *)ol->data;
+    long n = 0;
+    for (long fd = 0; fd < nfds; fd++) {
+        short events = 0;
+        if (sets[0] && FD_ISSET(fd, sets[0]))
+            events |= POLLIN;
+        if (sets[1] && FD_ISSET(fd, sets[1]))
+            events |= POLLOUT;
+        if (sets[2] && FD_ISSET(fd, sets[2]))
+            events |= POLLPRI;
+        if (events) {
+            p[n].fd = (int)fd;
+            p[n].events = events;
+            p[n].revents = 0;
+            n++;
+        }
+    }
+    ol->nr = nr;
+    long b[6] = {a[0], n, ns, 0, 0, 0};
+    for (int i = 0; i < 6; i++)
+        ol->args[i] = b[i];
+    ol->in_len = (uint32_t)(n * sizeof(struct pollfd));
+    ol->out_len = 0;
+    take_turns();
+    long r = ol->ret;
+    if (r < 0)
+        return r;
+    for (int i = 0; i < 3; i++)
+        if (sets[i])
+            for (long fd = 0; fd < nfds; fd++)
+                FD_CLR(fd, sets[i]);
+    long bits = 0;
+    for (long i = 0; i < n && (size_t)(i + 1) * sizeof(struct pollfd) <= ol->out_len; i++) {
+        short re = p[i].revents;
+        if (re & POLLNVAL)
+            return -EBADF;
+        if (sets[0] && (re & (POLLIN | POLLHUP | POLLERR)) && (p[i].events & POLLIN))
+            FD_SET(p[i].fd, sets[0]), bits++;
+        if (sets[1] && (re & (POLLOUT | POLLERR)) && (p[i].events & POLLOUT))
+            FD_SET(p[i].fd, sets[1]), bits++;
+        if (sets[2] && (re & POLLPRI) && (p[i].events & POLLPRI))
+            FD_SET(p[i].fd, sets[2]), bits++;
+    }
+    return bits;
+}
+
 /* ---- The dispatch of one trapped call ---- */
 
 static long dispatch(long nr, long *a, ucontext_t *uc) {
@@ -684,6 +752,39 @@ static long dispatch(long nr, long *a, ucontext_t *uc) {
             return -EINVAL;
         return request(nr, a, (void *)a[0], bytes, (void *)a[0], bytes);
     }
+    case SYS_ppoll: {
+        size_t bytes = (size_t)a[1] * 8;
+        long ns = timeout_ns((const struct timespec *)a[2]);
+        if (bytes > OL_DATA_BYTES || ns == -2)
+            return -EINVAL;
+        long b[6] = {a[0], a[1], ns, 0, 0, 0};
+        return request(nr, b, (void *)a[0], bytes, (void *)a[0], bytes);
+    }
+    case SYS_select: {
+        const struct timeval *tv = (const struct timeval *)a[4];
+        if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))
+            return -EINVAL;
+        long ns = tv ? tv->tv_sec * 1000000000L + tv->tv_usec * 1000L : -1;
+        return select_call(nr, a, ns);
+    }
+    case SYS_pselect6: {
+        long ns = timeout_ns((const struct timespec *)a[4]);
+        if (ns == -2)
+            return -EINVAL;
+        return select_call(nr, a, ns);
+    }
+    case SYS_timerfd_create:
+        return new_descriptor(nr, a, (a[1] & TFD_CLOEXEC) != 0, 0, 0);
+    case SYS_timerfd_settime: {
+        unsigned char old[sizeof(struct itimerspec)];
+        long r = request(nr, a, (void *)a[2], a[2] ? sizeof(struct itimerspec) : 0, old,
+                         sizeof old);
+        if (r == 0 && a[3])
+            copy_bytes((void *)a[3], old, sizeof old);
+        return r;
+    }
+    case SYS_timerfd_gettime:
+        return request(nr, a, 0, 0, (void *)a[1], a[1] ? sizeof(struct itimerspec) : 0);
 
     /* The process's own memory, files and identity: native. */
     case SYS_mmap:

@@ -137,6 +137,13 @@ pub enum ProcessTimer {
         /// told apart by it).
         until: SimTime,
     },
+    /// A `timerfd` expires at `at` while a thread waits on descriptors: blocked calls are
+    /// tried again.
+    Timers {
+        /// The expiry, as the kernel gave it (an event for an expiry that has changed since is
+        /// told apart by it).
+        at: SimTime,
+    },
 }
 
 impl From<ProcessTimer> for Ev {
@@ -314,6 +321,8 @@ pub struct ProcessHost {
     calls: Vec<TracedCall>,
     /// `syscalls.log`, when the plan asks for a trace.
     trace: Option<std::io::BufWriter<std::fs::File>>,
+    /// The timer expiry a [`ProcessTimer::Timers`] event is scheduled for, if one is.
+    timers_at: Option<SimTime>,
 }
 
 impl ProcessHost {
@@ -342,6 +351,7 @@ impl ProcessHost {
             caller: MAIN_THREAD,
             calls: Vec::new(),
             trace: None,
+            timers_at: None,
         }
     }
 
@@ -377,6 +387,19 @@ impl ProcessHost {
                 self.kernel.wake(ThreadId(thread), until, &mut net);
                 self.serve(ctx, None);
             }
+            ProcessTimer::Timers { at } => {
+                if self.timers_at != Some(at) {
+                    return;
+                }
+                self.timers_at = None;
+                let Some(p) = self.process.as_mut() else {
+                    return;
+                };
+                p.set_now(self.kernel.wall_clock_ns(now));
+                let mut net = net!(self, ctx);
+                self.kernel.retry(now, &mut net);
+                self.serve(ctx, None);
+            }
         }
     }
 
@@ -393,7 +416,7 @@ impl ProcessHost {
         let now = ctx.now();
         p.set_now(self.kernel.wall_clock_ns(now));
         let mut net = net!(self, ctx);
-        self.kernel.retry(&mut net);
+        self.kernel.retry(now, &mut net);
         self.serve(ctx, None);
     }
 
@@ -518,7 +541,7 @@ impl ProcessHost {
         let outcome = self.kernel.call(now, &call, &mut self.out, &mut net);
         if self.take_notes(ctx) {
             let mut net = net!(self, ctx);
-            self.kernel.retry(&mut net);
+            self.kernel.retry(now, &mut net);
             self.take_notes(ctx);
         }
         if let Outcome::Blocked { until: Some(until) } = outcome {
@@ -576,7 +599,7 @@ impl ProcessHost {
                 // blocked; the next ready thread runs.
                 Some(Outcome::Blocked { .. }) | None => {
                     let Some((thread, resume)) = self.kernel.resume(&mut self.out) else {
-                        return;
+                        return self.arm_timers(ctx);
                     };
                     let p = self.process.as_mut().expect("a running process");
                     match resume {
@@ -621,6 +644,17 @@ impl ProcessHost {
             match p.wait_or_stop(&stop) {
                 Turn::Request => outcome = Some(self.next_call(ctx)),
                 turn => return self.lost(ctx, turn),
+            }
+        }
+    }
+
+    /// No thread runs: if one waits on descriptors and a timer expires before anything else
+    /// is scheduled for it, the blocked calls are tried again then.
+    fn arm_timers(&mut self, ctx: &mut Context<'_, Ev>) {
+        if let Some(at) = self.kernel.next_timer() {
+            if self.timers_at.is_none_or(|t| at < t) {
+                self.timers_at = Some(at);
+                ctx.schedule_at(at, ProcessTimer::Timers { at }.into());
             }
         }
     }
