@@ -538,6 +538,79 @@ fn a_timerfd_expires_on_simulated_time_under_poll_and_select() {
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// The machine's tor, the first on `PATH` (CI installs Debian's).
+fn installed_tor() -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|dir| dir.join("tor"))
+        .find(|p| p.is_file())
+}
+
+/// Real tor, unmodified, as a client with no network to reach: it starts, opens its SOCKS
+/// port, starts its worker threads and tries the directory authorities (unreachable here) for
+/// a simulated minute, with every call it makes served, the same on one and two threads.
+#[test]
+fn real_tor_runs_in_simulated_time() {
+    let Some(tor) = installed_tor() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "tor is not installed, and CI is set"
+        );
+        eprintln!("skipping: no tor binary found");
+        return;
+    };
+    let dir = tmp("tor");
+    let torrc = write(&dir, "torrc", "SocksPort 9050\nLog notice stdout\n");
+    let scenario = write(
+        &dir,
+        "tor.yaml",
+        &format!(
+            "run: {{ seed: 6, stop_time: 60s }}\nprocesses:\n  \
+             - {{ name: tor, path: {}, args: [-f, {}, --DataDirectory, data], start: 1s }}\n",
+            tor.display(),
+            torrc.display()
+        ),
+    );
+    let (runs, _) = run_on_one_and_two_threads(&scenario, &dir, "tor");
+    let log = |out_dir: &Path| {
+        stdout_of(out_dir, "process-tor-1").replace(out_dir.to_str().unwrap(), "OUT")
+    };
+    for out_dir in &runs {
+        let run = run_json(out_dir);
+        let p = &run["processes"][0];
+        // Still running when the run ends, having asked for nothing onionlab lacks.
+        assert_eq!(p["failure"], serde_json::Value::Null, "{p}");
+        assert_eq!(p["ended_s"], serde_json::Value::Null, "{p}");
+        assert_eq!(p["unsupported_calls"], serde_json::json!({}), "{p}");
+        let text = log(out_dir);
+        // Its clock reads 2000-01-01 plus the simulated time.
+        assert!(
+            text.starts_with("Jan 01 00:00:01.000 [notice] Tor "),
+            "{text}"
+        );
+        assert!(
+            text.contains("Opened Socks listener connection (ready) on 127.0.0.1:9050"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Bootstrapped 0% (starting): Starting"),
+            "{text}"
+        );
+        let calls = trace(out_dir, "process-tor-1");
+        assert!(
+            calls.contains(" clone3("),
+            "tor starts worker threads: {calls}"
+        );
+        assert!(calls.contains(" epoll_wait("), "{calls}");
+    }
+    assert_eq!(log(&runs[0]), log(&runs[1]));
+    assert_eq!(
+        trace(&runs[0], "process-tor-1"),
+        trace(&runs[1], "process-tor-1")
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn an_epoll_server_serves_many_clients_in_both_trigger_modes() {
     let dir = tmp("epoll");

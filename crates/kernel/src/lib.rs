@@ -47,6 +47,9 @@ use udp::UdpFile;
 pub const MAX_FDS: usize = 1024;
 /// The most bytes one call may carry each way (the shared page's data area).
 pub const DATA_BYTES: usize = 65536;
+/// The memory `sysinfo` says the simulated machine has: 16 GiB, whatever the real machine's,
+/// so that a program that sizes itself by it (tor's `MaxMemInQueues`) does the same anywhere.
+pub const MEMORY_BYTES: u64 = 16 << 30;
 
 /// A request that is not a system call: the shim is in place (see `onionlab-process`).
 pub const REQ_START: i64 = -1;
@@ -118,6 +121,7 @@ pub(crate) const SYS_EVENTFD2: i64 = 290;
 pub(crate) const SYS_EPOLL_CREATE1: i64 = 291;
 pub(crate) const SYS_PIPE2: i64 = 293;
 pub(crate) const SYS_UNAME: i64 = 63;
+pub(crate) const SYS_SYSINFO: i64 = 99;
 pub(crate) const SYS_FCNTL: i64 = 72;
 pub(crate) const SYS_CLOCK_NANOSLEEP: i64 = 230;
 pub(crate) const SYS_EXIT_GROUP: i64 = 231;
@@ -138,6 +142,37 @@ pub fn call_name(nr: i64) -> &'static str {
             .copied()
             .filter(|name| !name.is_empty())
             .unwrap_or("unknown"),
+    }
+}
+
+/// How many of call `nr`'s six argument registers mean something, as traces show them: the
+/// others hold whatever the program left there, which may differ run after run (values derived
+/// from the random bytes Linux gives every new process, which onionlab cannot choose). Calls
+/// the kernel does not know show all six.
+pub fn call_args(nr: i64, args: &[i64; 6]) -> usize {
+    const F_GETFD: i64 = 1;
+    const F_GETFL: i64 = 3;
+    match nr {
+        SYS_FUTEX => match args[1] & 127 {
+            0 => 4, // FUTEX_WAIT: address, op, value, time limit
+            1 => 3, // FUTEX_WAKE: address, op, count
+            3 => 5, // FUTEX_REQUEUE
+            _ => 6,
+        },
+        SYS_FCNTL if matches!(args[1], F_GETFD | F_GETFL) => 2,
+        REQ_START | SYS_SCHED_YIELD => 0,
+        REQ_OPEN_VIRTUAL | REQ_THREAD_FAILED | SYS_CLOSE | SYS_PIPE | SYS_EXIT | SYS_EXIT_GROUP
+        | SYS_UNAME | SYS_SYSINFO | SYS_EPOLL_CREATE | SYS_EPOLL_CREATE1 | SYS_EVENTFD => 1,
+        SYS_NANOSLEEP | SYS_SHUTDOWN | SYS_LISTEN | SYS_PIPE2 | SYS_EVENTFD2
+        | SYS_TIMERFD_CREATE | SYS_TIMERFD_GETTIME => 2,
+        SYS_READ | SYS_WRITE | SYS_POLL | SYS_SOCKET | SYS_CONNECT | SYS_ACCEPT | SYS_BIND
+        | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_FCNTL | SYS_GETRANDOM | SYS_PPOLL => 3,
+        SYS_SOCKETPAIR | SYS_EPOLL_WAIT | SYS_EPOLL_CTL | SYS_CLOCK_NANOSLEEP | SYS_ACCEPT4
+        | SYS_TIMERFD_SETTIME => 4,
+        SYS_SETSOCKOPT | SYS_GETSOCKOPT | SYS_CLONE | SYS_CLONE3 | SYS_SELECT | SYS_EPOLL_PWAIT => {
+            5
+        }
+        _ => 6,
     }
 }
 
@@ -579,6 +614,10 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
                 }
                 0
             }
+            SYS_SYSINFO => {
+                self.sysinfo(out);
+                0
+            }
             SYS_READ if matches!(self.descriptor(a[0]), Some(Descriptor::Random)) => {
                 self.random(a[2], out)
             }
@@ -697,6 +736,30 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             }
             _ => -EINVAL,
         }
+    }
+
+    /// `sysinfo`: the simulated machine, the same everywhere: up since simulated time 0, idle,
+    /// [`MEMORY_BYTES`] of memory, half of it free, no swap, one process.
+    fn sysinfo(&self, out: &mut Vec<u8>) {
+        let words: [u64; 11] = [
+            self.now / 1_000_000_000, // uptime
+            0,                        // the three load averages
+            0,
+            0,
+            MEMORY_BYTES, // totalram
+            MEMORY_BYTES / 2,
+            0, // sharedram
+            0, // bufferram
+            0, // totalswap
+            0, // freeswap
+            1, // procs (a short, then padding)
+        ];
+        for w in words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.extend_from_slice(&[0; 16]); // totalhigh, freehigh
+        out.extend_from_slice(&1u32.to_le_bytes()); // mem_unit: bytes
+        out.extend_from_slice(&[0; 4]);
     }
 
     fn random(&mut self, len: i64, out: &mut Vec<u8>) -> i64 {

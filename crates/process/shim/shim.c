@@ -52,6 +52,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/sysinfo.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <ucontext.h>
@@ -592,6 +593,28 @@ static long select_call(long nr, const long *a, long ns) {
     return bits;
 }
 
+/* ---- The program's own SIGSYS handler ---- */
+
+/* The kernel's `struct sigaction`, as rt_sigaction takes it. */
+struct kernel_sigaction {
+    long handler, flags, restorer;
+    unsigned long mask;
+};
+/* What the program set for SIGSYS: kept and given back, never installed, since SIGSYS is the
+ * shim's. Programs that install handlers for every fatal signal (tor's backtrace handler does)
+ * then start as they would anywhere; the handler never runs. */
+static struct kernel_sigaction program_sigsys_action;
+
+static long program_sigsys(const long *a) {
+    if (a[3] != sizeof(unsigned long))
+        return -EINVAL;
+    if (a[2])
+        copy_bytes((void *)a[2], &program_sigsys_action, sizeof program_sigsys_action);
+    if (a[1])
+        copy_bytes(&program_sigsys_action, (void *)a[1], sizeof program_sigsys_action);
+    return 0;
+}
+
 /* ---- The dispatch of one trapped call ---- */
 
 static long dispatch(long nr, long *a, ucontext_t *uc) {
@@ -634,13 +657,10 @@ static long dispatch(long nr, long *a, ucontext_t *uc) {
      * kill the process. */
     case SYS_rt_sigaction: {
         if (a[0] == SIGSYS)
-            return -EINVAL;
+            return program_sigsys(a);
         if (!a[1])
             return sys6(nr, a);
-        struct {
-            long handler, flags, restorer;
-            unsigned long mask;
-        } act;
+        struct kernel_sigaction act;
         copy_bytes(&act, (void *)a[1], sizeof act);
         act.mask &= ~(1UL << (SIGSYS - 1));
         long b[6] = {a[0], (long)&act, a[2], a[3], a[4], a[5]};
@@ -690,6 +710,7 @@ static long dispatch(long nr, long *a, ucontext_t *uc) {
     case SYS_dup3:
     case SYS_fchmod:
     case SYS_fadvise64:
+    case SYS_flock:
         if (is_virtual_fd(a[0]))
             return forward(nr, a);
         return sys6(nr, a);
@@ -848,6 +869,8 @@ static long dispatch(long nr, long *a, ucontext_t *uc) {
         return request(nr, a, 0, 0, (void *)a[0], (size_t)a[1]);
     case SYS_uname:
         return request(nr, a, 0, 0, (void *)a[0], a[0] ? sizeof(struct utsname) : 0);
+    case SYS_sysinfo:
+        return request(nr, a, 0, 0, (void *)a[0], a[0] ? sizeof(struct sysinfo) : 0);
     case SYS_exit_group:
         forward(nr, a);
         return ol_syscall(SYS_exit_group, a[0], 0, 0, 0, 0, 0);

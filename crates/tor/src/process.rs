@@ -564,20 +564,20 @@ impl ProcessHost {
             .get(thread.0 as usize)
             .copied()
             .unwrap_or_default();
-        let a = c.args;
-        let _ = writeln!(
+        let _ = write!(
             w,
-            "{} {now} {} {}({:#x}, {:#x}, {:#x}, {:#x}, {:#x}, {:#x}) = {result}",
+            "{} {now} {} {}(",
             c.start,
             c.tid,
-            onionlab_kernel::call_name(c.nr),
-            a[0],
-            a[1],
-            a[2],
-            a[3],
-            a[4],
-            a[5]
+            onionlab_kernel::call_name(c.nr)
         );
+        for (i, a) in c.args[..onionlab_kernel::call_args(c.nr, &c.args)]
+            .iter()
+            .enumerate()
+        {
+            let _ = write!(w, "{}{a:#x}", if i == 0 { "" } else { ", " });
+        }
+        let _ = writeln!(w, ") = {result}");
     }
 
     /// Answers the running thread's call (`outcome`; `None`: no thread runs), then runs the
