@@ -143,6 +143,13 @@ fn programs_run_in_simulated_time_identically_on_any_thread_count() {
         text.contains("uname: Linux process-clock-1 x86_64\n"),
         "{text}"
     );
+    // The same machine everywhere: up since simulated time 0, 16 GiB, 1024 descriptors.
+    assert!(
+        text.contains(
+            "sysinfo: uptime 4 s, memory 16384 MiB, free 8192 MiB\ndescriptor limit 1024 1024\n"
+        ),
+        "{text}"
+    );
     // Each host draws from its own stream: the two instances print different bytes.
     let bytes = |t: &str| {
         t.lines()

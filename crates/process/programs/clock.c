@@ -1,6 +1,7 @@
 /* A test program for managed processes: prints the simulated time around sleeps of each kind,
- * random bytes from getrandom and from /dev/urandom, the host's name, and what an unsupported
- * call (inotify_init1) returns; exits with status 3. */
+ * random bytes from getrandom and from /dev/urandom, the host's name, the machine (sysinfo) and
+ * its descriptor limit, and what an unsupported call (inotify_init1) returns; exits with
+ * status 3. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +9,8 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -57,6 +60,14 @@ int main(void) {
     char name[128];
     gethostname(name, sizeof name);
     printf("hostname: %s pid %d ppid %d\n", name, (int)getpid(), (int)getppid());
+    struct sysinfo si;
+    sysinfo(&si);
+    printf("sysinfo: uptime %ld s, memory %lu MiB, free %lu MiB\n", si.uptime,
+           si.totalram * si.mem_unit >> 20, si.freeram * si.mem_unit >> 20);
+    struct rlimit nofile;
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    printf("descriptor limit %llu %llu\n", (unsigned long long)nofile.rlim_cur,
+           (unsigned long long)nofile.rlim_max);
     int s = inotify_init1(0);
     printf("inotify_init1 returned %d errno %s\n", s, s < 0 ? strerror(errno) : "none");
     FILE *f = fopen("note.txt", "w");

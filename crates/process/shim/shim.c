@@ -849,8 +849,16 @@ static long dispatch(long nr, long *a, ucontext_t *uc) {
     case SYS_getresgid:
     case SYS_getgroups:
     case SYS_getrlimit:
-    case SYS_prlimit64:
+    case SYS_setrlimit:
         return sys6(nr, a);
+    case SYS_prlimit64: {
+        /* Its own limits (onionlab set the descriptor limit before the program started); no
+         * other process is there for it to see. */
+        if (a[0] != 0 && a[0] != ol->pid)
+            return -ESRCH;
+        long b[6] = {0, a[1], a[2], a[3], 0, 0};
+        return sys6(nr, b);
+    }
 
     /* Threads: onionlab's, which runs them one at a time. */
     case SYS_clone:

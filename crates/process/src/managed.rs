@@ -16,6 +16,10 @@ use crate::shared::{self, Shared};
 /// it: below 1024, so that `select` could take it, and far from those a program opens first.
 const SHM_FD: i32 = 999;
 
+/// The descriptor limit (`RLIMIT_NOFILE`, soft and hard) a process gets: the number of
+/// descriptors onionlab's table can serve ([`shared::MAX_FDS`]).
+const DESCRIPTOR_LIMIT: usize = shared::MAX_FDS;
+
 /// How long onionlab sleeps on the turn before it looks whether the process has died or
 /// stalled: a process that dies is noticed this late, one that answers is not delayed at all.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
@@ -189,7 +193,8 @@ impl ManagedProcess {
             .stderr(stderr);
         let fd = file.as_raw_fd();
         // SAFETY: between fork and exec the closure makes only async-signal-safe system calls
-        // (setpgid, personality, dup2) on a descriptor that stays open until spawn returns.
+        // (setpgid, personality, dup2, getrlimit, setrlimit) on a descriptor that stays open
+        // until spawn returns.
         unsafe {
             cmd.pre_exec(move || {
                 // Its own process group, so that a Ctrl-C at the terminal reaches onionlab
@@ -204,6 +209,20 @@ impl ManagedProcess {
                 }
                 if libc::dup2(fd, SHM_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // The same descriptor limit on every machine, the one onionlab's descriptor
+                // table has: a program that sizes itself by it (tor's ConnLimit) does the same
+                // everywhere. Lowering a limit is always allowed; a machine whose hard limit
+                // is lower still keeps its own.
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+                    let n = (DESCRIPTOR_LIMIT as libc::rlim_t).min(limit.rlim_max);
+                    limit.rlim_cur = n;
+                    limit.rlim_max = n;
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
                 }
                 Ok(())
             });

@@ -127,7 +127,11 @@ fn the_clock_program_sees_simulated_time_and_the_host_stream() {
         lines[3]
     );
     assert!(
-        stdout.contains("uname: Linux proc-host x86_64\nhostname: proc-host pid 1000 ppid 1\n"),
+        stdout.contains(
+            "uname: Linux proc-host x86_64\nhostname: proc-host pid 1000 ppid 1\n\
+             sysinfo: uptime 3 s, memory 16384 MiB, free 8192 MiB\n\
+             descriptor limit 1024 1024\n"
+        ),
         "{stdout}"
     );
     assert!(
