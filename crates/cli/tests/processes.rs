@@ -545,11 +545,12 @@ fn a_timerfd_expires_on_simulated_time_under_poll_and_select() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-/// The machine's tor, the first on `PATH` (CI installs Debian's).
-fn installed_tor() -> Option<PathBuf> {
+/// The machine's program `name` (`tor`, `tor-gencert`), the first on `PATH` (CI installs
+/// Debian's tor).
+fn installed(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
-        .chain([PathBuf::from("/usr/sbin")])
-        .map(|dir| dir.join("tor"))
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
         .find(|p| p.is_file())
 }
 
@@ -558,7 +559,7 @@ fn installed_tor() -> Option<PathBuf> {
 /// a simulated minute, with every call it makes served, the same on one and two threads.
 #[test]
 fn real_tor_runs_in_simulated_time() {
-    let Some(tor) = installed_tor() else {
+    let Some(tor) = installed("tor") else {
         assert!(
             std::env::var_os("CI").is_none(),
             "tor is not installed, and CI is set"
@@ -615,6 +616,64 @@ fn real_tor_runs_in_simulated_time() {
         trace(&runs[0], "process-tor-1"),
         trace(&runs[1], "process-tor-1")
     );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// tor's key tools as processes: relay identities (`tor --list-fingerprint`) and an
+/// authority's certificate (`tor-gencert`) come from the hosts' seeded streams and the
+/// simulated clock, so the same seed makes the same keys, dated 2000-01-01, on any thread
+/// count, and another seed other keys: what a private tor network in simulated time is built
+/// from.
+#[test]
+fn tor_makes_the_same_keys_from_the_same_seed() {
+    let Some(tor) = installed("tor") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "tor is not installed, and CI is set"
+        );
+        eprintln!("skipping: no tor binary found");
+        return;
+    };
+    let gencert = installed("tor-gencert").expect("tor-gencert comes with tor");
+    let dir = tmp("tor-keys");
+    let scenario = |seed: u32| {
+        write(
+            &dir,
+            &format!("keys-{seed}.yaml"),
+            &format!(
+                "run: {{ seed: {seed}, stop_time: 10s }}\nprocesses:\n  \
+                 - {{ name: relay, count: 2, path: {}, args: [--list-fingerprint, \
+                 --DataDirectory, data, --ORPort, '9001', --Nickname, relay, --SocksPort, '0'] }}\n  \
+                 - {{ name: auth, path: {}, args: [--create-identity-key, -m, '12', -a, \
+                 '100.64.0.3:7000', -i, id, -s, signing, -c, cert, --passphrase-fd, '0'] }}\n",
+                tor.display(),
+                gencert.display()
+            ),
+        )
+    };
+    let keys = |out_dir: &Path| {
+        all_exited_cleanly(out_dir);
+        let host = |h: &str| out_dir.join("processes").join(h);
+        let relay = |h: &str| fs::read_to_string(host(h).join("data/fingerprint")).unwrap();
+        let cert = fs::read_to_string(host("process-auth-1").join("cert")).unwrap();
+        (relay("process-relay-1"), relay("process-relay-2"), cert)
+    };
+    let (runs, _) = run_on_one_and_two_threads(&scenario(9), &dir, "seed-9");
+    let (a1, a2, cert) = keys(&runs[0]);
+    assert_eq!(keys(&runs[1]), (a1.clone(), a2.clone(), cert.clone()));
+    assert_ne!(a1, a2, "each host draws its own keys");
+    assert!(
+        cert.contains("dir-key-published 2000-01-01 00:00:00\n"),
+        "{cert}"
+    );
+    assert!(
+        cert.contains("dir-key-expires 2001-01-01 00:00:00\n"),
+        "{cert}"
+    );
+    let (runs, _) = run_on_one_and_two_threads(&scenario(10), &dir, "seed-10");
+    let (b1, _, other) = keys(&runs[0]);
+    assert_ne!(a1, b1, "another seed, other keys");
+    assert_ne!(cert, other);
     let _ = fs::remove_dir_all(&dir);
 }
 
