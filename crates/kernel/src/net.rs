@@ -28,6 +28,9 @@ pub trait Network {
     fn send(&mut self, s: Self::Socket, bytes: &[u8]) -> usize;
     /// Bytes the send buffer would take now.
     fn send_space(&self, s: Self::Socket) -> u64;
+    /// The connection's local port and its peer's (the connecting side's is the ephemeral
+    /// port its stack gave it), as `getsockname`, `getpeername` and `accept` report them.
+    fn ports(&self, s: Self::Socket) -> (u16, u16);
     /// In-order bytes received and not read yet.
     fn readable(&self, s: Self::Socket) -> u64;
     /// Reads up to `max` bytes (at most [`Network::readable`]) and appends them to `out`;
@@ -72,6 +75,9 @@ impl Network for Offline {
     }
     fn send_space(&self, _s: u32) -> u64 {
         0
+    }
+    fn ports(&self, _s: u32) -> (u16, u16) {
+        (0, 0)
     }
     fn readable(&self, _s: u32) -> u64 {
         0

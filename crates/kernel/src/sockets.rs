@@ -172,7 +172,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             write_shut: false,
         };
         self.set_fd(new_fd, Some(Descriptor::Socket(Box::new(file))));
-        out.extend_from_slice(&sockaddr_in(net.address_of(peer), 0));
+        out.extend_from_slice(&sockaddr_in(net.address_of(peer), net.ports(socket).1));
         Step::Done(new_fd as i64)
     }
 
@@ -351,10 +351,16 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         let own = net.address();
         let s = self.socket_file(fd)?;
         let addr = match (&s.state, nr == SYS_GETPEERNAME) {
-            (SocketState::Connected { peer, .. }, true) => sockaddr_in(net.address_of(*peer), 0),
+            (SocketState::Connected { socket, peer, .. }, true) => {
+                sockaddr_in(net.address_of(*peer), net.ports(*socket).1)
+            }
             (_, true) => return Err(ENOTCONN),
             (SocketState::Fresh { bound }, false) => sockaddr_in(0, bound.unwrap_or(0)),
             (SocketState::Listening { port, .. }, false) => sockaddr_in(own, *port),
+            (
+                SocketState::Connecting { socket, .. } | SocketState::Connected { socket, .. },
+                false,
+            ) => sockaddr_in(own, net.ports(*socket).0),
             (_, false) => sockaddr_in(own, 0),
         };
         out.extend_from_slice(&addr);
@@ -553,6 +559,10 @@ mod tests {
         fn send_space(&self, _s: u32) -> u64 {
             self.space
         }
+        fn ports(&self, s: u32) -> (u16, u16) {
+            // A made-up pair per connection: the listening port, the peer's ephemeral one.
+            (7000, 50000 + s as u16)
+        }
         fn readable(&self, _s: u32) -> u64 {
             self.inbox.len() as u64
         }
@@ -721,7 +731,20 @@ mod tests {
             &mut net,
         );
         assert_eq!(retry(&mut k, &mut net, &mut out), Outcome::Done(4));
-        assert_eq!(out, sockaddr_in(0x6440_0006, 0));
+        // The peer's address and port: what a server checks before it keeps a connection.
+        assert_eq!(out, sockaddr_in(0x6440_0006, 50009));
+        let mut name = Vec::new();
+        k.call(
+            0,
+            &Call {
+                nr: SYS_GETSOCKNAME,
+                args: [4, 0, 0, 0, 0, 0],
+                data: &[],
+            },
+            &mut name,
+            &mut net,
+        );
+        assert_eq!(name, sockaddr_in(0x6440_0001, 7000));
         // When the process ends, its connections close: the accepted one goes to the stack.
         let mut ended = kernel();
         let mut net2 = Scripted::default();

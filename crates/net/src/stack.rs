@@ -534,6 +534,11 @@ impl<M: Clone + PartialEq + Send + 'static> NetStack<M> {
         }
     }
 
+    /// A TCP connection's local port and its peer's.
+    pub fn ports(&self, id: SocketId) -> Option<(u16, u16)> {
+        self.socket(id).map(|s| (s.local_port, s.peer_port))
+    }
+
     /// The peer host of a socket.
     pub fn peer(&self, id: SocketId) -> Option<HostId> {
         match self.sockets.get(id)? {

@@ -235,6 +235,10 @@ impl Network for HostNet<'_, '_> {
         self.stack.send_space(s)
     }
 
+    fn ports(&self, s: SocketId) -> (u16, u16) {
+        self.stack.ports(s).unwrap_or((0, 0))
+    }
+
     fn readable(&self, s: SocketId) -> u64 {
         self.stack.readable(s)
     }
