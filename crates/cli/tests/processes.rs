@@ -70,24 +70,34 @@ fn run_on_one_and_two_threads(scenario: &Path, dir: &Path, label: &str) -> (Vec<
     let mut first_stderr = String::new();
     for threads in ["1", "2"] {
         let out_dir = dir.join(format!("out-{label}-{threads}"));
-        let out = onionlab(&[
-            "run",
-            scenario.to_str().unwrap(),
-            "-o",
-            out_dir.to_str().unwrap(),
-            "--threads",
-            threads,
-            "--no-report",
-            "--trace-syscalls",
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let stderr = run_once(
+            scenario,
+            &out_dir,
+            &["--threads", threads, "--trace-syscalls"],
+        );
         if runs.is_empty() {
             first_stderr = stderr;
         }
         runs.push(out_dir);
     }
     (runs, first_stderr)
+}
+
+/// Runs `scenario` into `out_dir` with the options `extra`, without a report; checks that it
+/// exits 0 and returns what it printed on stderr.
+fn run_once(scenario: &Path, out_dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "run",
+        scenario.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--no-report",
+    ];
+    args.extend_from_slice(extra);
+    let out = onionlab(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    stderr
 }
 
 /// Every process of the run in `out_dir` exited 0 and made no call onionlab lacks.
@@ -674,6 +684,182 @@ fn tor_makes_the_same_keys_from_the_same_seed() {
     let (b1, _, other) = keys(&runs[0]);
     assert_ne!(a1, b1, "another seed, other keys");
     assert_ne!(cert, other);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A private tor network of unmodified tor processes in simulated time, built by hand as a
+/// user can: keys made by tor's own tools as managed processes, torrcs written for the hosts'
+/// addresses, then three authorities, four relays and a client run together. The authorities
+/// vote and publish a consensus, and the client bootstraps to 100%, with the same logs on one
+/// and two threads.
+#[test]
+fn a_private_tor_network_bootstraps_in_simulated_time() {
+    let (Some(tor), Some(gencert)) = (installed("tor"), installed("tor-gencert")) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "tor is not installed, and CI is set"
+        );
+        eprintln!("skipping: no tor binary found");
+        return;
+    };
+    let dir = tmp("tor-network");
+    let auths = ["auth1", "auth2", "auth3"];
+    let relays = ["relay1", "relay2", "relay3", "relay4"];
+    let nodes: Vec<&str> = auths.iter().chain(&relays).copied().collect();
+    let keys = dir.join("keys");
+    // 1. Keys: an authority certificate for each authority, an identity for every node.
+    let mut yaml = String::from("run: { seed: 21, stop_time: 10s }\nprocesses:\n");
+    for a in auths {
+        yaml += &format!(
+            "  - {{ name: cert-{a}, path: {}, args: [--create-identity-key, -m, '12', -i, id, \
+             -s, signing, -c, cert, --passphrase-fd, '0'] }}\n",
+            gencert.display()
+        );
+    }
+    for n in &nodes {
+        fs::create_dir_all(keys.join(n)).unwrap();
+        yaml += &format!(
+            "  - {{ name: id-{n}, path: {}, args: [--list-fingerprint, --DataDirectory, {}, \
+             --ORPort, '9001', --Nickname, {n}, --SocksPort, '0', --Log, 'err stderr'] }}\n",
+            tor.display(),
+            keys.join(n).display()
+        );
+    }
+    let out = dir.join("out-keys");
+    run_once(&write(&dir, "keys.yaml", &yaml), &out, &[]);
+    all_exited_cleanly(&out);
+    let mut v3ident = Vec::new();
+    for a in auths {
+        let from = out.join(format!("processes/process-cert-{a}-1"));
+        let cert = fs::read_to_string(from.join("cert")).unwrap();
+        v3ident.push(
+            cert.lines()
+                .find_map(|l| l.strip_prefix("fingerprint "))
+                .unwrap()
+                .to_string(),
+        );
+        for (file, name) in [
+            ("id", "authority_identity_key"),
+            ("signing", "authority_signing_key"),
+            ("cert", "authority_certificate"),
+        ] {
+            fs::copy(from.join(file), keys.join(a).join("keys").join(name)).unwrap();
+        }
+    }
+    let fingerprint = |n: &str| {
+        let text = fs::read_to_string(keys.join(n).join("fingerprint")).unwrap();
+        text.split_whitespace().nth(1).unwrap().to_string()
+    };
+    // 2. The hosts' addresses, from the hosts file of the network's scenario run with a
+    // program that exits at once (the same hosts, in the same order).
+    let network = |program: &Path, torrc: &dyn Fn(&str) -> Vec<String>| {
+        let mut yaml = String::from(
+            "run: { seed: 23, stop_time: 60s }\n\
+             network: { graph: builtin, builtin: { latency: 20ms, bandwidth: 100 Mbit } }\n\
+             processes:\n",
+        );
+        for n in nodes.iter().chain(&["client"]) {
+            yaml += &format!(
+                "  - {{ name: {n}, path: {}, args: [{}] }}\n",
+                program.display(),
+                torrc(n).join(", ")
+            );
+        }
+        yaml
+    };
+    let probe = dir.join("out-probe");
+    let probe_scenario = network(Path::new("/bin/true"), &|_| vec![]);
+    run_once(&write(&dir, "probe.yaml", &probe_scenario), &probe, &[]);
+    let hosts = fs::read_to_string(probe.join("processes/hosts")).unwrap();
+    let address = |n: &str| {
+        hosts
+            .lines()
+            .find(|l| l.ends_with(&format!(" process-{n}-1")))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap()
+            .to_string()
+    };
+    // 3. The torrcs: a testing network with a 20-second voting schedule.
+    let mut common = String::from(
+        "TestingTorNetwork 1\nAssumeReachable 1\nLog notice stdout\nSafeLogging 0\n\
+         TestingV3AuthInitialVotingInterval 20\nTestingV3AuthInitialVoteDelay 4\n\
+         TestingV3AuthInitialDistDelay 4\nV3AuthVotingInterval 20\nV3AuthVoteDelay 4\n\
+         V3AuthDistDelay 4\nTestingDirAuthVoteExit *\nTestingDirAuthVoteGuard *\n",
+    );
+    for (a, v3) in auths.iter().zip(&v3ident) {
+        common += &format!(
+            "DirAuthority {a} orport=9001 no-v2 v3ident={v3} {}:7000 {}\n",
+            address(a),
+            fingerprint(a)
+        );
+    }
+    let data = dir.join("data");
+    for n in nodes.iter().chain(&["client"]) {
+        let mut torrc = format!("{common}DataDirectory {}\n", data.join(n).display());
+        if *n == "client" {
+            torrc += "SocksPort 9050\n";
+        } else {
+            // No IPv6 on the simulated network: the ORPort listens on IPv4 only.
+            torrc += &format!(
+                "Nickname {n}\nAddress {}\nORPort 9001 IPv4Only\nSocksPort 0\n",
+                address(n)
+            );
+            torrc += if auths.contains(n) {
+                "DirPort 7000\nAuthoritativeDirectory 1\nV3AuthoritativeDirectory 1\n\
+                 ContactInfo onionlab\nExitPolicy reject *:*\n"
+            } else {
+                "ExitRelay 1\nExitPolicy accept *:*\n"
+            };
+        }
+        write(&dir, &format!("{n}.torrc"), &torrc);
+    }
+    let scenario = write(
+        &dir,
+        "network.yaml",
+        &network(&tor, &|n| {
+            vec![
+                "-f".into(),
+                dir.join(format!("{n}.torrc")).display().to_string(),
+            ]
+        }),
+    );
+    // 4. The network, twice, each from the keys alone.
+    let mut logs = Vec::new();
+    for threads in ["1", "2"] {
+        let _ = fs::remove_dir_all(&data);
+        for n in &nodes {
+            let to = data.join(n).join("keys");
+            fs::create_dir_all(&to).unwrap();
+            for f in fs::read_dir(keys.join(n).join("keys")).unwrap().flatten() {
+                fs::copy(f.path(), to.join(f.file_name())).unwrap();
+            }
+        }
+        let out_dir = dir.join(format!("out-{threads}"));
+        run_once(&scenario, &out_dir, &["--threads", threads]);
+        let run = run_json(&out_dir);
+        for p in run["processes"].as_array().unwrap() {
+            assert_eq!(p["failure"], serde_json::Value::Null, "{p}");
+            assert_eq!(p["ended_s"], serde_json::Value::Null, "{p}");
+        }
+        let client = stdout_of(&out_dir, "process-client-1");
+        assert!(
+            client.contains("Bootstrapped 100% (done): Done"),
+            "{client}"
+        );
+        let auth = stdout_of(&out_dir, "process-auth1-1");
+        assert!(
+            auth.contains("Consensus computed; uploading signature(s)"),
+            "{auth}"
+        );
+        logs.push(
+            nodes
+                .iter()
+                .chain(&["client"])
+                .map(|n| stdout_of(&out_dir, &format!("process-{n}-1")))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert!(logs[0] == logs[1], "the same logs on one and two threads");
     let _ = fs::remove_dir_all(&dir);
 }
 
