@@ -840,6 +840,8 @@ fn a_private_tor_network_bootstraps_in_simulated_time() {
         for p in run["processes"].as_array().unwrap() {
             assert_eq!(p["failure"], serde_json::Value::Null, "{p}");
             assert_eq!(p["ended_s"], serde_json::Value::Null, "{p}");
+            // Every call served, KIST's TCP_INFO and ioctls among them.
+            assert_eq!(p["unsupported_calls"], serde_json::json!({}), "{p}");
         }
         let client = stdout_of(&out_dir, "process-client-1");
         assert!(

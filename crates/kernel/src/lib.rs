@@ -39,7 +39,7 @@ mod udp;
 
 use events::{Epoll, EventFd};
 use net::SocketFile;
-pub use net::{Network, Offline, SocketNote};
+pub use net::{Network, Offline, SendWindow, SocketNote};
 pub use threads::{Resume, ThreadId, MAIN_THREAD, MAX_THREADS};
 use udp::UdpFile;
 
@@ -87,6 +87,7 @@ pub(crate) const SYS_READ: i64 = 0;
 pub(crate) const SYS_WRITE: i64 = 1;
 pub(crate) const SYS_CLOSE: i64 = 3;
 pub(crate) const SYS_POLL: i64 = 7;
+pub(crate) const SYS_IOCTL: i64 = 16;
 pub(crate) const SYS_SELECT: i64 = 23;
 pub(crate) const SYS_SCHED_YIELD: i64 = 24;
 pub(crate) const SYS_PIPE: i64 = 22;
@@ -166,7 +167,9 @@ pub fn call_args(nr: i64, args: &[i64; 6]) -> usize {
         SYS_NANOSLEEP | SYS_SHUTDOWN | SYS_LISTEN | SYS_PIPE2 | SYS_EVENTFD2
         | SYS_TIMERFD_CREATE | SYS_TIMERFD_GETTIME => 2,
         SYS_READ | SYS_WRITE | SYS_POLL | SYS_SOCKET | SYS_CONNECT | SYS_ACCEPT | SYS_BIND
-        | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_FCNTL | SYS_GETRANDOM | SYS_PPOLL => 3,
+        | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_FCNTL | SYS_GETRANDOM | SYS_PPOLL | SYS_IOCTL => {
+            3
+        }
         SYS_SOCKETPAIR | SYS_EPOLL_WAIT | SYS_EPOLL_CTL | SYS_CLOCK_NANOSLEEP | SYS_ACCEPT4
         | SYS_TIMERFD_SETTIME => 4,
         SYS_SETSOCKOPT | SYS_GETSOCKOPT | SYS_CLONE | SYS_CLONE3 | SYS_SELECT | SYS_EPOLL_PWAIT => {
@@ -238,6 +241,20 @@ enum Descriptor<S> {
     Pipe(pipes::PipeEnd),
     /// A `timerfd`.
     Timer(Box<timers::TimerFd>),
+}
+
+impl<S> Descriptor<S> {
+    /// Its `O_NONBLOCK` flag, if it has one.
+    fn nonblocking(&mut self) -> Option<&mut bool> {
+        match self {
+            Descriptor::Socket(s) => Some(&mut s.nonblocking),
+            Descriptor::Udp(u) => Some(&mut u.nonblocking),
+            Descriptor::EventFd(e) => Some(&mut e.nonblocking),
+            Descriptor::Pipe(p) => Some(&mut p.nonblocking),
+            Descriptor::Timer(t) => Some(&mut t.nonblocking),
+            Descriptor::Random | Descriptor::Epoll(_) => None,
+        }
+    }
 }
 
 /// A call that blocked, kept to be tried again.
@@ -675,6 +692,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             SYS_EVENTFD2 if a[1] & !(1 | 0o4000 | 0o2000000) != 0 => -EINVAL,
             SYS_EVENTFD2 => self.eventfd(a[0], a[1], a[5]),
             SYS_FCNTL => self.fcntl(a[0], a[1], a[2]),
+            SYS_IOCTL => self.ioctl(a[0], a[1], call.data, out, net),
             SYS_READ | SYS_WRITE | SYS_CLOSE | SYS_CONNECT | SYS_SENDTO | SYS_RECVFROM
             | SYS_BIND | SYS_GETSOCKNAME | SYS_GETPEERNAME | SYS_SETSOCKOPT
                 if matches!(self.descriptor(a[0]), Some(Descriptor::Udp(_))) =>
@@ -703,21 +721,10 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         const F_SETFL: i64 = 4;
         const O_RDWR: i64 = 2;
         const O_NONBLOCK: i64 = 0o4000;
-        let Some(d) = usize::try_from(fd)
-            .ok()
-            .and_then(|f| self.fds.get_mut(f))
-            .and_then(Option::as_mut)
-        else {
+        let Some(d) = self.descriptor_mut(fd) else {
             return -EBADF;
         };
-        let nonblocking = match d {
-            Descriptor::Socket(s) => Some(&mut s.nonblocking),
-            Descriptor::Udp(u) => Some(&mut u.nonblocking),
-            Descriptor::EventFd(e) => Some(&mut e.nonblocking),
-            Descriptor::Pipe(p) => Some(&mut p.nonblocking),
-            Descriptor::Timer(t) => Some(&mut t.nonblocking),
-            Descriptor::Random | Descriptor::Epoll(_) => None,
-        };
+        let nonblocking = d.nonblocking();
         match cmd {
             F_GETFD | F_SETFD => 0,
             F_GETFL => {
@@ -760,6 +767,82 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         out.extend_from_slice(&[0; 16]); // totalhigh, freehigh
         out.extend_from_slice(&1u32.to_le_bytes()); // mem_unit: bytes
         out.extend_from_slice(&[0; 4]);
+    }
+
+    /// `ioctl` on a descriptor the kernel serves, with the `int` its argument points to in
+    /// `data` (the shim copies four bytes each way): `FIONBIO` on any descriptor, and on a TCP
+    /// socket `FIONREAD` (bytes to read), `SIOCOUTQ` (bytes not acknowledged) and `SIOCOUTQNSD`
+    /// (bytes never sent), from the TCP model, which tor's KIST scheduler reads. On any socket,
+    /// `SIOCGIFCONF` lists the host's interfaces (`lo` and `eth0` with its address) as
+    /// `struct ifreq`s, which the shim copies into the program's buffer. Other requests are
+    /// not supported.
+    fn ioctl<N: Network<Socket = S>>(
+        &mut self,
+        fd: i64,
+        request: i64,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        net: &N,
+    ) -> i64 {
+        const FIONREAD: i64 = 0x541b;
+        const FIONBIO: i64 = 0x5421;
+        const SIOCOUTQ: i64 = 0x5411;
+        const SIOCOUTQNSD: i64 = 0x894b;
+        const SIOCGIFCONF: i64 = 0x8912;
+        let Some(d) = self.descriptor_mut(fd) else {
+            return -EBADF;
+        };
+        if request == SIOCGIFCONF && matches!(d, Descriptor::Socket(_) | Descriptor::Udp(_)) {
+            for (name, addr) in [(&b"lo"[..], 0x7f00_0001), (&b"eth0"[..], net.address())] {
+                // ifr_name[16], then the address as a sockaddr_in, in a 40-byte ifreq.
+                let mut entry = [0u8; 40];
+                entry[..name.len()].copy_from_slice(name);
+                entry[16..32].copy_from_slice(&net::sockaddr_in(addr, 0));
+                out.extend_from_slice(&entry);
+            }
+            return 0;
+        }
+        let connection = match d {
+            Descriptor::Socket(s) => s.connection(),
+            _ => None,
+        };
+        let value = match request {
+            FIONBIO => {
+                let Some(on) = data.get(..4) else {
+                    return -EFAULT;
+                };
+                if let Some(n) = d.nonblocking() {
+                    *n = on != [0; 4];
+                }
+                return 0;
+            }
+            FIONREAD if matches!(d, Descriptor::Socket(_)) => {
+                connection.map_or(0, |c| net.readable(c))
+            }
+            SIOCOUTQ | SIOCOUTQNSD if matches!(d, Descriptor::Socket(_)) => {
+                let w = connection
+                    .and_then(|c| net.send_window(c))
+                    .unwrap_or_default();
+                if request == SIOCOUTQNSD {
+                    w.notsent
+                } else {
+                    u64::from(w.unacked) * u64::from(w.mss) + w.notsent
+                }
+            }
+            _ => {
+                self.count_unsupported(SYS_IOCTL);
+                return -ENOSYS;
+            }
+        };
+        out.extend_from_slice(&(value.min(i32::MAX as u64) as i32).to_ne_bytes());
+        0
+    }
+
+    fn descriptor_mut(&mut self, fd: i64) -> Option<&mut Descriptor<S>> {
+        usize::try_from(fd)
+            .ok()
+            .and_then(|f| self.fds.get_mut(f))
+            .and_then(Option::as_mut)
     }
 
     fn random(&mut self, len: i64, out: &mut Vec<u8>) -> i64 {

@@ -28,6 +28,9 @@ pub trait Network {
     fn send(&mut self, s: Self::Socket, bytes: &[u8]) -> usize;
     /// Bytes the send buffer would take now.
     fn send_space(&self, s: Self::Socket) -> u64;
+    /// What the connection's sender knows of its window, the facts tor's KIST scheduler reads
+    /// (`TCP_INFO`, `SIOCOUTQNSD`); `None` once the connection is gone.
+    fn send_window(&self, s: Self::Socket) -> Option<SendWindow>;
     /// The connection's local port and its peer's (the connecting side's is the ephemeral
     /// port its stack gave it), as `getsockname`, `getpeername` and `accept` report them.
     fn ports(&self, s: Self::Socket) -> (u16, u16);
@@ -45,6 +48,19 @@ pub trait Network {
     /// Closes the connection: a FIN after what was written; the socket is gone for the
     /// process.
     fn close(&mut self, s: Self::Socket);
+}
+
+/// What a connection's sender knows of its window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendWindow {
+    /// The congestion window, in segments.
+    pub cwnd: u32,
+    /// Segments sent and not acknowledged.
+    pub unacked: u32,
+    /// Bytes in the send buffer never sent.
+    pub notsent: u64,
+    /// Payload bytes per full segment.
+    pub mss: u32,
 }
 
 /// A network with nothing on it: no host is reachable, so every connection fails with
@@ -78,6 +94,9 @@ impl Network for Offline {
     }
     fn ports(&self, _s: u32) -> (u16, u16) {
         (0, 0)
+    }
+    fn send_window(&self, _s: u32) -> Option<SendWindow> {
+        None
     }
     fn readable(&self, _s: u32) -> u64 {
         0

@@ -15,6 +15,11 @@ const SOL_SOCKET: i64 = 1;
 const SO_TYPE: i64 = 3;
 const SO_ERROR: i64 = 4;
 const ENOPROTOOPT: i64 = 92;
+const IPPROTO_TCP: i64 = 6;
+const TCP_INFO: i64 = 11;
+/// Bytes of the `struct tcp_info` the kernel gives (the fields up to `tcpi_rcv_space`, which
+/// every reader knows): a shorter one than Linux's newest, as an older kernel would give.
+const TCP_INFO_BYTES: usize = 104;
 const SHUT_RD: i64 = 0;
 const POLLIN: i16 = 0x1;
 const POLLOUT: i16 = 0x4;
@@ -65,7 +70,7 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
             }
             SYS_GETSOCKNAME | SYS_GETPEERNAME => self.name(call.nr, a[0], out, net),
             SYS_SETSOCKOPT => self.socket_file(a[0]).map(|_| 0),
-            SYS_GETSOCKOPT => self.getsockopt(a[0], a[1], a[2], out),
+            SYS_GETSOCKOPT => self.getsockopt(a[0], a[1], a[2], out, net),
             SYS_POLL | SYS_PPOLL | SYS_SELECT | SYS_PSELECT6 => {
                 return self.poll(a[1], a[2], call.data, out, net)
             }
@@ -367,14 +372,19 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
         Ok(0)
     }
 
-    fn getsockopt(
+    fn getsockopt<N: Network<Socket = S>>(
         &mut self,
         fd: i64,
         level: i64,
         name: i64,
         out: &mut Vec<u8>,
+        net: &N,
     ) -> Result<i64, i64> {
         let s = self.socket_file(fd)?;
+        if (level, name) == (IPPROTO_TCP, TCP_INFO) {
+            tcp_info(&s.state, net, out);
+            return Ok(0);
+        }
         let value: i32 = match (level, name) {
             (SOL_SOCKET, SO_ERROR) => std::mem::take(&mut s.pending_error) as i32,
             (SOL_SOCKET, SO_TYPE) => SOCK_STREAM as i32,
@@ -514,6 +524,35 @@ impl<R: Rng, S: Copy + Eq + std::fmt::Debug> Kernel<R, S> {
     }
 }
 
+/// `getsockopt(TCP_INFO)`: the connection's state and, from the TCP model, what tor's KIST
+/// scheduler reads of it (`tcpi_snd_mss`, `tcpi_unacked`, `tcpi_snd_cwnd`); the other fields
+/// are 0.
+fn tcp_info<S: Copy, N: Network<Socket = S>>(state: &SocketState<S>, net: &N, out: &mut Vec<u8>) {
+    // Linux's TCP states: ESTABLISHED 1, SYN_SENT 2, CLOSE 7, LISTEN 10.
+    let (code, connection) = match state {
+        SocketState::Connected { socket, .. } => (1, Some(*socket)),
+        SocketState::Connecting { socket, .. } => (2, Some(*socket)),
+        SocketState::Listening { .. } => (10, None),
+        _ => (7, None),
+    };
+    let w = connection
+        .and_then(|c| net.send_window(c))
+        .unwrap_or_default();
+    let start = out.len();
+    out.resize(start + TCP_INFO_BYTES, 0);
+    let info = &mut out[start..];
+    info[0] = code;
+    for (offset, value) in [
+        (16, w.mss),
+        (20, w.mss),
+        (24, w.unacked),
+        (80, w.cwnd),
+        (84, w.mss),
+    ] {
+        info[offset..offset + 4].copy_from_slice(&value.to_ne_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,6 +597,14 @@ mod tests {
         }
         fn send_space(&self, _s: u32) -> u64 {
             self.space
+        }
+        fn send_window(&self, _s: u32) -> Option<SendWindow> {
+            Some(SendWindow {
+                cwnd: 10,
+                unacked: 4,
+                notsent: 1000,
+                mss: 1448,
+            })
         }
         fn ports(&self, s: u32) -> (u16, u16) {
             // A made-up pair per connection: the listening port, the peer's ephemeral one.
@@ -646,6 +693,53 @@ mod tests {
         k.note(SocketNote::Ready(7), &mut net);
         assert_eq!(retry(&mut k, &mut net, &mut out), Outcome::Done(3));
         assert_eq!(out, b"abc");
+        // What KIST reads: bytes never sent, bytes not acknowledged, and TCP_INFO's window.
+        let ioctl = |k: &mut TestKernel, net: &mut Scripted, request: i64, out: &mut Vec<u8>| {
+            k.call(
+                0,
+                &Call {
+                    nr: SYS_IOCTL,
+                    args: [5, request, 1, 0, 0, 0],
+                    data: &[0; 4],
+                },
+                out,
+                net,
+            )
+        };
+        assert_eq!(ioctl(&mut k, &mut net, 0x894b, &mut out), Outcome::Done(0));
+        assert_eq!(out, 1000i32.to_ne_bytes());
+        ioctl(&mut k, &mut net, 0x5411, &mut out);
+        assert_eq!(out, (4 * 1448 + 1000i32).to_ne_bytes());
+        net.inbox.extend_from_slice(b"de");
+        ioctl(&mut k, &mut net, 0x541b, &mut out);
+        assert_eq!(out, 2i32.to_ne_bytes(), "FIONREAD");
+        assert_eq!(
+            ioctl(&mut k, &mut net, 0x5401, &mut out),
+            Outcome::Done(-ENOSYS),
+            "TCGETS: not a terminal request onionlab serves"
+        );
+        // The host's interfaces, as `struct ifreq`s: lo, and eth0 with the host's address.
+        assert_eq!(ioctl(&mut k, &mut net, 0x8912, &mut out), Outcome::Done(0));
+        assert_eq!(out.len(), 80);
+        assert_eq!(&out[..3], b"lo\0");
+        assert_eq!(out[16..32], sockaddr_in(0x7f00_0001, 0));
+        assert_eq!(&out[40..45], b"eth0\0");
+        assert_eq!(out[56..72], sockaddr_in(0x6440_0001, 0));
+        k.call(
+            0,
+            &Call {
+                nr: SYS_GETSOCKOPT,
+                args: [5, IPPROTO_TCP, TCP_INFO, 0, 0, 0],
+                data: &[],
+            },
+            &mut out,
+            &mut net,
+        );
+        assert_eq!(out.len(), TCP_INFO_BYTES);
+        assert_eq!(out[0], 1, "established");
+        let word = |at: usize| u32::from_ne_bytes(out[at..at + 4].try_into().unwrap());
+        assert_eq!((word(16), word(24), word(80)), (1448, 4, 10));
+        net.inbox.clear();
         // poll with nothing to read waits for its timeout, then says nothing is ready.
         let mut fds = 5i32.to_ne_bytes().to_vec();
         fds.extend_from_slice(&POLLIN.to_ne_bytes());

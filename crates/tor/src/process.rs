@@ -239,6 +239,17 @@ impl Network for HostNet<'_, '_> {
         self.stack.ports(s).unwrap_or((0, 0))
     }
 
+    fn send_window(&self, s: SocketId) -> Option<onionlab_kernel::SendWindow> {
+        self.stack
+            .send_window(s)
+            .map(|w| onionlab_kernel::SendWindow {
+                cwnd: w.cwnd,
+                unacked: w.unacked,
+                notsent: w.notsent,
+                mss: w.mss,
+            })
+    }
+
     fn readable(&self, s: SocketId) -> u64 {
         self.stack.readable(s)
     }
